@@ -1,0 +1,1 @@
+"""The layered-environment doctor: nine hazards checked before any run counts."""

@@ -1,0 +1,3 @@
+from execsys.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""The ``execsys`` command line: argument parsing and dispatch only.
+
+Each subcommand lives in ``execsys/commands/<name>.py`` and exposes ``HELP``
+(one line), ``DESCRIPTION`` (what it does, with an example), ``add_arguments``
+and ``run(args) -> int``. Command modules import nothing heavy at module level,
+so building the parser stays cheap; ``--version`` answers before any of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from execsys import __version__
+from execsys.errors import ExecsysError, ExitCode
+
+# name -> module under execsys.commands. A new command is one module plus one line here.
+COMMANDS: dict[str, str] = {
+    "doctor": "doctor",
+    "init": "init",
+    "pin": "pin",
+    "verify": "verify",
+    "diff": "diff",
+    "digest": "digest",
+    "probe": "probe",
+    "scope": "scope",
+    "compare": "compare",
+    "plan": "plan",
+    "quant": "quant",
+    "ledger": "ledger",
+    "tui": "tui",
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: 'execsys pin: error: ... (see execsys pin --help)'."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(ExitCode.USAGE)
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """Options every subcommand takes."""
+    parser.add_argument("--ledger", metavar="PATH", help="ledger file (default: $EXECSYS_LEDGER or the user data dir)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the documented JSON on stdout and nothing else")
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="execsys",
+        description=(
+            "Make an evaluation result say which execution system produced it, and measure how far "
+            "the stack can move before two runs of the same thing stop agreeing."
+        ),
+        epilog=(
+            "typical session:\n"
+            "  execsys doctor                 check the nine environment hazards\n"
+            "  execsys init && execsys pin    declare and pin the twelve components\n"
+            "  execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl\n"
+            "  execsys scope                  what comparisons the measurements license\n\n"
+            "exit codes: 0 fine, 1 a finding (hazard, drift, instability), 2 usage or input error"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"execsys {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, module_name in COMMANDS.items():
+        module = _load(module_name)
+        if module is None:
+            continue
+        cmd = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=getattr(module, "DESCRIPTION", module.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(cmd)
+        add_common(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def _load(module_name: str):
+    try:
+        return importlib.import_module(f"execsys.commands.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"execsys.commands.{module_name}":
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list in (["--version"], ["-V"]):
+        # Answer before building the parser: start-up stays light.
+        print(f"execsys {__version__}")
+        return ExitCode.OK
+    if not args_list and sys.stdin.isatty() and sys.stdout.isatty():
+        args_list = ["tui"]
+    parser = build_parser()
+    if not args_list:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("execsys: error: no command given (see 'execsys --help')\n")
+        return ExitCode.USAGE
+    args = parser.parse_args(args_list)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return ExitCode.USAGE
+    if getattr(args, "ledger", None):
+        os.environ["EXECSYS_LEDGER"] = args.ledger
+    try:
+        return int(args._module.run(args))
+    except ExecsysError as exc:
+        if args.debug:
+            raise
+        sys.stderr.write(f"execsys {args.command}: error: {_one_line(str(exc))}\n")
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"execsys {args.command}: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` and closed early: not an error worth a traceback.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return ExitCode.OK
+    except Exception as exc:  # the last line of defence: no traceback without --debug
+        if args.debug:
+            raise
+        from execsys.redact import redact_text
+
+        sys.stderr.write(
+            f"execsys {args.command}: internal error: {type(exc).__name__}: {_one_line(redact_text(str(exc)))} "
+            "(run again with --debug for the traceback, and please report it)\n"
+        )
+        return ExitCode.INTERNAL
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "unknown error"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One module per ``execsys`` subcommand: argument wiring and rendering only; logic lives elsewhere."""

@@ -1,0 +1,83 @@
+"""``execsys ledger``: list, show and export the append-only record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from execsys.cli import add_json
+from execsys.errors import ExitCode
+
+HELP = "list, show or export ledger records"
+DESCRIPTION = """\
+The ledger holds every identity pinned, doctor report and probe record, append-only.
+
+examples:
+  execsys ledger list                      newest first
+  execsys ledger list --kind probe --json
+  execsys ledger show identity-20261130T101500-1a2b   (a unique prefix is enough)
+  execsys ledger export > ledger.jsonl     one JSON record per line
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    ls = sub.add_parser("list", help="records, newest first")
+    ls.add_argument("--kind", help="only records of this kind (identity, doctor, probe, plan, ...)")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50; 0 = all)")
+    add_json(ls)
+    show = sub.add_parser("show", help="one record in full")
+    show.add_argument("id", help="record id or a unique prefix of one")
+    add_json(show)
+    export = sub.add_parser("export", help="every record as JSON Lines (or one JSON array with --json)")
+    export.add_argument("--kind", help="only records of this kind")
+    add_json(export)
+
+
+def run(args: argparse.Namespace) -> int:
+    from execsys import console
+    from execsys.ledger import Ledger
+
+    with Ledger.open() as ledger:
+        if args.action == "list":
+            records = ledger.find(kind=args.kind, limit=args.limit or None, newest_first=True)
+            if args.json:
+                console.print_json([_summary(r) for r in records])
+                return ExitCode.OK
+            if not records:
+                console.out().print(f"no records in {ledger.path}")
+                return ExitCode.OK
+            from rich.table import Table
+
+            table = Table(box=None, pad_edge=False)
+            for column in ("id", "kind", "identity", "created_at", "summary"):
+                table.add_column(column)
+            for r in records:
+                table.add_row(r.id, r.kind, (r.identity or "")[:12], r.created_at, _summary(r)["summary"])
+            console.out().print(table)
+            return ExitCode.OK
+        if args.action == "show":
+            record = ledger.get(args.id)
+            if args.json:
+                console.print_json(record.to_json())
+            else:
+                console.out().print_json(json.dumps(record.to_json(), ensure_ascii=False))
+            return ExitCode.OK
+        # export
+        records = list(ledger.iter(kind=args.kind))
+        if args.json:
+            console.print_json([r.to_json() for r in records])
+        else:
+            for r in records:
+                sys.stdout.write(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
+        return ExitCode.OK
+
+
+def _summary(record) -> dict:
+    body = record.body
+    text = body.get("summary") or body.get("statement") or body.get("verdict") or ""
+    if not text and "agreement_rate" in body:
+        text = f"{body.get('axis')} {body.get('m')}/{body.get('n')}"
+    return {"id": record.id, "kind": record.kind, "identity": record.identity, "parent": record.parent,
+            "created_at": record.created_at, "summary": str(text)}

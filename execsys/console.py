@@ -1,0 +1,67 @@
+"""Where output goes and how it looks.
+
+stdout is data (``--json`` prints the documented JSON there and nothing else);
+stderr is diagnostics and progress. Human output uses rich on a terminal and
+plain text when piped; ``NO_COLOR`` is honoured by rich itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from execsys.redact import scrub
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# Status symbols shared by every face (CLI, TUI): never colour alone.
+SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "–", "error": "?"}
+STYLES = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim", "error": "magenta"}
+
+
+def print_json(obj: Any) -> None:
+    """The documented JSON on stdout, secrets scrubbed, one trailing newline."""
+    sys.stdout.write(json.dumps(scrub(obj), indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+_stdout_console: Console | None = None
+_stderr_console: Console | None = None
+
+
+def out() -> Console:
+    """Console for human output on stdout."""
+    global _stdout_console
+    if _stdout_console is None:
+        from rich.console import Console
+
+        _stdout_console = Console(soft_wrap=True, highlight=False)
+    return _stdout_console
+
+
+def err() -> Console:
+    """Console for warnings and progress on stderr."""
+    global _stderr_console
+    if _stderr_console is None:
+        from rich.console import Console
+
+        _stderr_console = Console(stderr=True, soft_wrap=True, highlight=False)
+    return _stderr_console
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    from rich.markup import escape
+
+    err().print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def symbol(status: str) -> str:
+    return SYMBOLS.get(status, "?")

@@ -1,0 +1,158 @@
+"""The run declaration, ``execsys.toml``: what the operator says the system is.
+
+One table per execution-system component plus a few tables for the tools
+themselves (``doctor``, ``probe``, ``placement``). Loading checks the types of
+known keys (a wrong type is an error naming the key) and warns about unknown
+keys with their line, so a typo cannot silently drop a declared fact.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from execsys import COMPONENTS
+from execsys.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DEFAULT_NAME = "execsys.toml"
+
+STR, INT, FLOAT, BOOL, LIST, TABLE = str, int, (int, float), bool, list, dict
+
+# Known keys and their types; every component also takes a free-text ``notes``.
+SCHEMA: dict[str, dict[str, Any]] = {
+    "model": {"name": STR, "revision": STR, "source": STR, "family": STR},
+    "artifact": {"path": STR, "quantization": STR, "adapter": STR, "format": STR, "digest": STR},
+    "runtime": {
+        "engine": STR, "version": STR, "endpoint": STR, "restart": STR, "ready": STR,
+        "ready_timeout": FLOAT, "env_file": STR, "api_key_env": STR, "process": STR, "flags": LIST,
+    },
+    "hardware": {"host": STR, "gpu": STR, "gpu_count": INT, "accelerator": STR},
+    "harness": {"repo": STR, "commands": LIST, "version": STR, "name": STR},
+    "context_policy": {"max_context": INT, "truncation": STR, "template": STR, "system_prompt": STR},
+    "retrieval": {"enabled": BOOL, "index": STR, "top_k": INT, "embedder": STR, "corpus": STR},
+    "tools": {"enabled": LIST, "versions": TABLE},
+    "workflow": {"name": STR, "steps": LIST, "max_turns": INT},
+    "budget": {
+        "temperature": FLOAT, "top_p": FLOAT, "top_k": INT, "seed": INT, "max_tokens": INT,
+        "reasoning_budget": (int, str), "repeat_penalty": FLOAT, "stop": LIST,
+    },
+    "grader": {"name": STR, "command": STR, "version": STR, "model": STR},
+    "environment": {"variables": TABLE, "layers": LIST, "hosts": LIST, "env_file": STR},
+    # Tool settings, not components of the system under test.
+    "doctor": {
+        "commands": LIST, "ports": LIST, "paths": LIST, "venvs": LIST, "repos": LIST, "pins": TABLE,
+        "timeout": FLOAT, "clock_skew_threshold_ms": FLOAT, "layers": LIST, "hosts": LIST,
+    },
+    "probe": {"cases": STR, "n": INT, "compare": STR, "extract": STR, "api_key_env": STR, "timeout": FLOAT},
+    "placement": {"allowed": LIST, "hosts": TABLE, "policy": STR},
+}
+for _component in COMPONENTS:
+    SCHEMA[_component]["notes"] = STR
+
+_TYPE_NAMES = {STR: "a string", INT: "an integer", FLOAT: "a number", BOOL: "true or false", LIST: "a list", TABLE: "a table"}
+
+
+@dataclass
+class Declaration:
+    """A loaded ``execsys.toml``: one dict per table (empty when not declared)."""
+
+    path: Path | None
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def component(self, name: str) -> dict[str, Any]:
+        return dict(self.tables.get(name, {}))
+
+    def get(self, table: str, key: str, default: Any = None) -> Any:
+        return self.tables.get(table, {}).get(key, default)
+
+    @property
+    def components(self) -> dict[str, dict[str, Any]]:
+        return {name: self.component(name) for name in COMPONENTS}
+
+
+def empty() -> Declaration:
+    return Declaration(path=None, tables={name: {} for name in SCHEMA})
+
+
+def load(path: str | Path | None = None, *, required: bool = False) -> Declaration:
+    """Load ``path`` (default ``./execsys.toml``). A missing default file gives an empty declaration."""
+    target = Path(path) if path else Path(DEFAULT_NAME)
+    if not target.exists():
+        if required or path:
+            raise InputError(f"{target}: no such declaration (create one with 'execsys init')")
+        return empty()
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{target}: cannot read ({getattr(exc, 'strerror', None) or exc})") from exc
+    return parse(text, target)
+
+
+def parse(text: str, path: Path | None = None) -> Declaration:
+    where = str(path or DEFAULT_NAME)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: malformed TOML: {exc}") from exc
+    decl = Declaration(path=path, tables={name: {} for name in SCHEMA})
+    for table, value in data.items():
+        if table not in SCHEMA:
+            decl.warnings.append(f"{where}:{_line_of(text, None, table)}: unknown table [{table}] (ignored)")
+            continue
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: '{table}' must be a table ([{table}])")
+        known = SCHEMA[table]
+        clean: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in known:
+                decl.warnings.append(f"{where}:{_line_of(text, table, key)}: unknown key '{table}.{key}' (ignored)")
+                continue
+            expected = known[key]
+            if not _type_ok(item, expected):
+                raise InputError(
+                    f"{where}:{_line_of(text, table, key)}: '{table}.{key}' must be {_type_name(expected)}, "
+                    f"not {type(item).__name__}"
+                )
+            clean[key] = item
+        decl.tables[table] = clean
+    return decl
+
+
+def _type_ok(value: Any, expected: Any) -> bool:
+    if expected is FLOAT or expected == (int, str):
+        return isinstance(value, expected) and not isinstance(value, bool)
+    if expected is INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def _type_name(expected: Any) -> str:
+    if expected == (int, str):
+        return "an integer or a string"
+    return _TYPE_NAMES.get(expected, "of another type")
+
+
+def _line_of(text: str, table: str | None, key: str) -> int:
+    """Best-effort line number of ``key`` within ``[table]`` (or of the table header itself)."""
+    lines = text.splitlines()
+    current: str | None = None
+    header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
+    for number, line in enumerate(lines, start=1):
+        found = header.match(line)
+        if found:
+            current = found.group(1).strip().strip('"')
+            if table is None and current == key:
+                return number
+            continue
+        if table is not None and current == table and re.match(rf"^\s*\"?{re.escape(key)}\"?\s*=", line):
+            return number
+    return 0

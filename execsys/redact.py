@@ -1,0 +1,162 @@
+"""Keep secrets out of every record, output and ledger row.
+
+Names are kept so a reader can see that a variable was set; values of anything
+that looks secret become ``<redacted>``. Two layers: structural redaction of
+things known to carry secrets (environment mappings, URLs, headers, argv), and a
+last-line scrub that replaces any live secret value found anywhere in a record.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+REDACTED = "<redacted>"
+
+SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE
+)
+# Values shorter than this are too likely to occur innocently to scrub by value.
+_MIN_SCRUB_LEN = 6
+
+_URL_WITH_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s@]+)@")
+_HEADER_SECRET = re.compile(
+    r"(?i)\b(authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(\s*[:=]\s*)([^\r\n,;]+)"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=\-]{8,}")
+_QUERY_SECRET = re.compile(r"(?i)([?&][^=&\s]*(?:key|token|secret|password|passwd|auth|sig)[^=&\s]*=)([^&\s#]+)")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def redact_url(url: str) -> str:
+    """Strip credentials from a URL: ``https://u:p@h/x?api_key=k`` -> ``https://u:<redacted>@h/x?api_key=<redacted>``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    if not parts.scheme or not parts.netloc:
+        return redact_text(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:{REDACTED}@{host}"
+        else:
+            # A lone userinfo (``https://ghp_xxx@github.com``) is usually a token.
+            netloc = f"{REDACTED}@{host}" if userinfo not in ("git",) else netloc
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if is_secret_name(k) or k.lower() == "sig" else v) for k, v in pairs], safe="<>")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_text(text: str) -> str:
+    """Redact credentials inside free text: URLs with userinfo, auth headers, bearer tokens, secret query params."""
+
+    def _userinfo(match: re.Match[str]) -> str:
+        scheme, userinfo = match.group(1), match.group(2)
+        if ":" in userinfo:
+            return f"{scheme}{userinfo.split(':', 1)[0]}:{REDACTED}@"
+        if userinfo == "git":
+            return match.group(0)
+        return f"{scheme}{REDACTED}@"
+
+    text = _URL_WITH_USERINFO.sub(_userinfo, text)
+    text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    return scrub_known_secrets(text)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Copy of an environment mapping with secret-looking values replaced and URLs cleaned."""
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        out[name] = REDACTED if is_secret_name(name) else redact_text(str(value))
+    return out
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if is_secret_name(k) else redact_text(v)) for k, v in headers.items()}
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """Redact values of secret-looking flags (``--api-key X``, ``--hf-token=X``) and credentials in any argument."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        if "=" in arg and not arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)  # NAME=value as in `env NAME=value cmd`
+            continue
+        out.append(redact_text(arg))
+    return out
+
+
+def live_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of secret-named variables in the environment, longest first (so overlaps scrub fully)."""
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= _MIN_SCRUB_LEN}
+    return sorted(values, key=len, reverse=True)
+
+
+_extra_secrets: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret this process handles (an API key read from a named variable) so no output shows it."""
+    if value and len(value) >= _MIN_SCRUB_LEN:
+        _extra_secrets.add(value)
+
+
+def scrub_known_secrets(text: str) -> str:
+    for value in sorted(set(live_secret_values()) | _extra_secrets, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def scrub(obj: Any) -> Any:
+    """Walk a JSON-like structure: redact values under secret-named variables and any live secret value anywhere."""
+    if isinstance(obj, Mapping):
+        result = {}
+        for key, value in obj.items():
+            if isinstance(key, str) and isinstance(value, str) and value and _is_secret_field(key):
+                result[key] = REDACTED
+            else:
+                result[key] = scrub(value)
+        return result
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+_SECRET_FIELDS = {"authorization", "api_key", "apikey", "password", "passwd", "token", "secret", "cookie", "private_key"}
+
+
+def _is_secret_field(key: str) -> bool:
+    # Only environment-variable-shaped names (HF_TOKEN) and well-known secret fields: our own
+    # schemas use words like "max_tokens" and "api_key_env" (the *name* of a variable).
+    if key.lower() in _SECRET_FIELDS:
+        return True
+    return bool(re.fullmatch(r"[A-Z][A-Z0-9_]*", key)) and is_secret_name(key)

@@ -1,0 +1,1 @@
+"""Reproducibility-boundary probes: agreement rates across one axis at a time."""

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine, then run it.
+# Usage: bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_debs=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_debs+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need_debs+=(openssh-client)
+command -v b3sum >/dev/null 2>&1 || need_debs+=(b3sum)
+command -v git >/dev/null 2>&1 || need_debs+=(git)
+command -v cmake >/dev/null 2>&1 || need_debs+=(cmake)
+command -v g++ >/dev/null 2>&1 || need_debs+=(g++)
+if [ ${#need_debs[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${need_debs[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_debs[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+# llama-cpp-python compiles llama.cpp (about 6 minutes on 2 cores); pip caches the wheel afterwards.
+"$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+
+set +e
+"$PY" -m pytest "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit $rc

@@ -1,0 +1,5 @@
+pytest_plugins = [
+    "tests.fixtures.common",
+    "tests.fixtures.sshd",
+    "tests.fixtures.llama",
+]

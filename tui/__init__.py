@@ -1,0 +1,1 @@
+"""The execsys Textual app: doctor, identity, probes, scope and plan in one place."""
