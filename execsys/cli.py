@@ -9,6 +9,7 @@ so building the parser stays cheap; ``--version`` answers before any of it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -128,10 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.
-        try:
+        with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        except OSError:
-            pass
         return ExitCode.OK
     except Exception as exc:  # the last line of defence: no traceback without --debug
         if args.debug:

@@ -1,0 +1,46 @@
+"""Small, exact statistics for agreement rates and paired comparisons (standard library only)."""
+
+from __future__ import annotations
+
+import math
+
+Z95 = 1.959963984540054
+
+
+def wilson(m: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval for m successes in n trials; None when n == 0."""
+    if n <= 0:
+        return None
+    p = m / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value on discordant pairs b (A right, B wrong) and c (A wrong, B right).
+
+    Under H0 each discordant pair is A-favouring with probability 1/2: p = min(1, 2 * P[X <= min(b, c)]),
+    X ~ Binomial(b + c, 1/2). With no discordant pairs there is no evidence either way: p = 1.
+    """
+    k = b + c
+    if k == 0:
+        return 1.0
+    tail = sum(math.comb(k, i) for i in range(min(b, c) + 1)) / 2**k
+    return min(1.0, 2 * tail)
+
+
+def paired_difference_ci(b: int, c: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """95% interval for the paired difference in success rates (A - B) = (b - c) / n.
+
+    Uses the Wald interval for matched pairs with the Agresti-Min adjustment (add 1/2 to each cell),
+    which keeps coverage reasonable for small n and zero cells.
+    """
+    if n <= 0:
+        return None
+    b_adj, c_adj, n_adj = b + 0.5, c + 0.5, n + 2.0
+    diff = (b_adj - c_adj) / n_adj
+    var = ((b_adj + c_adj) - (b_adj - c_adj) ** 2 / n_adj) / n_adj**2
+    half = z * math.sqrt(max(var, 0.0))
+    return (max(-1.0, diff - half), min(1.0, diff + half))
