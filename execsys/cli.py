@@ -122,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExecsysError as exc:
         if args.debug:
             raise
-        sys.stderr.write(f"execsys {args.command}: error: {_one_line(str(exc))}\n")
+        from execsys.redact import redact_text
+
+        sys.stderr.write(f"execsys {args.command}: error: {_one_line(redact_text(str(exc)))}\n")
         return int(exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write(f"execsys {args.command}: interrupted\n")

@@ -56,7 +56,9 @@ def warn(message: str) -> None:
     """One warning line on stderr."""
     from rich.markup import escape
 
-    err().print(f"[yellow]warning:[/] {escape(message)}")
+    from execsys.redact import redact_text
+
+    err().print(f"[yellow]warning:[/] {escape(redact_text(message))}")
 
 
 def stderr_is_terminal() -> bool:

@@ -213,6 +213,11 @@ class Ledger:
         for row in self._conn.execute(sql, params):
             yield _record(row)
 
+    def child(self, parent: str, key: str) -> Record | None:
+        """The record appended under ``parent`` with ``key`` (one indexed lookup), or None."""
+        row = self._conn.execute(_SELECT + " WHERE parent = ? AND key = ?", (parent, key)).fetchone()
+        return _record(row) if row else None
+
     def count(self, *, kind: str | None = None, parent: str | None = None) -> int:
         clauses, params = [], []
         for column, value in (("kind", kind), ("parent", parent)):

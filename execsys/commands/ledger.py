@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", help="every record as JSON Lines (or one JSON array with --json)")
     export.add_argument("--kind", help="only records of this kind")
     add_json(export)
+    for action in (ls, show, export):
+        # `execsys ledger list --ledger X` as well as `execsys ledger --ledger X list`; SUPPRESS keeps
+        # the action parser from overwriting a value given before the action with its default.
+        action.add_argument("--ledger", metavar="PATH", default=argparse.SUPPRESS, help="ledger file")
+        action.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
 
 
 def run(args: argparse.Namespace) -> int:

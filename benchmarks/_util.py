@@ -1,0 +1,58 @@
+"""Shared helpers for the benchmark scripts: run a command, time it, read its peak memory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+
+def execsys_argv() -> list[str]:
+    """The installed console script next to this interpreter (not a pyenv shim), else python -m execsys."""
+    script = Path(sys.executable).parent / "execsys"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "execsys"]
+
+
+def run_measured(argv: list[str], cwd: str | os.PathLike | None = None,
+                 env: dict | None = None) -> tuple[float, bytes]:
+    """(wall seconds, stdout) of one run; fails loudly on a non-zero exit."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, cwd=cwd, env=env)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[-500:]}")
+    return elapsed, proc.stdout
+
+
+def run_peak_rss(argv: list[str], cwd: str | os.PathLike | None = None) -> tuple[float, int]:
+    """(wall seconds, peak resident set size in bytes) of one run, via wait4's rusage for exactly that child."""
+    start = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        proc = subprocess.Popen(argv, stdout=devnull, stderr=subprocess.PIPE, cwd=cwd)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode})")
+    return elapsed, usage.ru_maxrss * 1024  # Linux reports KiB
+
+
+def best_of(n: int, argv: list[str], cwd: str | os.PathLike | None = None, warmup: int = 1) -> dict:
+    for _ in range(warmup):
+        run_measured(argv, cwd=cwd)
+    times = [run_measured(argv, cwd=cwd)[0] for _ in range(n)]
+    return {"min": min(times), "median": statistics.median(times), "runs": n}
+
+
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise SystemExit(f"benchmark needs {tool} on PATH")
+    return path
+
+
+def row(*cells: object, widths: tuple[int, ...] = (34, 12, 12, 12, 14)) -> str:
+    return "".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False))

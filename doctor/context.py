@@ -1,0 +1,250 @@
+"""What the doctor looks at: options from flags, ``execsys.toml`` and GPU-box defaults.
+
+``DoctorOptions`` is plain, JSON-serialisable data (it travels to remote hosts).
+A list left as ``None`` means "not declared": the ``Context`` on the host being
+inspected then fills in what matters on a GPU box -- the usual interpreters and
+tools plus any engine command on PATH, the ports engine processes listen on,
+the active virtual environment, the git repository of the current directory.
+Defaults are worked out on each host, because each host has its own PATH.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from execsys.doctor import files, sysinfo
+
+DEFAULT_COMMANDS = ("python3", "python", "pip", "pip3", "git", "nvidia-smi")
+DEFAULT_TIMEOUT = 3.0
+DEFAULT_CLOCK_SKEW_THRESHOLD_MS = 250.0
+
+
+@dataclass
+class DoctorOptions:
+    """Everything a doctor run needs; ``None`` lists are filled with defaults on each host."""
+
+    commands: list[str] | None = None
+    ports: list[int] | None = None
+    paths: list[str] | None = None
+    venvs: list[str] | None = None
+    repos: list[str] | None = None
+    env_file: str | None = None
+    pid: int | None = None
+    process: str | None = None
+    layers: list[str] | None = None
+    hosts: list[str] = field(default_factory=list)
+    only: list[str] = field(default_factory=list)
+    strict: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    host_timeout: float | None = None
+    max_parallel_hosts: int = 8
+    clock_skew_threshold_ms: float = DEFAULT_CLOCK_SKEW_THRESHOLD_MS
+    pins: dict[str, dict[str, str]] = field(default_factory=dict)
+    declared_env: dict[str, str] = field(default_factory=dict)
+    artifact_path: str | None = None
+    engine: str | None = None
+    endpoint_port: int | None = None
+    config_path: str | None = None
+
+    @classmethod
+    def from_declaration(cls, decl: Any = None, **overrides: Any) -> DoctorOptions:
+        """Options from a loaded ``execsys.toml`` (``execsys.declaration.Declaration`` or None), then overrides.
+
+        An override of ``None`` leaves the declared value alone, so CLI flags can be passed straight in.
+        """
+        opts = cls()
+        if decl is not None:
+            get = decl.get
+            doctor = decl.tables.get("doctor", {})
+            opts.commands = _strs(doctor.get("commands"))
+            opts.ports = _ints(doctor.get("ports"))
+            opts.paths = _strs(doctor.get("paths"))
+            opts.venvs = _strs(doctor.get("venvs"))
+            opts.repos = _strs(doctor.get("repos"))
+            if opts.repos is None and get("harness", "repo"):
+                opts.repos = [str(get("harness", "repo"))]
+            opts.layers = _strs(doctor.get("layers")) or _strs(get("environment", "layers"))
+            opts.hosts = _strs(doctor.get("hosts")) or _strs(get("environment", "hosts")) or []
+            if doctor.get("timeout") is not None:
+                opts.timeout = float(doctor["timeout"])
+            if doctor.get("clock_skew_threshold_ms") is not None:
+                opts.clock_skew_threshold_ms = float(doctor["clock_skew_threshold_ms"])
+            opts.pins = normalise_pins(doctor.get("pins") or {})
+            opts.env_file = get("runtime", "env_file") or get("environment", "env_file")
+            opts.declared_env = {str(k): str(v) for k, v in (get("environment", "variables") or {}).items()}
+            opts.artifact_path = get("artifact", "path")
+            opts.engine = get("runtime", "engine")
+            opts.process = get("runtime", "process")
+            opts.endpoint_port = endpoint_port(get("runtime", "endpoint"))
+            if opts.ports is None and opts.endpoint_port:
+                opts.ports = [opts.endpoint_port]
+            base = os.path.dirname(str(decl.path)) if getattr(decl, "path", None) else ""
+            opts.config_path = str(decl.path) if getattr(decl, "path", None) else None
+            opts._resolve_relative(base)
+        for key, value in overrides.items():
+            if not hasattr(opts, key):
+                raise TypeError(f"unknown doctor option {key!r}")
+            if value is None:
+                continue
+            if key == "pins":
+                value = normalise_pins(value)
+            setattr(opts, key, value)
+        if overrides.get("pid") is not None and overrides.get("process") is None:
+            opts.process = None  # an explicit --pid wins over a declared process name
+        return opts
+
+    def _resolve_relative(self, base: str) -> None:
+        """Paths in execsys.toml are relative to the file, not to wherever the doctor was started."""
+        if not base:
+            return
+
+        def fix(p: str) -> str:
+            return p if os.path.isabs(p) or p.startswith("~") else os.path.normpath(os.path.join(base, p))
+
+        for name in ("paths", "venvs", "repos"):
+            value = getattr(self, name)
+            if value:
+                setattr(self, name, [fix(p) for p in value])
+        if self.env_file:
+            self.env_file = fix(self.env_file)
+        if self.artifact_path and "://" not in self.artifact_path:
+            self.artifact_path = fix(self.artifact_path)
+
+    def to_payload(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any]) -> DoctorOptions:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def for_remote(self) -> DoctorOptions:
+        """What a remote host is asked to check: the same declaration, minus the local-only parts."""
+        remote = dataclasses.replace(self, hosts=[], layers=None, config_path=None)
+        return remote
+
+    @property
+    def effective_host_timeout(self) -> float:
+        return self.host_timeout if self.host_timeout is not None else max(30.0, self.timeout * 8)
+
+
+def endpoint_port(endpoint: Any) -> int | None:
+    if not endpoint:
+        return None
+    try:
+        parts = urlsplit(str(endpoint) if "://" in str(endpoint) else f"http://{endpoint}")
+        return parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+
+
+def normalise_pins(raw: Any) -> dict[str, dict[str, str]]:
+    """``{name: "/path" | "blake3:..." | {path=, digest=}}`` -> ``{name: {"path"?, "digest"?}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for name, value in dict(raw).items():
+        pin: dict[str, str] = {}
+        if isinstance(value, dict):
+            pin = {k: str(v) for k, v in value.items() if k in ("path", "digest") and v}
+        elif isinstance(value, str):
+            if value.startswith(("blake3:", "sha256:")) or (len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+                pin["digest"] = value if ":" in value else f"blake3:{value}"
+            else:
+                pin["path"] = value
+        if pin:
+            out[str(name)] = pin
+    return out
+
+
+def _strs(value: Any) -> list[str] | None:
+    return None if value is None else [str(v) for v in value]
+
+
+def _ints(value: Any) -> list[int] | None:
+    return None if value is None else [int(v) for v in value]
+
+
+class Context:
+    """One host's view of the options, with defaults resolved lazily and shared probes memoised."""
+
+    def __init__(self, options: DoctorOptions, cancel: threading.Event | None = None):
+        self.options = options
+        self.cancel = cancel or threading.Event()
+        self._lock = threading.Lock()
+        self._memo: dict[Any, Any] = {}
+        self._key_locks: dict[Any, threading.Lock] = {}
+
+    @property
+    def timeout(self) -> float:
+        return self.options.timeout
+
+    def memo(self, key: Any, compute):
+        """Compute once per key even when several hazard threads ask at the same time."""
+        with self._lock:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return self._memo[key]
+
+    def invoke(self, argv: list[str]) -> files.Invocation:
+        """A trivial invocation, run once per argv for all hazards (``python3 --version`` etc.)."""
+        return self.memo(("invoke", tuple(argv)), lambda: files.bounded_run(argv, self.timeout))
+
+    # -- defaults ---------------------------------------------------------
+    @property
+    def commands_explicit(self) -> bool:
+        return self.options.commands is not None
+
+    def commands(self) -> list[str]:
+        if self.options.commands is not None:
+            return list(dict.fromkeys(self.options.commands))
+        engines = [c for c in sysinfo.ENGINE_COMMANDS if files.which_all(c)]
+        return list(dict.fromkeys([*DEFAULT_COMMANDS, *engines, *self.options.pins]))
+
+    def engine_processes(self) -> list[sysinfo.ProcessInfo]:
+        return self.memo("engine-processes", sysinfo.engine_processes)
+
+    def ports(self) -> list[int]:
+        if self.options.ports is not None:
+            return list(dict.fromkeys(self.options.ports))
+
+        def _engine_ports() -> list[int]:
+            pids = {p.pid for p in self.engine_processes()}
+            if not pids:
+                return []
+            found, _ = sysinfo.listeners()
+            return sorted({lst.port for lst in found if pids & set(lst.pids)})
+
+        return self.memo("engine-ports", _engine_ports)
+
+    def venvs(self) -> list[str]:
+        if self.options.venvs is not None:
+            return [os.path.expanduser(v) for v in self.options.venvs]
+        active = os.environ.get("VIRTUAL_ENV")
+        if active:
+            return [active]
+        if sys.prefix != getattr(sys, "base_prefix", sys.prefix):
+            return [sys.prefix]
+        return []
+
+    def repos(self) -> list[str]:
+        if self.options.repos is not None:
+            return [os.path.expanduser(r) for r in self.options.repos]
+
+        def _cwd_repo() -> list[str]:
+            inv = files.bounded_run(["git", "rev-parse", "--show-toplevel"], self.timeout)
+            return [inv.output.strip()] if inv.ok and inv.output.strip() else []
+
+        return self.memo("cwd-repo", _cwd_repo)
+
+    def paths(self) -> list[str]:
+        return [os.path.expanduser(p) for p in (self.options.paths or [])]
+
+    def layers(self) -> list[str]:
+        return list(self.options.layers or [])

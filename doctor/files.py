@@ -1,0 +1,298 @@
+"""Looking at executables without trusting them: PATH matches, digests, shebangs, ELF headers.
+
+Also ``bounded_run``: a trivial invocation of a program that may hang, flood its
+output or wait on stdin, which must cost no more than its timeout and a fixed
+amount of memory. Stdlib-only (blake3 and pyelftools are used when importable)
+because this module is shipped to remote hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import signal
+import struct
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+try:  # the chosen digest; remote hosts without it fall back to sha256, labelled as such
+    import blake3 as _blake3
+except ImportError:  # pragma: no cover - depends on the remote host
+    _blake3 = None
+
+_READ_CHUNK = 1 << 20
+
+# e_machine values (ELF spec) and the names uname reports for them.
+ELF_MACHINES = {
+    3: "x86", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 50: "ia64",
+    62: "x86_64", 183: "aarch64", 243: "riscv64", 258: "loongarch64",
+}
+_UNAME_TO_MACHINE = {
+    "x86_64": 62, "amd64": 62, "i386": 3, "i686": 3, "aarch64": 183, "arm64": 183,
+    "armv7l": 40, "armv6l": 40, "ppc64le": 21, "ppc64": 21, "s390x": 22, "riscv64": 243,
+    "loongarch64": 258, "mips": 8, "mips64": 8,
+}
+
+
+def host_elf_machine() -> int | None:
+    return _UNAME_TO_MACHINE.get(platform.machine().lower())
+
+
+def which_all(name: str, path: str | None = None) -> list[str]:
+    """Every executable file called ``name`` on PATH, in PATH order, duplicates (same dir) removed."""
+    if os.sep in name:
+        return [name] if os.path.isfile(name) and os.access(name, os.X_OK) else []
+    seen: set[str] = set()
+    found: list[str] = []
+    for directory in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
+        directory = directory or "."
+        candidate = os.path.join(directory, name)
+        key = os.path.normpath(os.path.abspath(candidate))
+        if key in seen:
+            continue
+        seen.add(key)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            found.append(candidate)
+    return found
+
+
+_digest_cache: dict[tuple, str] = {}
+_digest_lock = threading.Lock()
+
+
+def digest(path: str) -> str:
+    """``blake3:<hex>`` of the file content (``sha256:<hex>`` where blake3 is not installed)."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    with _digest_lock:
+        if key in _digest_cache:
+            return _digest_cache[key]
+    hasher = _blake3.blake3() if _blake3 is not None else hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(_READ_CHUNK)
+            if not chunk:
+                break
+            hasher.update(chunk)
+    value = f"{'blake3' if _blake3 is not None else 'sha256'}:{hasher.hexdigest()}"
+    with _digest_lock:
+        _digest_cache[key] = value
+    return value
+
+
+def read_head(path: str, size: int = 512) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return b""
+
+
+@dataclass
+class Shebang:
+    interpreter: str
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def program(self) -> str:
+        """What actually gets looked up: ``python3`` for ``#!/usr/bin/env python3``."""
+        if os.path.basename(self.interpreter) == "env":
+            rest = [a for a in self.args if not a.startswith("-") and "=" not in a]
+            return rest[0] if rest else self.interpreter
+        return self.interpreter
+
+    def text(self) -> str:
+        return " ".join([self.interpreter, *self.args])
+
+
+def shebang(head: bytes) -> Shebang | None:
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    if not line:
+        return Shebang("")
+    parts = line.split()
+    return Shebang(parts[0], parts[1:])
+
+
+def shebang_missing(sb: Shebang) -> str | None:
+    """Why this shebang cannot start anything, or None when its interpreter is there."""
+    if not sb.interpreter:
+        return "empty shebang line"
+    if not os.path.isabs(sb.interpreter):
+        return f"interpreter {sb.interpreter!r} is not an absolute path"
+    if not os.path.exists(sb.interpreter):
+        return f"interpreter {sb.interpreter} does not exist"
+    if not os.access(sb.interpreter, os.X_OK):
+        return f"interpreter {sb.interpreter} is not executable"
+    program = sb.program
+    if program != sb.interpreter and not which_all(program):
+        return f"{sb.interpreter} {program}: {program!r} is not on PATH"
+    return None
+
+
+@dataclass
+class ElfInfo:
+    bits: int
+    machine: int
+    interpreter: str | None = None
+    rpath: list[str] = field(default_factory=list)
+    runpath: list[str] = field(default_factory=list)
+    dynamic_read: bool = False  # False when pyelftools is not available to read the dynamic section
+
+    @property
+    def machine_name(self) -> str:
+        return ELF_MACHINES.get(self.machine, f"e_machine {self.machine}")
+
+
+def is_elf(head: bytes) -> bool:
+    return head[:4] == b"\x7fELF"
+
+
+def elf_header(head: bytes) -> ElfInfo | None:
+    """Class and machine from the first 20 bytes; enough to spot a binary for another architecture."""
+    if len(head) < 20 or not is_elf(head):
+        return None
+    bits = 64 if head[4] == 2 else 32
+    endian = "<" if head[5] != 2 else ">"
+    (machine,) = struct.unpack(endian + "H", head[18:20])
+    return ElfInfo(bits, machine)
+
+
+def elf_info(path: str) -> ElfInfo | None:
+    """Header plus PT_INTERP and DT_RPATH/DT_RUNPATH (read with pyelftools when installed)."""
+    info = elf_header(read_head(path, 64))
+    if info is None:
+        return None
+    try:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.dynamic import DynamicSection
+        from elftools.elf.elffile import ELFFile
+    except ImportError:  # pragma: no cover - remote hosts without pyelftools
+        return info
+    try:
+        with open(path, "rb") as fh:
+            elf = ELFFile(fh)
+            for segment in elf.iter_segments():
+                if segment["p_type"] == "PT_INTERP":
+                    info.interpreter = segment.get_interp_name()
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_RPATH":
+                            info.rpath += [p for p in tag.rpath.split(":") if p]
+                        elif tag.entry.d_tag == "DT_RUNPATH":
+                            info.runpath += [p for p in tag.runpath.split(":") if p]
+        info.dynamic_read = True
+    except (ELFError, OSError, ValueError, struct.error):
+        pass
+    return info
+
+
+def expand_origin(entry: str, binary: str) -> str:
+    origin = os.path.dirname(os.path.realpath(binary))
+    return entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+
+
+@dataclass
+class Invocation:
+    """What one bounded run of a program did."""
+
+    argv: list[str]
+    returncode: int | None = None
+    output: str = ""  # first part of stdout+stderr
+    timed_out: bool = False
+    flooded: bool = False
+    error: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not (self.timed_out or self.flooded or self.error)
+
+    def first_line(self) -> str:
+        for line in self.output.splitlines():
+            if line.strip():
+                return line.strip()[:200]
+        return ""
+
+    def describe(self) -> str:
+        cmd = " ".join(self.argv)
+        if self.error:
+            return f"{cmd}: could not run ({self.error})"
+        if self.timed_out:
+            return f"{cmd}: no answer within {self.duration_s:.1f}s (killed)"
+        if self.flooded:
+            return f"{cmd}: flooded its output (killed after {self.duration_s:.1f}s)"
+        line = self.first_line()
+        return f"{cmd}: exit {self.returncode}" + (f": {line}" if line else "")
+
+
+def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output: int = 4 << 20,
+                env: dict[str, str] | None = None, input: bytes | None = None) -> Invocation:
+    """Run ``argv`` with stdin closed (or fed ``input``), at most ``timeout`` seconds and ``max_output`` bytes.
+
+    The whole process group is killed on timeout or flood, so neither a hanging child nor
+    a grandchild holding the pipe can keep the doctor waiting.
+    """
+    inv = Invocation(list(argv))
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    except OSError as exc:
+        inv.error = exc.strerror or str(exc)
+        inv.duration_s = time.monotonic() - start
+        return inv
+    kept = bytearray()
+    total = [0]
+    flooded = threading.Event()
+
+    def _kill() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+
+    def _reader() -> None:
+        assert proc.stdout is not None
+        while True:
+            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+            if not chunk:
+                return
+            if len(kept) < keep:
+                kept.extend(chunk[: keep - len(kept)])
+            total[0] += len(chunk)
+            if total[0] > max_output:
+                flooded.set()
+                _kill()
+                return
+
+    reader = threading.Thread(target=_reader, daemon=True)
+    reader.start()
+    if input is not None and proc.stdin is not None:
+        def _writer() -> None:
+            try:
+                proc.stdin.write(input)
+                proc.stdin.close()
+            except OSError:
+                pass
+        threading.Thread(target=_writer, daemon=True).start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        inv.timed_out = True
+        _kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+    reader.join(timeout=1)
+    inv.flooded = flooded.is_set()
+    inv.returncode = None if (inv.timed_out or inv.flooded) else proc.returncode
+    inv.output = bytes(kept).decode("utf-8", "replace")
+    inv.duration_s = time.monotonic() - start
+    return inv

@@ -1,0 +1,119 @@
+"""interop-mangling: arguments arrive altered after crossing a layer.
+
+``ssh host cmd args`` joins argv with spaces and hands it to the remote shell,
+which splits and expands it again; ``bash -lc`` takes only one string;
+Windows executables re-parse their command line; a relay script with ``eval``
+re-evaluates everything. A prompt with quotes or ``$`` then reaches the engine
+different from what the harness sent. For each declared layer (``--layer``,
+``[environment] layers``) this sends a canary argument vector through the layer
+to ``python3 -`` (the reporter code goes on stdin, so the only arguments that
+cross the layer are the canary's) and compares what arrived, argument by argument.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from execsys.doctor import files, sysinfo
+from execsys.doctor.model import HazardResult
+
+ID = "interop-mangling"
+TITLE = "Arguments across layers"
+
+CANARY: list[str] = [
+    "two words",
+    "it's",
+    'say "hi"',
+    "$HOME",
+    "%PATH%",
+    "`id`",
+    "back\\slash",
+    "*.py",
+    "?",
+    "[ab]",
+    "naïve — 日本語",
+    "",
+    "a;b&c|d",
+    "tab\there",
+]
+REPORTER = "import sys, json\nsys.stdout.write('EXECSYS-CANARY ' + json.dumps(sys.argv[1:]) + '\\n')\n"
+FIX = ("Do not pass arguments through the layer: write the command into a script, copy it across, and run "
+       "the script (or send it on stdin, e.g. `ssh host bash -s < run.sh`); for ssh quote once with shlex.quote.")
+
+
+def _received(output: str) -> list[str] | None:
+    for line in output.splitlines():
+        if line.startswith("EXECSYS-CANARY "):
+            try:
+                value = json.loads(line[len("EXECSYS-CANARY "):])
+            except ValueError:
+                return None
+            return [str(v) for v in value] if isinstance(value, list) else None
+    return None
+
+
+def compare(sent: list[str], received: list[str]) -> list[str]:
+    """Argument-level differences, for evidence."""
+    diffs: list[str] = []
+    if len(sent) != len(received):
+        diffs.append(f"sent {len(sent)} arguments, received {len(received)}")
+    for i, value in enumerate(sent):
+        got = received[i] if i < len(received) else None
+        if got != value:
+            diffs.append(f"arg {i}: sent {json.dumps(value, ensure_ascii=False)} received "
+                         f"{'(missing)' if got is None else json.dumps(got, ensure_ascii=False)}")
+    return diffs
+
+
+def probe_layer(layer: str, timeout: float) -> tuple[str, list[str]]:
+    """('ok'|'fail'|'error', evidence) for one layer prefix."""
+    try:
+        prefix = shlex.split(layer)
+    except ValueError as exc:
+        return "error", [f"layer {layer!r}: cannot split ({exc})"]
+    if not prefix:
+        return "error", ["empty layer"]
+    argv = [*prefix, "python3", "-", *CANARY]
+    inv = files.bounded_run(argv, timeout, input=REPORTER.encode())
+    received = _received(inv.output)
+    if received is None:
+        if inv.error or inv.timed_out:
+            return "error", [f"layer {layer!r}: {inv.describe()}"]
+        return "fail", [f"layer {layer!r}: the reporter never ran intact ({inv.describe()})",
+                        f"sent:     {json.dumps(CANARY, ensure_ascii=False)}",
+                        "received: nothing -- the layer broke the command line itself"]
+    diffs = compare(CANARY, received)
+    if not diffs:
+        return "ok", [f"layer {layer!r}: all {len(CANARY)} canary arguments arrived intact"]
+    return "fail", [f"layer {layer!r}: arguments altered",
+                    f"sent:     {json.dumps(CANARY, ensure_ascii=False)}",
+                    f"received: {json.dumps(received, ensure_ascii=False)}", *diffs]
+
+
+def check(ctx) -> HazardResult:
+    layers = ctx.layers()
+    wsl_note = []
+    if sysinfo.is_wsl():
+        wsl_note = ["WSL interop detected: Windows programs re-parse their command line "
+                    "(CommandLineToArgvW); pass arguments to them through a script file"]
+    if not layers:
+        if wsl_note:
+            return HazardResult(ID, "warn", "WSL interop present and no layer declared to test", wsl_note, FIX)
+        return HazardResult(ID, "skip", "no layers declared (--layer \"ssh gpu1\", [environment] layers)", [],
+                            "")
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(max_workers=min(8, len(layers))) as pool:
+        outcomes = list(pool.map(lambda layer: probe_layer(layer, ctx.timeout), layers))
+    evidence = [line for _, ev in outcomes for line in ev] + wsl_note
+    failed = [layer for layer, (status, _) in zip(layers, outcomes, strict=False) if status == "fail"]
+    broken = [layer for layer, (status, _) in zip(layers, outcomes, strict=False) if status == "error"]
+    if failed:
+        return HazardResult(ID, "fail", f"arguments altered crossing {', '.join(repr(x) for x in failed)}",
+                            evidence, FIX)
+    if broken:
+        return HazardResult(ID, "error", f"could not send the canary through {', '.join(repr(x) for x in broken)}",
+                            evidence, "Check that the layer runs and that python3 exists on its far side.")
+    return HazardResult(ID, "ok", f"{len(layers)} layer{'s' if len(layers) != 1 else ''} pass arguments intact",
+                        evidence, "")

@@ -1,0 +1,172 @@
+"""package-prefixes: packages come from a different prefix than the one you installed into.
+
+``pip install`` on PATH can belong to another interpreter than ``python3``; a
+user-site copy (``~/.local``) of a package shadows the environment's;
+``PYTHONPATH``/``PYTHONHOME`` graft other trees onto ``sys.path``; a venv on a
+conda base sees two package worlds; a global pip ``target``/``prefix`` sends
+installs elsewhere. The upgrade you just installed is then not the one that
+imports. This asks the ``python3`` on PATH for its prefix and ``sys.path``
+(listing ``*.dist-info`` per entry), asks ``pip --version`` where it installs,
+and reads pip's configuration files and environment -- without importing pip.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+
+from execsys.doctor import files
+from execsys.doctor.model import HazardResult
+
+ID = "package-prefixes"
+TITLE = "Which prefix packages come from"
+
+FIX = ("Install with the interpreter that runs (`python3 -m pip install ...`), unset PYTHONPATH/PYTHONHOME for "
+       "runs, remove user-site copies (`python3 -m pip uninstall --user PKG`) or set PYTHONNOUSERSITE=1, and "
+       "remove global pip target/prefix settings.")
+
+PROBE = r"""
+import json, os, re, site, sys
+def dists(entry):
+    out = {}
+    try:
+        names = os.listdir(entry)
+    except OSError:
+        return out
+    for n in names:
+        if n.endswith('.dist-info') or n.endswith('.egg-info'):
+            stem = n.rsplit('.', 1)[0]
+            parts = stem.split('-')
+            name = re.sub(r'[-_.]+', '-', parts[0]).lower()
+            out[name] = parts[1] if len(parts) > 1 else '?'
+    return out
+usersite = site.getusersitepackages() if hasattr(site, 'getusersitepackages') else None
+print(json.dumps({
+    'executable': sys.executable, 'prefix': sys.prefix, 'base_prefix': getattr(sys, 'base_prefix', sys.prefix),
+    'version': '%d.%d.%d' % sys.version_info[:3], 'path': [p for p in sys.path if p],
+    'usersite': usersite, 'user_enabled': bool(site.ENABLE_USER_SITE),
+    'dists': {p: dists(p) for p in sys.path if p and os.path.isdir(p)},
+}))
+"""
+
+_PIP_FROM = re.compile(r"^pip (\S+) from (.+?) \(python ([\d.]+)\)")
+
+
+def pip_config_files() -> list[str]:
+    home = os.path.expanduser("~")
+    xdg_dirs = os.environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep)
+    candidates = [os.path.join(d, "pip", "pip.conf") for d in xdg_dirs if d] + [
+        "/etc/pip.conf",
+        os.path.join(home, ".pip", "pip.conf"),
+        os.path.join(os.environ.get("XDG_CONFIG_HOME", os.path.join(home, ".config")), "pip", "pip.conf"),
+    ]
+    if os.environ.get("VIRTUAL_ENV"):
+        candidates.append(os.path.join(os.environ["VIRTUAL_ENV"], "pip.conf"))
+    if os.environ.get("PIP_CONFIG_FILE") and os.environ["PIP_CONFIG_FILE"] != os.devnull:
+        candidates.append(os.environ["PIP_CONFIG_FILE"])
+    return [c for c in dict.fromkeys(candidates) if os.path.isfile(c)]
+
+
+def pip_redirects() -> list[str]:
+    """Global settings that send every ``pip install`` somewhere other than the interpreter's prefix."""
+    found: list[str] = []
+    for var in ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT"):
+        if os.environ.get(var):
+            found.append(f"{var}={os.environ[var]} is set")
+    if os.environ.get("PIP_USER", "").lower() in ("1", "true", "yes", "on"):
+        found.append("PIP_USER is set: installs go to the user site")
+    for path in pip_config_files():
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            parser.read(path, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError):
+            continue
+        for section in ("global", "install"):
+            if not parser.has_section(section):
+                continue
+            for key in ("target", "prefix", "root"):
+                if parser.get(section, key, fallback=None):
+                    found.append(f"{path}: [{section}] {key} = {parser.get(section, key)}")
+            if parser.get(section, "user", fallback="").lower() in ("true", "yes", "1", "on"):
+                found.append(f"{path}: [{section}] user = true (installs go to the user site)")
+    return found
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def check(ctx) -> HazardResult:
+    failures: list[str] = []
+    warnings: list[str] = []
+    evidence: list[str] = []
+    for var in ("PYTHONPATH", "PYTHONHOME"):
+        if os.environ.get(var):
+            warnings.append(f"{var}={os.environ[var]} is set: it changes what every interpreter imports")
+    if os.environ.get("CONDA_PREFIX") and os.environ.get("VIRTUAL_ENV"):
+        warnings.append(f"a venv ({os.environ['VIRTUAL_ENV']}) is active on top of conda "
+                        f"({os.environ['CONDA_PREFIX']}): two package worlds")
+    warnings += pip_redirects()
+    pythons = files.which_all("python3")
+    if not pythons:
+        status = "warn" if warnings else "skip"
+        return HazardResult(ID, status, warnings[0] if warnings else "python3 is not on PATH", warnings, FIX)
+    inv = ctx.memo(("package-probe", pythons[0]),
+                   lambda: files.bounded_run([pythons[0], "-c", PROBE], ctx.timeout, keep=4 << 20))
+    try:
+        info = json.loads(inv.output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return HazardResult(ID, "error", f"python3 did not describe itself: {inv.describe()}", evidence, "")
+    prefix = info["prefix"]
+    evidence.append(f"python3 ({pythons[0]}): {info['executable']} {info['version']}, prefix {prefix}")
+    if info["base_prefix"] != prefix:
+        evidence.append(f"python3 is a venv on {info['base_prefix']}")
+        if os.path.isdir(os.path.join(info["base_prefix"], "conda-meta")):
+            warnings.append(f"the venv {prefix} is layered on a conda base ({info['base_prefix']})")
+    sys_path = [os.path.realpath(p) for p in info["path"]]
+    for pip_name in ("pip", "pip3"):
+        pips = files.which_all(pip_name)
+        if not pips:
+            continue
+        pip_inv = ctx.invoke([pips[0], "--version"])
+        match = _PIP_FROM.match(pip_inv.first_line())
+        if not match:
+            evidence.append(f"{pip_name}: {pip_inv.describe()}")
+            continue
+        location = os.path.dirname(match.group(2).strip())  # .../site-packages
+        evidence.append(f"{pip_name} ({pips[0]}): pip {match.group(1)} installs into {location} "
+                        f"(python {match.group(3)})")
+        if os.path.realpath(location) not in sys_path:
+            failures.append(f"{pip_name} installs into {location} (python {match.group(3)}), which python3 "
+                            f"({info['executable']}, {info['version']}) does not import from")
+    usersite = info.get("usersite")
+    dists: dict[str, dict[str, str]] = info.get("dists", {})
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for entry in info["path"]:
+        for name, version in dists.get(entry, {}).items():
+            seen.setdefault(name, []).append((entry, version))
+    for name, where in sorted(seen.items()):
+        if len(where) < 2:
+            continue
+        versions = {v for _, v in where}
+        places = ", ".join(f"{v} in {p}" for p, v in where)
+        user_first = usersite and where[0][0] == usersite
+        if user_first and len(versions) > 1:
+            failures.append(f"{name}: user site {where[0][1]} shadows the environment's {where[1][1]} ({places})")
+        elif len(versions) > 1:
+            failures.append(f"{name}: installed twice on sys.path with different versions ({places}); "
+                            f"{where[0][1]} imports")
+        else:
+            warnings.append(f"{name}: installed twice on sys.path ({places})")
+    if usersite and info.get("user_enabled") and usersite in info["path"] and dists.get(usersite):
+        evidence.append(f"user site {usersite} is active with {len(dists[usersite])} distribution(s)")
+    if failures:
+        return HazardResult(ID, "fail", failures[0] + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""),
+                            failures + warnings + evidence, FIX)
+    if warnings:
+        return HazardResult(ID, "warn", warnings[0] + (f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""),
+                            warnings + evidence, FIX)
+    return HazardResult(ID, "ok", f"python3 and pip share {prefix}; one copy of each distribution", evidence, "")

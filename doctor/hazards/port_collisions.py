@@ -1,0 +1,114 @@
+"""port-collisions: more than one process answers on the port the harness calls.
+
+Two engines bound with ``SO_REUSEPORT`` split requests between them; an old
+server on ``0.0.0.0`` and a new one on ``[::]`` both listen, and ``localhost``
+reaches whichever the resolver tries first; a leftover process holds the port
+and the engine you restarted never bound it. Every result then mixes two
+systems. For each declared port this lists every listening TCP socket across
+addresses and families with the owning pids and (redacted) command lines. When
+sockets of other users cannot be attributed (not root), it says so rather than
+claiming the port is clean.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from execsys.doctor import sysinfo
+from execsys.doctor.model import HazardResult
+
+from execsys.redact import redact_argv
+
+ID = "port-collisions"
+TITLE = "Who answers on the declared ports"
+
+FIX = ("Stop the stray listener (kill the extra pid), bind the engine to one explicit address and family "
+       "(e.g. --host 127.0.0.1), do not start engines with SO_REUSEPORT, and point the harness at "
+       "127.0.0.1 rather than localhost.")
+
+
+def _describe(pid: int) -> str:
+    info = sysinfo.process(pid)
+    if info.error and not info.cmdline:
+        return f"pid {pid} ({info.error})"
+    return f"pid {pid} {info.username or ''}: {shlex.join(redact_argv(info.cmdline))[:300]}".replace("  ", " ")
+
+
+def _declared_matcher(ctx):
+    """A predicate for "this pid is the declared engine", and what was declared (None when nothing was)."""
+    opts = ctx.options
+    if opts.pid:
+        wanted = int(opts.pid)
+
+        def by_pid(pid: int) -> bool:
+            if pid == wanted:
+                return True
+            try:
+                import psutil
+
+                return wanted in {p.pid for p in psutil.Process(pid).parents()}
+            except Exception:  # noqa: BLE001 - psutil missing or process gone
+                return False
+
+        return by_pid, f"pid {wanted}"
+    tokens: tuple[str, ...] = ()
+    what = None
+    if opts.process:
+        tokens, what = (opts.process,), f"process {opts.process!r}"
+    elif opts.engine:
+        tokens, what = sysinfo.engine_tokens(opts.engine), f"engine {opts.engine!r}"
+    if not tokens:
+        return None, None
+
+    def by_name(pid: int) -> bool:
+        return sysinfo.process(pid).matches(tokens)
+
+    return by_name, what
+
+
+def check(ctx) -> HazardResult:
+    ports = ctx.ports()
+    if not ports:
+        return HazardResult(ID, "skip", "no declared port and no engine process listening (--port, [runtime] endpoint)",
+                            [], "")
+    found, hidden = sysinfo.listeners(ports)
+    is_declared, declared = _declared_matcher(ctx)
+    failures: list[str] = []
+    warnings: list[str] = []
+    evidence: list[str] = []
+    for port in ports:
+        sockets = [s for s in found if s.port == port]
+        if not sockets:
+            evidence.append(f"port {port}: nothing listening")
+            continue
+        pids = sorted({pid for s in sockets for pid in s.pids})
+        for s in sockets:
+            owners = ", ".join(str(p) for p in s.pids) or "owner not visible"
+            evidence.append(f"port {port}: {s.family} {s.where()} -> {owners}")
+        for pid in pids:
+            evidence.append(f"port {port}: {_describe(pid)}")
+        unattributed = [s for s in sockets if not s.pids]
+        if len(pids) > 1:
+            families = sorted({s.family for s in sockets})
+            how = "IPv4 and IPv6 held by different processes" if len(families) > 1 and all(
+                len({p for s in sockets if s.family == f for p in s.pids}) == 1 for f in families) else "shared"
+            failures.append(f"port {port}: {len(pids)} processes listen ({how}; pids {', '.join(map(str, pids))})")
+        elif unattributed and pids:
+            failures.append(f"port {port}: pid {pids[0]} and {len(unattributed)} socket(s) of an unseen process "
+                            "listen")
+        elif unattributed:
+            warnings.append(f"port {port}: {len(unattributed)} listening socket(s) whose process is not visible "
+                            f"(run as root to see it)")
+        if is_declared is not None and pids:
+            strangers = [p for p in pids if not is_declared(p)]
+            if strangers:
+                failures.append(f"port {port}: pid {', '.join(map(str, strangers))} is not the declared {declared}")
+    if hidden:
+        evidence.append(f"{hidden} process(es) of other users could not be inspected (sockets are still listed)")
+    if failures:
+        return HazardResult(ID, "fail", failures[0] + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""),
+                            failures + warnings + evidence, FIX)
+    if warnings:
+        return HazardResult(ID, "warn", warnings[0], warnings + evidence, FIX)
+    return HazardResult(ID, "ok", f"{len(ports)} port{'s' if len(ports) != 1 else ''}: at most one listener each",
+                        evidence, "")

@@ -1,0 +1,96 @@
+"""stub-executables: a file on PATH that exists but cannot run.
+
+Existence is not executability. A 0-byte file left by a failed install, a
+script whose shebang interpreter is gone, a binary for another architecture,
+a Windows App Execution Alias stub, a pyenv/asdf shim for a version that is not
+installed, or a program that hangs: ``which`` finds each of them, and the run
+then fails (or waits) in a place that looks like the model's fault. Each command
+is inspected and started once with ``--version`` under a timeout, stdin closed
+and output capped; evidence shows what ran and what it said.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+
+from execsys.doctor import files
+from execsys.doctor.model import HazardResult
+
+ID = "stub-executables"
+TITLE = "Executables that cannot run"
+
+FIX = ("Reinstall or remove the broken file (a 0-byte or foreign-architecture file, a dead shebang), install the "
+       "version a shim points at (pyenv install / asdf install), or call the real program by absolute path; "
+       "a program that hangs on --version needs investigating before a run depends on it.")
+
+_SHIM_DIRS = (os.sep + ".pyenv" + os.sep + "shims", os.sep + ".asdf" + os.sep + "shims",
+              os.sep + "pyenv" + os.sep + "shims", os.sep + "asdf" + os.sep + "shims")
+
+
+def inspect(path: str, ctx) -> tuple[str, list[str]]:
+    """('ok'|'warn'|'fail', evidence) for one executable."""
+    name = os.path.basename(path)
+    real = os.path.realpath(path)
+    if "windowsapps" in real.lower():
+        return "fail", [f"{path}: a Windows App Execution Alias stub (WindowsApps) -- it opens the Store instead "
+                        "of running anything"]
+    try:
+        size = os.path.getsize(real)
+    except OSError as exc:
+        return "fail", [f"{path}: {exc.strerror} ({real})"]
+    if size == 0:
+        return "fail", [f"{path}: 0-byte file ({real})"]
+    head = files.read_head(real, 256)
+    notes: list[str] = []
+    sb = files.shebang(head)
+    if sb is not None:
+        missing = files.shebang_missing(sb)
+        if missing:
+            return "fail", [f"{path}: #!{sb.text()}: {missing}"]
+    elf = files.elf_header(head)
+    if elf is not None:
+        host = files.host_elf_machine()
+        if host is not None and elf.machine != host:
+            return "fail", [f"{path}: ELF for {elf.machine_name}, this host is {files.ELF_MACHINES.get(host, host)}"]
+    shim = any(d in path for d in _SHIM_DIRS)
+    if shim:
+        notes.append(f"{path}: a version-manager shim")
+    inv = ctx.invoke([path, "--version"])
+    said = inv.describe()
+    if inv.error:
+        return "fail", [f"{path}: {said}", *notes]
+    if inv.timed_out:
+        return "fail", [f"{path}: hangs -- {said}", *notes]
+    if inv.flooded:
+        return "fail", [f"{path}: {said}", *notes]
+    text = inv.output.lower()
+    if inv.returncode == 126 or "exec format error" in text:
+        return "fail", [f"{path}: {said}", *notes]
+    if shim and inv.returncode != 0 and ("not installed" in text or "command not found" in text
+                                         or "no preset version" in text or "not found" in text):
+        return "fail", [f"{path}: shim for an uninstalled version -- {said}"]
+    if inv.returncode != 0:
+        return "warn", [f"{path}: {said} (runs, but --version failed)", *notes]
+    return "ok", [f"{name}: {said}", *notes]
+
+
+def check(ctx) -> HazardResult:
+    targets: list[tuple[str, str]] = []
+    for name in ctx.commands():
+        matches = files.which_all(name)
+        if matches:
+            targets.append((name, matches[0]))
+    if not targets:
+        return HazardResult(ID, "skip", "none of the commands is on PATH", [], "")
+    with cf.ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
+        outcomes = list(pool.map(lambda t: inspect(t[1], ctx), targets))
+    evidence = [line for _, ev in outcomes for line in ev]
+    bad = [name for (name, _), (status, _) in zip(targets, outcomes, strict=False) if status == "fail"]
+    odd = [name for (name, _), (status, _) in zip(targets, outcomes, strict=False) if status == "warn"]
+    if bad:
+        return HazardResult(ID, "fail", f"cannot run: {', '.join(bad)}", evidence, FIX)
+    if odd:
+        return HazardResult(ID, "warn", f"--version failed: {', '.join(odd)}", evidence, FIX)
+    return HazardResult(ID, "ok", f"{len(targets)} command{'s' if len(targets) != 1 else ''} start and answer",
+                        evidence, "")

@@ -1,0 +1,60 @@
+"""Human output for a doctor report, in the manner of ``flutter doctor``.
+
+One line per hazard: the status symbol, the hazard id and a short summary; with
+``verbose`` the evidence and the fix follow, indented. A closing line counts the
+statuses. Symbols never carry meaning by colour alone (✓ ! ✗ – ?).
+"""
+
+from __future__ import annotations
+
+from execsys.doctor.model import STATUSES, DoctorReport, HazardResult, HostReport
+
+SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "–", "error": "?"}
+STYLES = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim", "error": "magenta"}
+
+
+def hazard_lines(result: HazardResult, verbose: bool = False) -> list[tuple[str, str]]:
+    """(style, text) pairs for one hazard row, plus evidence and fix when verbose."""
+    rows = [(STYLES[result.status], f"[{SYMBOLS[result.status]}] {result.id}: {result.summary}")]
+    if verbose:
+        rows += [("", f"    • {line}") for line in result.evidence]
+        if result.fix and result.status in ("warn", "fail", "error"):
+            rows.append(("bold", f"    fix: {result.fix}"))
+        if result.duration_s >= 0.05:
+            rows.append(("dim", f"    ({result.duration_s:.2f}s)"))
+    return rows
+
+
+def host_heading(report: HostReport) -> str:
+    h = report.host
+    where = h.get("hostname") or report.name
+    bits = [b for b in (h.get("os"), h.get("kernel"), h.get("arch")) if b]
+    label = "local" if report.name == "local" else report.name
+    head = f"{label}: {where}" + (f" ({', '.join(bits)})" if bits else "")
+    if report.error:
+        head += f" -- not inspected: {report.error}"
+    return head
+
+
+def count_line(counts: dict[str, int], duration_s: float, verdict: str) -> str:
+    parts = [f"{counts[s]} {label}" for s, label in zip(STATUSES, ("ok", "warning", "failed", "skipped", "error"), strict=False)
+             if counts[s]]
+    parts = [p + ("s" if p.split()[0] != "1" and p.endswith(("warning", "error")) else "") for p in parts]
+    tail = "no blocking hazards" if verdict == "clean" else "hazards found"
+    return f"Doctor summary: {', '.join(parts) or 'nothing checked'} in {duration_s:.1f}s -- {tail}."
+
+
+def render(report: DoctorReport, console, verbose: bool = False) -> None:
+    from rich.markup import escape
+
+    many = len(report.hosts) > 1
+    for index, host in enumerate(report.hosts):
+        if many:
+            if index:
+                console.print()
+            console.print(f"[bold]{escape(host_heading(host))}[/]")
+        for result in host.hazards:
+            for style, text in hazard_lines(result, verbose):
+                console.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
+    console.print()
+    console.print(escape(count_line(report.counts(), report.duration_s, report.verdict)))

@@ -1,0 +1,142 @@
+"""Run the hazard checks: concurrently, each one fenced, locally and on every ``--host``.
+
+Each hazard runs in its own daemon thread. An exception inside a check becomes
+status ``error`` with the reason; a check that outlives its deadline is reported
+as ``error`` ("did not finish") and abandoned -- the report never waits on it,
+and a daemon thread cannot keep the process alive. Remote hosts run at the same
+time as the local checks (bounded), each with its own timeout; see ``remote``.
+
+Public API (the CLI and the TUI both use it)::
+
+    options = DoctorOptions.from_declaration(decl, ports=[8000])
+    report = run_doctor(options, on_result=lambda host, result: ..., cancel=threading.Event())
+    result = run_hazard("port-collisions", options)
+
+This module is stdlib-only at import time because it also runs on remote hosts.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from execsys.doctor import registry, sysinfo
+from execsys.doctor.context import Context, DoctorOptions
+from execsys.doctor.model import DoctorReport, HazardResult, HostReport
+
+__all__ = ["DoctorOptions", "run_doctor", "run_hazard", "run_local", "selected_ids", "hazard_deadline"]
+
+OnResult = Callable[[str, HazardResult], None]
+LOCAL = "local"
+
+
+def selected_ids(options: DoctorOptions) -> list[str]:
+    """The hazards to run, in registry order; raises KeyError naming an unknown ``--only`` id."""
+    for hazard_id in options.only:
+        registry.get(hazard_id)
+    return [h.id for h in registry.HAZARDS if not options.only or h.id in options.only]
+
+
+def hazard_deadline(options: DoctorOptions) -> float:
+    """How long one check may take: its own bounded invocations run in parallel, plus slack."""
+    return options.timeout * 3 + 5.0
+
+
+def _run_one(hazard_id: str, ctx: Context) -> HazardResult:
+    start = time.monotonic()
+    try:
+        result = registry.load(hazard_id).check(ctx)
+        if not isinstance(result, HazardResult):
+            raise TypeError(f"check returned {type(result).__name__}, not HazardResult")
+    except Exception as exc:  # noqa: BLE001 - the doctor never crashes; the failure is the finding
+        result = HazardResult(hazard_id, "error", f"the check itself failed: {type(exc).__name__}: {exc}",
+                              [f"{type(exc).__name__}: {exc}"],
+                              "This is a bug in the check or an unusual host; run with --debug and report it.")
+    result.duration_s = time.monotonic() - start
+    return result
+
+
+def run_hazard(hazard_id: str, options: DoctorOptions, ctx: Context | None = None) -> HazardResult:
+    """Run one hazard locally (the TUI's "re-run this row"); never raises for a failing check."""
+    registry.get(hazard_id)
+    return _run_one(hazard_id, ctx or Context(options))
+
+
+def run_local(options: DoctorOptions, *, on_result: OnResult | None = None,
+              cancel: threading.Event | None = None, host_name: str = LOCAL) -> HostReport:
+    """All selected hazards on this machine, concurrently, each within ``hazard_deadline``."""
+    start = time.monotonic()
+    cancel = cancel or threading.Event()
+    ctx = Context(options, cancel)
+    ids = selected_ids(options)
+    done: queue.Queue[HazardResult] = queue.Queue()
+    for hazard_id in ids:
+        threading.Thread(target=lambda h=hazard_id: done.put(_run_one(h, ctx)), name=f"doctor-{hazard_id}",
+                         daemon=True).start()
+    facts_box: dict = {}
+    facts_thread = threading.Thread(target=lambda: facts_box.update(sysinfo.host_facts()), daemon=True)
+    facts_thread.start()
+    deadline = start + hazard_deadline(options)
+    results: dict[str, HazardResult] = {}
+    while len(results) < len(ids):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or cancel.is_set():
+            break
+        try:
+            result = done.get(timeout=min(remaining, 0.1))
+        except queue.Empty:
+            continue
+        results[result.id] = result
+        if on_result is not None:
+            on_result(host_name, result)
+    for hazard_id in ids:
+        if hazard_id not in results:
+            why = "cancelled" if cancel.is_set() else f"did not finish within {hazard_deadline(options):.0f}s"
+            result = HazardResult(hazard_id, "error", f"the check {why}; abandoned",
+                                  [f"{hazard_id}: {why}"],
+                                  "Something it runs hangs beyond its own timeout; run with --only "
+                                  f"{hazard_id} -v to see which.")
+            results[hazard_id] = result
+            if on_result is not None:
+                on_result(host_name, result)
+    facts_thread.join(timeout=2)
+    return HostReport(host_name, facts_box, [results[h] for h in ids], time.monotonic() - start,
+                      strict=options.strict)
+
+
+def run_doctor(options: DoctorOptions, *, on_result: OnResult | None = None,
+               cancel: threading.Event | None = None) -> DoctorReport:
+    """The local host and every ``options.hosts`` entry, concurrently; local first in the report."""
+    start = time.monotonic()
+    cancel = cancel or threading.Event()
+    selected_ids(options)  # unknown --only ids fail before anything starts
+    remote_reports: dict[int, HostReport] = {}
+    threads: list[threading.Thread] = []
+    if options.hosts:
+        from execsys.doctor import remote
+
+        gate = threading.Semaphore(max(1, options.max_parallel_hosts))
+
+        def _one(index: int, dest: str) -> None:
+            with gate:
+                remote_reports[index] = remote.run_remote_doctor(dest, options, on_result=on_result, cancel=cancel)
+
+        for index, dest in enumerate(options.hosts):
+            t = threading.Thread(target=_one, args=(index, dest), name=f"doctor-host-{index}", daemon=True)
+            t.start()
+            threads.append(t)
+    local = run_local(options, on_result=on_result, cancel=cancel)
+    host_deadline = time.monotonic() + options.effective_host_timeout + 10
+    for t in threads:
+        t.join(timeout=max(0.0, host_deadline - time.monotonic()))
+    hosts = [local]
+    for index, dest in enumerate(options.hosts):
+        report = remote_reports.get(index)
+        if report is None:
+            from execsys.doctor import remote
+
+            report = remote.unreachable_report(dest, options, "no answer within the host timeout")
+        hosts.append(report)
+    return DoctorReport(hosts, time.monotonic() - start, strict=options.strict, remote=bool(options.hosts))

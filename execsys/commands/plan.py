@@ -1,0 +1,210 @@
+"""``execsys plan``: pre-registered, counterbalanced paired runs (contemporaneous paired control)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from execsys.cli import add_json
+from execsys.errors import ExitCode, UsageError
+
+HELP = "pre-register and run a counterbalanced paired comparison of two arms"
+DESCRIPTION = """\
+When a boundary is unstable (execsys scope), a causal claim needs a contemporaneous paired control:
+both arms inside one window, everything fixed but the intervention, the order of arms registered in
+advance and counterbalanced so that running first cannot pass for the effect.
+
+  plan new    build the schedule (execsys.plan/1) and register it in the ledger before any case runs
+  plan run    execute the registered order against two OpenAI-compatible endpoints; report the
+              paired difference with an exact McNemar test and a 95% interval; the claim is causal
+              only when order, placement, window and identity checks all held
+  plan check  reject a plan edited after registration (exit 2); with --executed LOG, report order
+              violations, arms outside the window, restarts between arms, placement not as registered
+
+Cases are the probe format (JSON Lines: id, prompt or messages, expected). Remote placement
+(--placement A=HOST) is checked before the arm starts: (a) registered before any case ran, (b) the
+artifact digest computed on the host over SSH equals the lock's, (c) the host's identity recorded,
+(d) the host admissible under [placement] allowed in execsys.toml.
+
+examples:
+  execsys plan new --arms A B --cases cases.jsonl --design abba --seed 7 --out plan.json
+  execsys plan run plan.json --arm A=http://127.0.0.1:8001/v1 --arm B=http://127.0.0.1:8002/v1 \\
+      --extract last-number --log executed.jsonl
+  execsys plan check plan.json --executed executed.jsonl
+
+exit codes: new 0; run 0 causal, 1 descriptive (a check failed); check 0 clean, 1 violations;
+2 a tampered or unregistered plan, unknown arms, a malformed log or other bad input
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    new = sub.add_parser("new", help="build and register a counterbalanced schedule")
+    new.add_argument("--arms", nargs=2, metavar=("A", "B"), required=True, help="the two arm names")
+    new.add_argument("--cases", metavar="FILE", required=True, help="cases, JSON Lines (probe format)")
+    new.add_argument("--design", default="abba", help="abba (default) or random (balanced)")
+    new.add_argument("--seed", default="0", help="seed for the case order and the counterbalance (default 0)")
+    new.add_argument("--placement", action="append", metavar="ARM=HOST", help="register where an arm runs (repeat)")
+    new.add_argument("--lock", metavar="FILE", help="record this identity in the plan")
+    new.add_argument("--out", metavar="FILE", help="write the plan here (default: print it)")
+    add_json(new)
+
+    run = sub.add_parser("run", help="execute a registered plan against two endpoints")
+    run.add_argument("plan", help="plan file from 'execsys plan new'")
+    run.add_argument("--arm", action="append", metavar="ARM=URL", required=True, help="endpoint of an arm (repeat)")
+    run.add_argument("--arm-params", action="append", metavar="ARM=JSON", default=[],
+                     help="sampling parameters for one arm, e.g. B='{\"temperature\": 0.8}'")
+    run.add_argument("--params", metavar="JSON", help="sampling parameters for both arms (default temperature 0, max_tokens 32)")
+    run.add_argument("--extract", metavar="SPEC", help="outcome extractor: regex:PAT, json:PATH, last-number, command:CMD")
+    run.add_argument("--cases", metavar="FILE", help="cases file (default: the one registered in the plan)")
+    run.add_argument("--lock", metavar="FILE", help="lock whose artifact digest remote placement (b) verifies")
+    run.add_argument("--artifact", metavar="PATH", help="artifact path on the remote hosts (default: the lock's)")
+    run.add_argument("--log", metavar="FILE", help="executed log (default: <plan>.executed.jsonl)")
+    run.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    run.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    add_json(run)
+
+    chk = sub.add_parser("check", help="verify a plan's digest and registration, and an executed log")
+    chk.add_argument("plan", help="plan file")
+    chk.add_argument("--executed", metavar="LOG", help="executed log (execsys.plan-log/1) to check against the plan")
+    add_json(chk)
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"new": _new, "run": _run, "check": _check}[args.action](args)
+
+
+def _seed(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _new(args: argparse.Namespace) -> int:
+    from execsys import console
+    from execsys.fsutil import atomic_write_json
+    from execsys.ledger import Ledger
+    from execsys.plan import new_plan, parse_placement, register_plan
+
+    placement = parse_placement(args.placement, args.arms)
+    with Ledger.open() as ledger:
+        identity = None
+        if args.lock:
+            from execsys.scope import resolve_identity
+
+            identity = resolve_identity(args.lock, ledger).id
+        plan = new_plan(args.arms, args.cases, args.design, _seed(args.seed), placement, identity=identity)
+        register_plan(plan, ledger)
+    data = plan.to_json()
+    if args.out:
+        atomic_write_json(args.out, data)
+    if args.json or not args.out:
+        console.print_json(data)
+    else:
+        counts = plan.first_counts()
+        console.out().print(
+            f"registered plan {plan.digest[:16]} ({plan.record_id}) at {plan.registered_at}: "
+            f"{len(plan.order)} cases, design {plan.design}, "
+            + ", ".join(f"{arm} first in {n}" for arm, n in counts.items())
+            + f"; wrote {args.out}"
+        )
+    return ExitCode.OK
+
+
+def _json_arg(text: str, flag: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag}: expected a JSON object")
+    return value
+
+
+def _run(args: argparse.Namespace) -> int:
+    from execsys import console, declaration
+    from execsys.ledger import Ledger
+    from execsys.plan import load_plan, parse_arm_endpoints, run_plan
+
+    plan = load_plan(args.plan)
+    endpoints = parse_arm_endpoints(args.arm, plan)
+    params = _json_arg(args.params, "--params") if args.params else {}
+    arm_params: dict[str, dict] = {}
+    for item in args.arm_params:
+        arm, sep, text = item.partition("=")
+        if not sep:
+            raise UsageError(f"--arm-params {item!r}: expected ARM=JSON")
+        if arm not in plan.arms:
+            raise UsageError(f"--arm-params: unknown arm '{arm}' (arms: {', '.join(plan.arms)})")
+        arm_params[arm] = _json_arg(text, f"--arm-params {arm}")
+    artifact, digest = args.artifact, None
+    if args.lock:
+        artifact_info = _lock_artifact(args.lock)
+        artifact = artifact or artifact_info.get("path")
+        digest = artifact_info.get("digest")
+    decl = declaration.load()
+    log_path = args.log or f"{args.plan}.executed.jsonl"
+
+    def progress(event: dict) -> None:
+        if event["event"] == "case" and not args.json:
+            mark = "✓" if event.get("correct") else "·"
+            console.err().print(f"  {event['case']:<16} {event['arm']:<8} {event['position']:<6} {mark}", highlight=False)
+        elif event["event"] == "placement" and event.get("checks"):
+            for check in event["checks"]:
+                status = "ok" if check["passed"] else "fail"
+                console.err().print(f"  {console.symbol(status)} placement {event['arm']}@{event['host']} "
+                                    f"{check['name']}: {check['detail']}", highlight=False, markup=False)
+
+    with Ledger.open() as ledger:
+        result = run_plan(plan, endpoints, ledger, params=params, arm_params=arm_params, extract=args.extract,
+                          cases_path=args.cases, artifact_path=artifact, expected_digest=digest,
+                          placement_table=decl.tables.get("placement") or {}, log_path=log_path,
+                          timeout=args.timeout, api_key_env=args.api_key_env, on_event=progress)
+    if args.json:
+        console.print_json(result.to_json())
+    else:
+        from rich.markup import escape
+
+        out = console.out()
+        for check in result.checks:
+            status = "ok" if check.passed else "fail"
+            out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {check.name:<16} {escape(check.detail)}")
+        out.print(f"\n[bold]{result.label}[/]: {escape(result.statement)}")
+        out.print(f"[dim]recorded {result.record}; executed log {result.log}[/]")
+    return ExitCode.OK if result.label == "causal" else ExitCode.FINDING
+
+
+def _lock_artifact(path: str) -> dict:
+    """Path and digest of the pinned artifact in a lock file."""
+    from execsys.quant import _lock_components
+
+    artifact = _lock_components(path).get("artifact") or {}
+    found: dict = {}
+    for source in (artifact, artifact.get("observed") or {}, artifact.get("declared") or {}):
+        if isinstance(source, dict):
+            for key in ("path", "digest"):
+                if key not in found and isinstance(source.get(key), str):
+                    found[key] = source[key]
+    return found
+
+
+def _check(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from execsys import console
+    from execsys.ledger import Ledger
+    from execsys.plan import check_plan
+
+    with Ledger.open() as ledger:
+        result = check_plan(args.plan, ledger, args.executed)
+    if args.json:
+        console.print_json(result.to_json())
+    else:
+        out = console.out()
+        out.print(f"{console.symbol('ok')} plan {result.plan.digest[:16]}: digest matches its content, "
+                  f"registered as {result.record} at {result.registered_at}")
+        for check in result.checks:
+            status = "ok" if check.passed else "fail"
+            out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {check.name:<16} {escape(check.detail)}")
+    return ExitCode.OK if result.ok else ExitCode.FINDING

@@ -1,0 +1,240 @@
+"""``execsys probe AXIS``: measure where a serving stack stops repeating itself.
+
+Argument parsing and rendering only; the engine is :mod:`execsys.probes.engine`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from execsys.cli import add_json
+from execsys.errors import UsageError
+
+HELP = "measure agreement across a session, restart, load, hosts or a redeploy (m/n, Wilson CI)"
+
+DESCRIPTION = """\
+Send the same cases twice across one axis and report the agreement rate m/n with its
+Wilson 95% interval -- never a pass/fail label. Even at temperature 0 a serving stack can
+disagree with itself: batched kernels reorder floating-point sums, a near-tie flips, a
+cached prefix changes the numerics. Where that starts is a fact to measure.
+
+axes:
+  session      the cases twice within one server session (second pass in a seeded different order)
+  restart      pass A, --restart CMD, wait for --ready, pass B (says so if the engine itself changed)
+  concurrency  pass A at concurrency 1, pass B under --load K concurrent requests
+  hosts        one pass per --endpoint (repeat it, one per host); or 'probe merge RECORD...'
+  redeploy     a fresh pass against a stored probe record (--baseline RECORD_ID)
+
+cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "expected"?}.
+prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
+[budget] (temperature 0 unless declared; seed when declared).
+
+examples:
+  execsys probe session --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl
+  execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl \\
+      --restart 'systemctl restart vllm' --ready-timeout 300
+  execsys probe concurrency --endpoint URL --cases cases.jsonl --load 16
+  execsys probe session --command 'python harness.py' --cases cases.jsonl --compare outcome --extract last-number
+  execsys probe redeploy --endpoint URL --cases cases.jsonl --baseline probe-20261130T010203-ab12cd34
+  execsys probe merge probe-...-host1 probe-...-host2
+  execsys probe session ... --resume          continue the newest unfinished run with these parameters
+
+exit codes: 0 every case agreed, 1 some disagreed, 2 usage error or no case completed."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("axis", metavar="AXIS", help="session | restart | concurrency | hosts | redeploy | merge")
+    parser.add_argument("records", nargs="*", metavar="RECORD", help="(merge only) probe record ids to merge")
+    target = parser.add_argument_group("target")
+    target.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                        help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (repeat for the hosts axis)")
+    target.add_argument("--command", metavar="CMD", help="a harness command: one case as JSON on stdin, output on stdout")
+    target.add_argument("--model", metavar="NAME", help="model name to request (default: the one the endpoint lists)")
+    target.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key (never recorded)")
+    target.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
+    target.add_argument("--retries", type=int, default=3, metavar="N", help="retries on 5xx/timeouts/bad bodies (default 3)")
+    cases = parser.add_argument_group("cases and comparison")
+    cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases)")
+    cases.add_argument("--n", type=int, metavar="N", help="use the first N cases (or a seeded sample with --sample)")
+    cases.add_argument("--sample", type=int, metavar="SEED", help="with --n: a seeded random sample instead of the first N")
+    cases.add_argument("--compare", choices=("output", "outcome"), help="headline level (default output; both are reported)")
+    cases.add_argument("--extract", metavar="SPEC",
+                       help="outcome extractor: regex:PATTERN, json:PATH, last-number or command:CMD")
+    cases.add_argument("--tokens", action="store_true",
+                       help="ask for logprobs so a divergence is also located by token index")
+    cases.add_argument("--lock", metavar="FILE", help="identity to tie the record to (default ./execsys.lock.json if present)")
+    run = parser.add_argument_group("passes")
+    run.add_argument("--repeats", type=int, metavar="N", help="N passes (N >= 2): agreement = all N identical")
+    run.add_argument("--concurrency", type=int, default=1, metavar="C", help="requests in flight per pass (default 1)")
+    run.add_argument("--order-seed", type=int, default=0, metavar="S", help="seed of the shuffled order of later passes")
+    run.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_ID",
+                     help="continue the newest unfinished run with the same parameters (or RUN_ID)")
+    axis = parser.add_argument_group("axis options")
+    axis.add_argument("--restart", metavar="CMD", help="restart command for the restart axis (or runtime.restart)")
+    axis.add_argument("--ready", metavar="URL|CMD", help="readiness check after a restart (default: GET <endpoint>/models)")
+    axis.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 120)")
+    axis.add_argument("--load", type=int, metavar="K", help="concurrency axis: requests kept in flight during pass B")
+    axis.add_argument("--baseline", metavar="RECORD_ID", help="redeploy axis: the stored probe record to compare against")
+    add_json(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from execsys.ledger import Ledger
+
+    if args.axis == "merge":
+        return _merge(args)
+    if args.records:
+        raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
+    options = build_options(args)
+    from execsys.console import err, out, print_json, stderr_is_terminal
+    from execsys.probes.engine import ProbeInterrupted, run_probe
+    from execsys.probes.render import ProgressReporter, render_record
+
+    options.validate()
+    ledger = Ledger.open()
+    cancel = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        sys.stderr.write("stopping after the requests in flight (Ctrl-C again to quit at once)\n")
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with ProgressReporter(err(), live=stderr_is_terminal()) as reporter:
+            record = run_probe(options, ledger, on_event=reporter, cancel=cancel)
+    except ProbeInterrupted as exc:
+        sys.stderr.write(
+            f"execsys probe: interrupted: {exc.saved} of {exc.total} case results saved in run {exc.run_id}\n"
+            f"resume with: {_resume_command(exc.run_id)}\n"
+        )
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        ledger.close()
+    if args.json:
+        print_json(record.to_json())
+    else:
+        render_record(record, out())
+    return record.exit_code
+
+
+def build_options(args: argparse.Namespace):
+    """ProbeOptions from flags, then execsys.toml ([probe], [runtime]), then the lock's [budget]."""
+    from execsys.declaration import load
+    from execsys.probes.axes import AXES
+    from execsys.probes.engine import ProbeOptions
+
+    if args.axis not in AXES:
+        raise UsageError(f"unknown axis {args.axis!r}: choose one of {', '.join(AXES)} or merge")
+    decl = load()
+    probe_t, runtime_t = decl.tables.get("probe", {}), decl.tables.get("runtime", {})
+    endpoints = list(args.endpoint)
+    if not endpoints and not args.command and runtime_t.get("endpoint"):
+        endpoints = [runtime_t["endpoint"]]
+    cases = args.cases or probe_t.get("cases")
+    if not cases:
+        raise UsageError("--cases FILE is required (JSON Lines: {\"id\", \"prompt\" | \"messages\"})")
+    identity, budget = _identity(args.lock)
+    if not budget:
+        budget = decl.tables.get("budget", {})
+    if args.repeats is not None and args.repeats < 2:
+        raise UsageError("--repeats must be at least 2")
+    if args.sample is not None and args.n is None:
+        raise UsageError("--sample SEED needs --n N (how many cases to sample)")
+    return ProbeOptions(
+        axis=args.axis,
+        endpoints=endpoints,
+        command=args.command,
+        cases=cases,
+        model=args.model,
+        n=args.n if args.n is not None else probe_t.get("n"),
+        sample_seed=args.sample,
+        compare=args.compare or probe_t.get("compare") or "output",
+        extract=args.extract or probe_t.get("extract"),
+        identity=identity,
+        decoding=decoding_from_budget(budget),
+        repeats=args.repeats or 2,
+        repeats_given=args.repeats is not None,
+        concurrency=args.concurrency,
+        load=args.load,
+        restart=args.restart or runtime_t.get("restart"),
+        ready=args.ready or runtime_t.get("ready"),
+        ready_timeout=float(args.ready_timeout or runtime_t.get("ready_timeout") or 120.0),
+        baseline=args.baseline,
+        order_seed=args.order_seed,
+        timeout=float(args.timeout or probe_t.get("timeout") or 120.0),
+        retries=max(0, args.retries),
+        api_key_env=args.api_key_env or probe_t.get("api_key_env") or runtime_t.get("api_key_env"),
+        want_tokens=args.tokens,
+        resume=args.resume,
+        declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file", "api_key_env")},
+    )
+
+
+DECODING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "repeat_penalty", "stop")
+
+
+def decoding_from_budget(budget: dict[str, Any]) -> dict[str, Any]:
+    """The request parameters the identity's budget declares; temperature 0 unless declared otherwise."""
+    decoding: dict[str, Any] = {"temperature": 0}
+    for key in DECODING_KEYS:
+        if budget.get(key) is not None:
+            decoding[key] = budget[key]
+    return decoding
+
+
+def _identity(lock: str | None) -> tuple[str | None, dict[str, Any]]:
+    path = lock or ("execsys.lock.json" if Path("execsys.lock.json").exists() else None)
+    if path is None:
+        return None, {}
+    from execsys.identity import load_lock
+
+    identity = load_lock(path)
+    return identity.id, dict(identity.declared("budget"))
+
+
+def _resume_command(run_id: str) -> str:
+    from execsys.redact import redact_argv
+
+    argv = list(sys.argv[1:])
+    cleaned: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--resume":
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            skip = bool(nxt) and not nxt.startswith("-") and nxt.startswith("probe-run-")
+            continue
+        if arg.startswith("--resume="):
+            continue
+        cleaned.append(arg)
+    return "execsys " + shlex.join(redact_argv(cleaned)) + f" --resume {run_id}"
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from execsys.console import out, print_json
+    from execsys.ledger import Ledger
+    from execsys.probes.merge import merge
+    from execsys.probes.render import render_record
+
+    if len(args.records) < 2:
+        raise UsageError("probe merge needs two or more probe record ids (one per host)")
+    with Ledger.open() as ledger:
+        record = merge(ledger, list(args.records))
+    if args.json:
+        print_json(record.to_json())
+    else:
+        render_record(record, out())
+    return record.exit_code
+

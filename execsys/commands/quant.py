@@ -1,0 +1,111 @@
+"""``execsys quant check``: is a quantization format native, a fallback, or unsupported on a target?"""
+
+from __future__ import annotations
+
+import argparse
+
+from execsys.cli import add_json
+from execsys.errors import ExitCode, UsageError
+
+HELP = "check a quantization format against a deployment target (native, fallback, unsupported)"
+DESCRIPTION = """\
+Quantize for the deployment target, not the development box: a format chosen for the GPU in front of
+you may refuse to load on the serving GPU, or worse, load and run on a slower fallback kernel.
+The answer comes from a support table shipped with execsys (format x scheme x engine x compute
+capability), each rule with its source and as-of date.
+
+formats: fp8 (per-tensor, block), nvfp4, mxfp4, mxfp8, int8 (W8A8), awq, gptq (W4A16, marlin,
+         machete), bnb-nf4, gguf
+engines: vllm, sglang, trtllm, llamacpp (all four when --engine is not given)
+targets: sm_XX (sm_80, sm_90a, sm_120), a compute capability (8.9), a GPU name (A100, L40S,
+         H100, B200, RTX 5090), or auto (NVML here; over SSH with --host DEST)
+
+examples:
+  execsys quant check fp8 --engine vllm --target A100       fallback: FP8 Marlin, weight-only
+  execsys quant check fp8 --scheme block --engine vllm --target sm_80
+  execsys quant check nvfp4 --target sm_90 --json           every engine, one JSON object each
+  execsys quant check --lock execsys.lock.json --target auto --host gpu1
+
+exit codes: 0 native (with every engine: at least one engine native), 1 fallback or unsupported,
+2 unknown format, scheme, engine or target, or no GPU for --target auto
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    chk = sub.add_parser("check", help="check one format against a target", description=DESCRIPTION,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("format", nargs="?", help="quantization format (omit with --lock)")
+    chk.add_argument("--scheme", help="scheme within the format: per-tensor, block, W4A16, W8A8, marlin, machete, ...")
+    chk.add_argument("--engine", help="vllm, sglang, trtllm or llamacpp (default: all four)")
+    chk.add_argument("--target", default="auto", help="auto, sm_XX, a compute capability or a GPU name (default: auto)")
+    chk.add_argument("--host", metavar="DEST", help="with --target auto: read the GPU of this ssh destination")
+    chk.add_argument("--lock", metavar="FILE", help="check the quantization pinned in this lock file")
+    chk.add_argument("--timeout", type=float, default=30.0, help="seconds for the remote GPU query (default 30)")
+    add_json(chk)
+
+
+def run(args: argparse.Namespace) -> int:
+    from execsys import console, quant
+
+    fmt, scheme, engine = args.format, args.scheme, args.engine
+    if args.lock:
+        pinned = quant.quantization_from_lock(args.lock)
+        if not fmt:
+            if not pinned["format"]:
+                what = f"'{pinned['quantization']}'" if pinned["quantization"] else "no quantization"
+                raise UsageError(f"{args.lock}: the pinned artifact records {what}, which is no format the "
+                                 "support table knows; give FORMAT")
+            fmt = pinned["format"]
+            scheme = scheme or pinned["scheme"]
+        if not engine and pinned["engine"]:
+            try:
+                engine = quant.resolve_engine(pinned["engine"])
+            except Exception:
+                engine = None  # an engine the table does not know: check all four
+    if not fmt:
+        raise UsageError("give a FORMAT (e.g. fp8, nvfp4, awq) or --lock FILE")
+    if args.host and args.target != "auto":
+        raise UsageError("--host reads the target GPU over SSH: use it with --target auto")
+
+    # Validate the cheap inputs before touching NVML or SSH.
+    fmt = quant.resolve_format(fmt)
+    quant.resolve_scheme(fmt, scheme)
+    if engine:
+        engine = quant.resolve_engine(engine)
+
+    if args.target == "auto":
+        target = quant.detect_remote_target(args.host, args.timeout) if args.host else quant.detect_local_target()
+    else:
+        target = quant.parse_target(args.target)
+
+    if engine:
+        verdicts = [quant.check(fmt, scheme=scheme, engine=engine, target=target)]
+    else:
+        verdicts = quant.check_all_engines(fmt, scheme=scheme, target=target)
+
+    if args.json:
+        console.print_json(verdicts[0].to_json() if engine else [v.to_json() for v in verdicts])
+    else:
+        _render(verdicts, target)
+    if engine:
+        return ExitCode.OK if verdicts[0].verdict == "native" else ExitCode.FINDING
+    return ExitCode.OK if any(v.verdict == "native" for v in verdicts) else ExitCode.FINDING
+
+
+def _render(verdicts, target) -> None:
+    from rich.markup import escape
+
+    from execsys import console
+
+    out = console.out()
+    first = verdicts[0]
+    where = f" on {target.detected_on}" if target.detected_on and target.detected_on != "local" else ""
+    out.print(f"{escape(first.format)} ({escape(first.scheme)}) on {escape(target.label)}{escape(where)}")
+    status = {"native": "ok", "fallback": "warn", "unsupported": "fail"}
+    for v in verdicts:
+        key = status[v.verdict]
+        out.print(
+            f"  [{console.STYLES[key]}]{console.symbol(key)} {v.engine:<8} {v.verdict}[/]  {escape(v.reason)}"
+        )
+        out.print(f"    [dim]source: {escape(v.source)} (as of {v.as_of})[/]")

@@ -1,0 +1,420 @@
+"""BLAKE3 digests of artifacts: one file, or a whole directory tree through a b3sum manifest.
+
+A model artifact is identified by its bytes, not by its name: a file's digest is
+the standard BLAKE3 of its contents (the same hex ``b3sum FILE`` prints), and a
+directory's digest is the BLAKE3 of its manifest -- one ``b3sum``-format line per
+regular file, sorted bytewise by relative path -- so ``b3sum --check`` run inside
+the directory verifies the same manifest independently of execsys.
+
+Files are hashed multi-threaded from memory mappings, one fixed-size window at a
+time, so peak memory stays flat however large the weights are. Symlinks are
+followed (Hugging Face caches are symlinks into a blob store); a symlink loop is an
+error, never an endless walk.
+
+The module imports only the standard library at load time (``blake3`` is imported
+where it is used), because :func:`remote_digest` sends its tree-walking code to
+hosts that may have nothing but ``python3``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import mmap
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+try:  # absent only when this file runs alone on a remote host
+    from execsys.errors import InputError
+except ImportError:  # pragma: no cover - remote side
+
+    class InputError(Exception):  # type: ignore[no-redef]
+        pass
+
+
+ProgressFn = Callable[[int, int], None]
+"""``progress(done_bytes, total_bytes)``, called while hashing."""
+
+# 64 MiB per mapping window: large enough for BLAKE3's parallel tree hashing to keep
+# every core busy, small enough that unmapping each window keeps RSS flat.
+WINDOW = 64 << 20
+# Below this, a plain read is cheaper than setting up a mapping.
+SMALL_FILE = 1 << 20
+
+
+@dataclass
+class ManifestEntry:
+    relpath: bytes  # raw bytes of the '/'-separated path under the root (names need not be UTF-8)
+    digest: str
+    size: int
+
+    @property
+    def line(self) -> str:
+        return manifest_line(self.digest, self.relpath)
+
+
+@dataclass
+class DigestResult:
+    """What was hashed and what came out."""
+
+    path: str
+    kind: str  # "file" or "tree"
+    digest: str
+    size_bytes: int
+    files: int
+    entries: list[ManifestEntry] = field(default_factory=list)  # trees only
+
+    @property
+    def manifest(self) -> str:
+        return "".join(e.line + "\n" for e in self.entries)
+
+    def to_json(self, *, manifest: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "kind": self.kind,
+            "algorithm": "blake3",
+            "digest": self.digest,
+            "size_bytes": self.size_bytes,
+            "files": self.files,
+        }
+        if manifest and self.kind == "tree":
+            out["manifest"] = self.manifest
+        return out
+
+
+# -- the b3sum line format ------------------------------------------------------------
+
+
+def manifest_line(digest: str, relpath: bytes) -> str:
+    """One line exactly as ``b3sum`` prints it (without the newline).
+
+    b3sum shows names lossily decoded (invalid UTF-8 becomes U+FFFD) and, when a
+    name holds a backslash or newline, escapes them and starts the line with ``\\``.
+    """
+    name = relpath.decode("utf-8", "replace")
+    if "\\" in name or "\n" in name:
+        return "\\" + digest + "  " + name.replace("\\", "\\\\").replace("\n", "\\n")
+    return digest + "  " + name
+
+
+# -- hashing one file ------------------------------------------------------------------
+
+
+def _hasher():
+    import blake3
+
+    return blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+
+def hash_file(path: str | bytes | os.PathLike, *, progress: ProgressFn | None = None,
+              done_before: int = 0, total: int | None = None) -> str:
+    """BLAKE3 hex of one file's bytes, hashed window by window from a memory mapping."""
+    display = os.fsdecode(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _input_error(display, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        hasher = _hasher()
+        total = size if total is None else total
+        if size < SMALL_FILE:
+            data = os.read(fd, size + 1)
+            while len(data) < size:  # short reads are legal; keep going
+                chunk = os.read(fd, size - len(data) + 1)
+                if not chunk:
+                    break
+                data += chunk
+            hasher.update(data)
+        else:
+            offset = 0
+            while offset < size:
+                length = min(WINDOW, size - offset)
+                with mmap.mmap(fd, length, offset=offset, access=mmap.ACCESS_READ) as window:
+                    hasher.update(window)
+                offset += length
+                if progress is not None:
+                    progress(done_before + offset, total)
+        return hasher.hexdigest()
+    except OSError as exc:
+        raise _input_error(display, exc) from exc
+    finally:
+        os.close(fd)
+
+
+def _input_error(display: str, exc: OSError) -> InputError:
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ELOOP:
+        reason = "symlink loop"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        reason = "permission denied (execsys must read every byte to identify the artifact)"
+    return InputError(f"{display}: {reason}")
+
+
+# -- walking a tree ----------------------------------------------------------------------
+
+
+def walk_tree(root: bytes) -> list[tuple[bytes, bytes, int]]:
+    """Regular files under ``root`` as (relpath, abspath, size), sorted bytewise by relpath.
+
+    Symlinks are followed; a directory reached again from inside itself is a loop and an
+    error. Things that are neither files nor directories (FIFOs, sockets, devices) are not
+    artifact bytes and are left out -- opening a FIFO would block forever.
+    """
+    found: list[tuple[bytes, bytes, int]] = []
+    root_st = os.stat(root)
+    _walk(root, b"", {(root_st.st_dev, root_st.st_ino)}, found)
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _walk(directory: bytes, prefix: bytes, ancestors: set[tuple[int, int]],
+          found: list[tuple[bytes, bytes, int]]) -> None:
+    try:
+        with os.scandir(directory) as it:
+            entries = list(it)
+    except OSError as exc:
+        raise _input_error(os.fsdecode(directory), exc) from exc
+    for entry in entries:
+        full = entry.path
+        rel = prefix + entry.name
+        try:
+            st = os.stat(full)  # follows symlinks
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and os.path.islink(full):
+                raise InputError(f"{os.fsdecode(full)}: dangling symlink (points at "
+                                 f"{os.fsdecode(os.readlink(full))}, which does not exist)") from exc
+            raise _input_error(os.fsdecode(full), exc) from exc
+        if stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key in ancestors:
+                raise InputError(f"{os.fsdecode(full)}: symlink loop (leads back to a directory that contains it)")
+            _walk(full, rel + b"/", ancestors | {key}, found)
+        elif stat.S_ISREG(st.st_mode):
+            found.append((rel, full, st.st_size))
+
+
+# -- the public entry points -----------------------------------------------------------------
+
+
+def digest_path(path: str | os.PathLike, *, progress: ProgressFn | None = None) -> DigestResult:
+    """Digest a file or a directory tree. Raises InputError (one line) for anything unusable."""
+    display = os.fspath(path)
+    raw = os.fsencode(path)
+    try:
+        st = os.stat(raw)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise InputError(f"{display}: no such file or directory") from exc
+        raise _input_error(display, exc) from exc
+    if stat.S_ISREG(st.st_mode):
+        digest = hash_file(raw, progress=progress, total=st.st_size)
+        return DigestResult(display, "file", digest, st.st_size, 1)
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{display}: neither a regular file nor a directory")
+    files = walk_tree(raw)
+    total = sum(size for _, _, size in files)
+    entries: list[ManifestEntry] = []
+    done = 0
+    for rel, full, size in files:
+        digest = hash_file(full, progress=progress, done_before=done, total=total)
+        done += size
+        if progress is not None:
+            progress(done, total)
+        entries.append(ManifestEntry(rel, digest, size))
+    manifest = "".join(e.line + "\n" for e in entries).encode("utf-8")
+    import blake3
+
+    tree_digest = blake3.blake3(manifest).hexdigest()
+    return DigestResult(display, "tree", tree_digest, total, len(entries), entries)
+
+
+def artifact_size(path: str | os.PathLike) -> int:
+    """Bytes that :func:`digest_path` would hash (for deciding whether to show progress)."""
+    raw = os.fsencode(path)
+    try:
+        st = os.stat(raw)
+        if stat.S_ISDIR(st.st_mode):
+            return sum(size for _, _, size in walk_tree(raw))
+        return st.st_size
+    except (OSError, InputError):
+        return 0
+
+
+def with_progress_bar(fn: Callable[[ProgressFn | None], Any], *, label: str, total_hint: int,
+                      threshold: int = 256 << 20) -> Any:
+    """Run ``fn(progress)`` with a rich progress bar on stderr when it is a terminal and the work is large."""
+    from execsys.console import err, stderr_is_terminal
+
+    if not stderr_is_terminal() or total_hint < threshold:
+        return fn(None)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=err(), transient=True) as bar:
+        task = bar.add_task(label, total=total_hint)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return fn(progress)
+
+
+# -- on another host -------------------------------------------------------------------------------
+
+_REMOTE_DRIVER = r'''
+import shutil, subprocess, sys, os, json as _json
+
+def _b3sum_many(paths):
+    exe = shutil.which("b3sum")
+    out = []
+    for i in range(0, len(paths), 256):
+        batch = paths[i:i + 256]
+        res = subprocess.run([exe, "--no-names", "--"] + batch, capture_output=True, timeout=PAYLOAD["timeout"])
+        if res.returncode != 0:
+            raise InputError(res.stderr.decode("utf-8", "replace").strip().splitlines()[-1])
+        out += res.stdout.decode().split()
+    return out
+
+def _python_blake3(paths):
+    import blake3
+    digests = []
+    for p in paths:
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(16 << 20), b""):
+                h.update(block)
+        digests.append(h.hexdigest())
+    return digests
+
+def _main():
+    path = os.fsencode(os.path.expanduser(PAYLOAD["path"]))
+    have_blake3 = True
+    try:
+        import blake3  # noqa: F401
+    except ImportError:
+        have_blake3 = False
+    if shutil.which("b3sum"):
+        method, many = "b3sum", _b3sum_many
+    elif have_blake3:
+        method, many = "python-blake3", _python_blake3
+    elif shutil.which("execsys"):
+        res = subprocess.run(["execsys", "digest", "--json", path], capture_output=True, timeout=PAYLOAD["timeout"])
+        if res.returncode != 0:
+            return {"error": res.stderr.decode("utf-8", "replace").strip()}
+        data = _json.loads(res.stdout)
+        return {"method": "execsys", "digest": data["digest"], "kind": data["kind"],
+                "size_bytes": data["size_bytes"], "files": data["files"]}
+    else:
+        return {"error": "no b3sum, no python blake3 module and no execsys there: the digest cannot be computed on this host"}
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {"error": f"{os.fsdecode(path)}: {exc.strerror}"}
+    if os.path.isdir(path):
+        files = walk_tree(path)
+        digests = many([f[1] for f in files]) if files else []
+        manifest = "".join(manifest_line(d, f[0]) + "\n" for d, f in zip(digests, files)).encode()
+        if method == "b3sum":
+            res = subprocess.run([shutil.which("b3sum"), "--no-names", "-"], input=manifest,
+                                 capture_output=True, timeout=PAYLOAD["timeout"])
+            digest = res.stdout.decode().split()[0]
+        else:
+            import blake3
+            digest = blake3.blake3(manifest).hexdigest()
+        return {"method": method, "digest": digest, "kind": "tree",
+                "size_bytes": sum(f[2] for f in files), "files": len(files)}
+    return {"method": method, "digest": many([path])[0], "kind": "file", "size_bytes": st.st_size, "files": 1}
+
+try:
+    _result = _main()
+except InputError as exc:
+    _result = {"error": str(exc)}
+except Exception as exc:
+    _result = {"error": f"{type(exc).__name__}: {exc}"}
+print("EXECSYS-DIGEST " + _json.dumps(_result))
+'''
+
+
+@dataclass
+class RemoteDigest:
+    """The digest of ``path`` as computed on host ``host`` (or why it could not be)."""
+
+    host: str
+    path: str
+    digest: str | None
+    method: str | None = None  # b3sum, python-blake3, execsys
+    kind: str | None = None
+    size_bytes: int | None = None
+    files: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.digest is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "path": self.path, "digest": self.digest, "method": self.method,
+                "kind": self.kind, "size_bytes": self.size_bytes, "files": self.files, "error": self.error}
+
+
+def remote_digest(dest: str, path: str, timeout: float = 600.0) -> RemoteDigest:
+    """Compute the artifact digest on ``dest`` over SSH, with whatever that host has.
+
+    Preference: the remote ``b3sum`` binary, else the remote python ``blake3`` module, else a
+    remote ``execsys``; the tree walk and manifest format are this module's own code, sent over,
+    so a tree digest computed there is byte-for-byte the one computed here. Never raises for a
+    host problem: the reason lands in ``error``.
+    """
+    import inspect
+    import sys
+
+    from execsys import ssh
+
+    try:
+        destination = ssh.Destination.parse(dest)
+    except ValueError as exc:
+        return RemoteDigest(dest, path, None, error=str(exc))
+    # exec(compile(...)) keeps this module's `from __future__` import first in its own unit,
+    # after the PAYLOAD prelude run_python puts in front.
+    module_source = inspect.getsource(sys.modules[__name__])
+    program = f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
+    result = ssh.run_python(destination, program, {"path": path, "timeout": timeout},
+                            timeout=timeout)
+    marker = "EXECSYS-DIGEST "
+    for line in result.text().splitlines():
+        if line.startswith(marker):
+            data = json.loads(line[len(marker):])
+            if "error" in data:
+                return RemoteDigest(dest, path, None, error=data["error"])
+            return RemoteDigest(dest, path, data["digest"], data.get("method"), data.get("kind"),
+                                data.get("size_bytes"), data.get("files"))
+    if result.returncode == 127 or "python3" in result.text("stderr") and "not found" in result.text("stderr"):
+        return _remote_b3sum_only(destination, dest, path, timeout)
+    return RemoteDigest(dest, path, None, error=ssh.describe_failure(result))
+
+
+def _remote_b3sum_only(destination, dest: str, path: str, timeout: float) -> RemoteDigest:
+    """No python3 there: a single file can still be hashed by a remote ``b3sum``."""
+    from execsys import ssh
+
+    result = ssh.run_remote(destination, ["b3sum", "--no-names", "--", path], timeout=timeout)
+    if result.ok and len(result.text().split()) == 1:
+        return RemoteDigest(dest, path, result.text().split()[0], "b3sum", "file")
+    return RemoteDigest(dest, path, None, error="no python3 and no b3sum able to hash it there "
+                        f"({ssh.describe_failure(result)})")
+
+
+def have_b3sum() -> bool:
+    return shutil.which("b3sum") is not None

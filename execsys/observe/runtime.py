@@ -1,0 +1,282 @@
+"""Observe the runtime component: which engine, which version, with which numerics settings.
+
+Three witnesses, because each can lie alone: the installed package or binary
+(what ``pip``/``PATH`` would run), the endpoint itself (``/v1/models``,
+``/version``, ``/openapi.json``, a one-token request's ``system_fingerprint``:
+what is actually serving), and the serving process found listening on the
+endpoint's port (its flags and numerics environment variables: how it was
+started). Every value passes through redaction: engines are often launched with
+``--api-key`` on the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from typing import Any
+from urllib.parse import urlsplit
+
+from execsys.errors import InputError
+from execsys.redact import redact_argv, redact_env, redact_url, register_secret
+
+# Environment variables that change numerics or kernel selection.
+NUMERICS_PREFIXES = ("VLLM_", "SGLANG_", "CUDA_", "CUBLAS_", "GGML_", "LLAMA_", "NCCL_", "TORCH_CUDNN_")
+NUMERICS_NAMES = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVIDIA_TF32_OVERRIDE", "PYTHONHASHSEED",
+                  "TORCH_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG"}
+NUMERICS_WORDS = re.compile(r"DETERMINISTIC|BATCH_INVARIANT|TF32", re.IGNORECASE)
+
+# engine name (as declared, lower-case) -> python distributions and binaries that identify it
+ENGINES: dict[str, dict[str, list[str]]] = {
+    "vllm": {"packages": ["vllm"], "binaries": ["vllm"]},
+    "sglang": {"packages": ["sglang"], "binaries": []},
+    "llama.cpp": {"packages": [], "binaries": ["llama-server", "llama-cli"]},
+    "llama-cpp-python": {"packages": ["llama_cpp_python", "llama-cpp-python"], "binaries": []},
+    "tgi": {"packages": [], "binaries": ["text-generation-launcher"]},
+    "ollama": {"packages": [], "binaries": ["ollama"]},
+    "tensorrt-llm": {"packages": ["tensorrt_llm", "tensorrt-llm"], "binaries": ["trtllm-serve"]},
+    "lmdeploy": {"packages": ["lmdeploy"], "binaries": ["lmdeploy"]},
+    "transformers": {"packages": ["transformers"], "binaries": []},
+}
+_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama-cpp-python",
+            "llama_cpp_python": "llama-cpp-python", "text-generation-inference": "tgi", "trtllm": "tensorrt-llm",
+            "tensorrt_llm": "tensorrt-llm"}
+
+
+def canonical_engine(name: str | None) -> str | None:
+    if not name:
+        return None
+    key = name.strip().lower()
+    return _ALIASES.get(key, key)
+
+
+def numerics_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    """The numerics-relevant subset of an environment, redacted, sorted by name."""
+    chosen = {k: v for k, v in env.items()
+              if k.startswith(NUMERICS_PREFIXES) or k in NUMERICS_NAMES or NUMERICS_WORDS.search(k)}
+    return dict(sorted(redact_env(chosen).items()))
+
+
+def engine_version(engine: str | None, process_hint: str | None = None) -> dict[str, Any]:
+    """Engine name and version from installed package metadata, else from ``<binary> --version``."""
+    from importlib import metadata
+
+    from execsys.proc import run
+
+    name = canonical_engine(engine)
+    spec = ENGINES.get(name or "", {"packages": [name] if name else [], "binaries": [name] if name else []})
+    for package in spec["packages"]:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return {"name": name, "version": metadata.version(package), "source": f"package metadata ({package})"}
+    binaries = ([process_hint] if process_hint else []) + spec["binaries"]
+    for binary in binaries:
+        path = shutil.which(binary) if binary else None
+        if not path:
+            continue
+        result = run([path, "--version"], timeout=10)
+        text = (result.text() + "\n" + result.text("stderr")).strip()
+        if result.ok or text:
+            version = _version_in(text)
+            return {"name": name or os.path.basename(path), "version": version,
+                    "source": f"{os.path.basename(path)} --version", "binary": path}
+    if name is None:
+        return {"name": None, "version": None, "source": None}
+    return {"name": name, "version": None, "source": "not found installed here (no package metadata, no binary on PATH)"}
+
+
+def _version_in(text: str) -> str | None:
+    for pattern in (r"version:?\s*(\S+(?: \([0-9a-f]{6,}\))?)", r"\bv?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", r"\b(b\d{3,})\b"):
+        match = re.search(pattern, text, re.IGNORECASE)
+        if match:
+            return match.group(1)
+    first = text.splitlines()[0].strip() if text else ""
+    return first[:120] or None
+
+
+# -- the endpoint -------------------------------------------------------------------------------
+
+
+def _api_and_root(endpoint: str) -> tuple[str, str]:
+    parts = urlsplit(endpoint.rstrip("/"))
+    root = f"{parts.scheme}://{parts.netloc}"
+    path = parts.path.rstrip("/")
+    api = root + (path if path.endswith("/v1") else (path + "/v1"))
+    return api, root
+
+
+def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0,
+                     fingerprint_timeout: float = 30.0) -> dict[str, Any]:
+    """What the endpoint says about itself. Raises InputError when it does not answer."""
+    import httpx
+
+    api, root = _api_and_root(endpoint)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    observed: dict[str, Any] = {"url": redact_url(endpoint)}
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
+                          trust_env=False) as client:
+            try:
+                response = client.get(f"{api}/models")
+            except httpx.TimeoutException as exc:
+                raise InputError(f"endpoint {redact_url(endpoint)}: no answer within {timeout:.0f}s "
+                                 "(is the server up? check [runtime] endpoint)") from exc
+            except httpx.HTTPError as exc:
+                raise InputError(f"endpoint {redact_url(endpoint)}: unreachable ({type(exc).__name__}: "
+                                 f"{_short(exc)}); start the server or fix [runtime] endpoint") from exc
+            observed["models_status"] = response.status_code
+            models: list[str] = []
+            if response.status_code == 200:
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    models = sorted(str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict))
+            observed["models"] = models
+            observed["server_version"] = _json_field(client, f"{root}/version", ("version",))
+            openapi = _json_any(client, f"{root}/openapi.json")
+            info = openapi.get("info", {}) if isinstance(openapi, dict) else {}
+            observed["openapi"] = ({"title": info.get("title"), "version": info.get("version")}
+                                   if isinstance(info, dict) and info else None)
+            props = _json_any(client, f"{root}/props")
+            build = props.get("build_info") if isinstance(props, dict) else None
+            observed["build_info"] = build if isinstance(build, str) else None
+            observed["system_fingerprint"] = _fingerprint(client, api, models, fingerprint_timeout)
+    except InputError:
+        raise
+    return observed
+
+
+def _short(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:160] or "connection failed"
+
+
+def _json_any(client, url: str) -> Any:
+    try:
+        response = client.get(url)
+        if response.status_code != 200 or "json" not in response.headers.get("content-type", ""):
+            return None
+        return response.json()
+    except Exception:  # noqa: BLE001 - optional facts: absence is recorded as None
+        return None
+
+
+def _json_field(client, url: str, path: tuple[str, ...]) -> Any:
+    data = _json_any(client, url)
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data if isinstance(data, (str, int, float)) else None
+
+
+def _fingerprint(client, api: str, models: list[str], timeout: float) -> str | None:
+    """``system_fingerprint`` from a one-token request, where the engine gives one."""
+    if not models:
+        return None
+    body = {"model": models[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "temperature": 0}
+    try:
+        response = client.post(f"{api}/chat/completions", json=body, timeout=timeout)
+        if response.status_code != 200:
+            return None
+        value = response.json().get("system_fingerprint")
+        return str(value) if value else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# -- the serving process ----------------------------------------------------------------------------
+
+
+def _local_host(host: str | None) -> bool:
+    import socket
+
+    if not host:
+        return False
+    if host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", "::") or host.startswith("127."):
+        return True
+    with contextlib.suppress(OSError):
+        return host in (socket.gethostname(), socket.getfqdn()) or host in socket.gethostbyname_ex(
+            socket.gethostname())[2]
+    return False
+
+
+def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[str, Any] | None:
+    """The process listening on the endpoint's port (or named ``name_hint``): name, exe, flags, numerics env."""
+    import psutil
+
+    proc = None
+    if endpoint:
+        parts = urlsplit(endpoint)
+        if not _local_host(parts.hostname):
+            return {"note": "endpoint is on another host: its serving process is not observable from here"}
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with contextlib.suppress(psutil.Error, OSError):
+            for conn in psutil.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                    proc = psutil.Process(conn.pid)
+                    break
+    if proc is None and name_hint:
+        for candidate in psutil.process_iter(["name", "cmdline"]):
+            cmdline = " ".join(candidate.info.get("cmdline") or [])
+            if candidate.info.get("name") == name_hint or (name_hint in cmdline and candidate.pid != os.getpid()):
+                proc = candidate
+                break
+    if proc is None:
+        return None
+    info: dict[str, Any] = {}
+    with contextlib.suppress(psutil.Error):
+        info["name"] = proc.name()
+    with contextlib.suppress(psutil.Error):
+        info["exe"] = proc.exe()
+    with contextlib.suppress(psutil.Error):
+        info["argv"] = redact_argv(proc.cmdline())
+    try:
+        info["numerics_env"] = numerics_env(proc.environ())
+    except psutil.Error:
+        info["numerics_env"] = None
+        info["note"] = "its environment is not readable from this user"
+    return info
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line or line.startswith("#") or "=" not in line:
+                    continue
+                key, _, value = line.removeprefix("export ").partition("=")
+                values[key.strip()] = value.strip().strip("'\"")
+    except OSError as exc:
+        raise InputError(f"[runtime] env_file {path}: {exc.strerror}") from exc
+    return values
+
+
+def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True) -> dict[str, Any]:
+    """Observe the runtime as declared (engine, endpoint, process, env).
+
+    An endpoint that is declared but does not answer raises InputError when
+    ``require_endpoint`` (pin); otherwise it is recorded as ``endpoint: {"error": ...}``.
+    """
+    declared = declared_runtime or {}
+    observed: dict[str, Any] = {"engine": engine_version(declared.get("engine"), declared.get("process"))}
+    endpoint = declared.get("endpoint")
+    if endpoint:
+        api_key = None
+        if declared.get("api_key_env"):
+            api_key = os.environ.get(declared["api_key_env"])
+            register_secret(api_key)
+        timeout = float(declared.get("ready_timeout") or 5.0)
+        try:
+            observed["endpoint"] = observe_endpoint(endpoint, api_key=api_key, timeout=min(timeout, 10.0))
+        except InputError as exc:
+            if require_endpoint:
+                raise
+            observed["endpoint"] = {"url": redact_url(endpoint), "error": str(exc)}
+    observed["numerics_env"] = numerics_env(os.environ)
+    if declared.get("env_file"):
+        observed["env_file_numerics"] = numerics_env(read_env_file(declared["env_file"]))
+    process = serving_process(endpoint, declared.get("process"))
+    if process is not None:
+        observed["process"] = process
+    return observed

@@ -1,0 +1,441 @@
+"""Comparability scope: the claims a project may make, given the boundaries it has measured.
+
+Setting two numbers side by side asserts they came from comparable conditions. This module turns
+the probe records of one pinned identity into that licence: the widest reproducibility boundary
+measured with agreement 1.0, the axes never probed (unlicensed -- never "probably fine"), and the
+unstable axes, which any causal claim may cross only with a contemporaneous paired control.
+A boundary belongs to one identity: probes taken under another identity do not count here.
+
+It also runs the backward consequence (``audit``): comparisons already recorded in the ledger that
+crossed an axis since found unstable need re-evaluation or a paired control.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from execsys.errors import InputError
+from execsys.ledger import Ledger, Record
+
+SCHEMA = "execsys.scope/1"
+AUDIT_SCHEMA = "execsys.scope-audit/1"
+
+# The probe axes, narrowest boundary first. session < restart < hosts < redeploy nest (agreement
+# across a restart is a wider licence than agreement within one session); concurrency is orthogonal.
+AXES: tuple[str, ...] = ("session", "restart", "concurrency", "hosts", "redeploy")
+CHAIN: tuple[str, ...] = ("session", "restart", "hosts", "redeploy")
+
+_LICENCE_PHRASE = {
+    "session": "comparable within one session{host}",
+    "restart": "comparable across server restarts{host}",
+    "hosts": "comparable across hosts",
+    "redeploy": "comparable across redeploys",
+}
+_AXIS_NOUN = {
+    "session": "the session boundary",
+    "restart": "a restart",
+    "concurrency": "concurrent load",
+    "hosts": "hosts",
+    "redeploy": "a redeploy",
+}
+
+
+# ------------------------------------------------------------------ identity references
+@dataclass
+class IdentityRef:
+    """An identity as this module needs it: its id, and its components when known."""
+
+    id: str
+    components: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # where it came from: a lock path, a ledger record id, or the bare id
+    identity: Any = None  # the foundation's Identity object, when it resolved one
+
+    def host(self) -> str | None:
+        hardware = self.components.get("hardware") or {}
+        for source in (hardware, hardware.get("declared") or {}, hardware.get("observed") or {}):
+            if isinstance(source, dict):
+                for key in ("host", "hostname"):
+                    if isinstance(source.get(key), str) and source[key]:
+                        return source[key]
+        return None
+
+
+def resolve_identity(ref: str, ledger: Ledger) -> IdentityRef:
+    """A lock file path, a ledger record id (an ``identity`` record or any record carrying an
+    identity), or a bare identity id (or a unique prefix of one that the ledger knows)."""
+    try:
+        from execsys.identity import load_identity_ref  # type: ignore[attr-defined]
+    except ImportError:
+        load_identity_ref = None  # type: ignore[assignment]
+    if load_identity_ref is not None:
+        try:
+            identity = load_identity_ref(ref, ledger)
+        except InputError:
+            identity = None
+            if Path(ref).exists() or ref.endswith(".json") or "/" in ref:
+                raise
+        if identity is not None:
+            return IdentityRef(identity.id, dict(getattr(identity, "components", {}) or {}), ref, identity)
+    path = Path(ref)
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{ref}: not a readable lock file ({exc})") from exc
+        ident = data.get("id") or data.get("identity") if isinstance(data, dict) else None
+        if not isinstance(ident, str):
+            raise InputError(f"{ref}: not an execsys lock file (no identity id)")
+        return IdentityRef(ident, dict(data.get("components") or {}), ref)
+    # a ledger record id?
+    try:
+        record = ledger.get(ref)
+    except InputError:
+        record = None
+    if record is not None:
+        if record.kind == "identity":
+            body = record.body
+            ident = record.identity or body.get("id") or body.get("identity")
+            return IdentityRef(str(ident), dict(body.get("components") or {}), record.id)
+        if record.identity:
+            return _identity_by_id(record.identity, ledger, source=record.id)
+        raise InputError(f"ledger record {record.id} ({record.kind}) carries no identity")
+    return _identity_by_id(ref, ledger, source=ref)
+
+
+def _identity_by_id(ident: str, ledger: Ledger, *, source: str) -> IdentityRef:
+    """A bare identity id: components from the ledger's identity record when there is one."""
+    matches = {r.identity for kind in ("identity", "probe", "comparison", "plan-run")
+               for r in ledger.iter(kind=kind) if r.identity and r.identity.startswith(ident)}
+    if len(matches) > 1:
+        raise InputError(f"identity '{ident}' is ambiguous in the ledger: give more characters")
+    known = bool(matches)
+    full = matches.pop() if matches else ident
+    components: dict[str, Any] = {}
+    for record in ledger.iter(kind="identity", identity=full, newest_first=True, limit=1):
+        components = dict(record.body.get("components") or {})
+    if not known and not components and len(ident) < 8 \
+            and not any(True for _ in ledger.iter(identity=full, limit=1)):
+        raise InputError(f"identity '{ident}': no lock file or ledger record by that name")
+    return IdentityRef(full, components, source)
+
+
+# ------------------------------------------------------------------ the report
+@dataclass
+class AxisMeasure:
+    axis: str
+    m: int
+    n: int
+    agreement_rate: float | None
+    ci95: tuple[float, float] | None
+    record: str  # newest probe record id for this axis
+    records: list[str]
+
+    @property
+    def stable(self) -> bool:
+        return self.n > 0 and self.m == self.n
+
+    def figure(self) -> str:
+        rate = f"{self.agreement_rate:.2f}" if self.agreement_rate is not None else "n/a"
+        text = f"{self.m}/{self.n} = {rate}"
+        if self.ci95:
+            text += f", 95% CI {self.ci95[0]:.2f}-{self.ci95[1]:.2f}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "m": self.m,
+            "n": self.n,
+            "agreement_rate": self.agreement_rate,
+            "ci95": list(self.ci95) if self.ci95 else None,
+            "record": self.record,
+            "records": self.records,
+        }
+
+
+@dataclass
+class ScopeReport:
+    identity: str
+    measured: dict[str, AxisMeasure]
+    licensed: list[str]
+    unstable: list[str]
+    unmeasured: list[str]
+    needs_paired_control: list[str]
+    statement: str
+    licence: str | None  # the widest boundary licensed, or None
+    host: str | None = None
+    other_identities: dict[str, list[str]] = field(default_factory=dict)  # identity -> probe record ids
+
+    @property
+    def ignored_probes(self) -> int:
+        return sum(len(v) for v in self.other_identities.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "identity": self.identity,
+            "licensed": self.licensed,
+            "unstable": self.unstable,
+            "unmeasured": self.unmeasured,
+            "measured": {axis: m.to_json() for axis, m in self.measured.items()},
+            "needs_paired_control": self.needs_paired_control,
+            "statement": self.statement,
+            "licence": self.licence,
+            "host": self.host,
+            "ignored": {
+                "reason": "probes taken under a different identity do not count: a boundary belongs to one pinned identity",
+                "records": sum(len(v) for v in self.other_identities.values()),
+                "identities": sorted(self.other_identities),
+            },
+        }
+
+
+def _probe_figures(body: dict[str, Any]) -> tuple[int, int] | None:
+    m, n = body.get("m"), body.get("n")
+    if isinstance(m, int) and isinstance(n, int) and not isinstance(m, bool) and n >= 0 and 0 <= m <= n:
+        return m, n
+    return None
+
+
+def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) -> ScopeReport:
+    """The comparability licence for ``identity_id`` from the ``probe`` records in ``ledger``.
+
+    Several probes of one axis under the same identity are pooled (m and n summed): an axis is
+    licensed only if every pair ever measured agreed."""
+    from execsys.stats import wilson
+
+    per_axis: dict[str, list[Record]] = {}
+    other: dict[str, list[str]] = {}
+    for record in ledger.iter(kind="probe"):
+        body = record.body
+        axis = body.get("axis")
+        if axis not in AXES or _probe_figures(body) is None:
+            continue
+        owner = record.identity or body.get("identity")
+        if isinstance(owner, dict):
+            owner = owner.get("id")
+        if owner != identity_id:
+            other.setdefault(str(owner or "none (probe taken without a pinned identity)"), []).append(record.id)
+            continue
+        per_axis.setdefault(axis, []).append(record)
+        if host is None:
+            scope = body.get("scope")
+            if isinstance(scope, dict) and isinstance(scope.get("host"), str):
+                host = scope["host"]
+
+    measured: dict[str, AxisMeasure] = {}
+    for axis in AXES:
+        records = per_axis.get(axis)
+        if not records:
+            continue
+        m = sum(_probe_figures(r.body)[0] for r in records)  # type: ignore[index]
+        n = sum(_probe_figures(r.body)[1] for r in records)  # type: ignore[index]
+        if n == 0:
+            continue
+        rate = m / n
+        measured[axis] = AxisMeasure(axis, m, n, rate, wilson(m, n), records[-1].id, [r.id for r in records])
+
+    licensed = [a for a in AXES if a in measured and measured[a].stable]
+    unstable = [a for a in AXES if a in measured and not measured[a].stable]
+    unmeasured = [a for a in AXES if a not in measured]
+    needs = [a for a in AXES if a not in licensed]
+
+    licence = None
+    for axis in CHAIN:
+        if axis in unstable:
+            break  # nothing wider than an unstable boundary is licensed
+        if axis in licensed:
+            licence = axis
+    statement = _statement(identity_id, measured, licensed, unstable, unmeasured, licence, host, other)
+    return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other)
+
+
+def _statement(identity_id: str, measured: dict[str, AxisMeasure], licensed: list[str], unstable: list[str],
+               unmeasured: list[str], licence: str | None, host: str | None,
+               other: dict[str, list[str]]) -> str:
+    short = identity_id[:12]
+    host_text = f" on host {host}" if host else ""
+    parts: list[str] = []
+    if licence:
+        m = measured[licence]
+        claim = _LICENCE_PHRASE[licence].format(host=host_text)
+        extra = ""
+        if "concurrency" in licensed:
+            extra = ", also under concurrent load"
+        elif "concurrency" in unstable:
+            extra = ", with requests sent one at a time"
+        parts.append(f"Identity {short}: {claim}{extra} ({licence} agreement {m.figure()}).")
+    elif not measured:
+        parts.append(f"Identity {short}: no comparability is licensed: no boundary has been probed under this identity.")
+    else:
+        parts.append(f"Identity {short}: no comparability is licensed: no boundary was measured with agreement 1.0.")
+    for axis in unstable:
+        parts.append(
+            f"Causal claims crossing {axis} need a contemporaneous paired control ({axis} agreement {measured[axis].figure()})."
+        )
+    if unmeasured:
+        parts.append("Not licensed (never probed under this identity): " + ", ".join(unmeasured) + ".")
+    if other:
+        count = sum(len(v) for v in other.values())
+        parts.append(
+            f"{count} probe record{'s' if count != 1 else ''} under {len(other)} other "
+            f"identit{'ies' if len(other) != 1 else 'y'} {'do' if count != 1 else 'does'} not count: "
+            "a boundary belongs to one pinned identity."
+        )
+    return " ".join(parts)
+
+
+# ------------------------------------------------------------------ the experiment contract
+def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = None) -> str:
+    """The comparability section of an experiment contract, as Markdown."""
+    from execsys.ledger import now_iso
+
+    components: dict[str, Any] = {}
+    if isinstance(identity, IdentityRef):
+        components = identity.components
+    elif identity is not None:
+        components = dict(getattr(identity, "components", {}) or {})
+    lines = [
+        "## Comparability",
+        "",
+        f"- Identity: `{report.identity}`",
+        f"- Scope computed: {now_iso()} by execsys from the ledger's probe records",
+        "",
+        "### Scope statement",
+        "",
+        report.statement,
+        "",
+    ]
+    if components:
+        from execsys import COMPONENTS
+
+        lines += ["### Pinned components", "", "| component | pinned as |", "|---|---|"]
+        for name in COMPONENTS:
+            value = components.get(name)
+            lines.append(f"| {name} | {_md_cell(_summarise_component(value))} |")
+        lines.append("")
+    lines += ["### Boundaries measured", "", "| axis | agreement | m/n | 95% CI | verdict | record |",
+              "|---|---|---|---|---|---|"]
+    for axis in AXES:
+        m = report.measured.get(axis)
+        if m is None:
+            lines.append(f"| {axis} | - | - | - | not probed: unlicensed | - |")
+            continue
+        ci = f"{m.ci95[0]:.2f}-{m.ci95[1]:.2f}" if m.ci95 else "-"
+        verdict = "licensed" if m.stable else "unstable: paired control required"
+        lines.append(f"| {axis} | {m.agreement_rate:.2f} | {m.m}/{m.n} | {ci} | {verdict} | `{m.record}` |")
+    lines += ["", "### Claims that need a contemporaneous paired control", ""]
+    if report.needs_paired_control:
+        for axis in report.needs_paired_control:
+            why = (f"unstable ({report.measured[axis].figure()})" if axis in report.unstable
+                   else "never probed under this identity")
+            lines.append(f"- Any causal claim crossing **{axis}**: {why}. Run both arms inside one window "
+                         "(`execsys plan new ... --design abba`) or report the comparison as descriptive.")
+    else:
+        lines.append("- None: every probe axis was measured with agreement 1.0 under this identity.")
+    if report.other_identities:
+        lines += ["", f"Probe records under other identities ({report.ignored_probes}) were not counted."]
+    return "\n".join(lines) + "\n"
+
+
+def _summarise_component(value: Any) -> str:
+    if value in (None, {}, []):
+        return "(not declared)"
+    if isinstance(value, dict) and ("declared" in value or "observed" in value):
+        merged = {**(value.get("declared") or {}), **(value.get("observed") or {})}
+        if not merged:
+            return "(not declared)"
+        value = merged
+    if isinstance(value, dict):
+        items = [f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)) and v not in (None, "")]
+        text = ", ".join(items) or json.dumps(value, sort_keys=True)[:120]
+        return text[:160]
+    return str(value)[:160]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+# ------------------------------------------------------------------ audit
+@dataclass
+class AuditFinding:
+    comparison: str
+    recorded_at: str
+    label: str
+    crossed: list[str]
+    unstable_now: list[str]
+    unmeasured_now: list[str]
+    verdict: str  # "needs re-evaluation or a paired control" | "ok"
+    statement: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "comparison": self.comparison, "recorded_at": self.recorded_at, "label": self.label,
+            "crossed": self.crossed, "unstable_now": self.unstable_now, "unmeasured_now": self.unmeasured_now,
+            "verdict": self.verdict, "statement": self.statement,
+        }
+
+
+@dataclass
+class AuditReport:
+    findings: list[AuditFinding]
+    checked: int
+
+    @property
+    def flagged(self) -> list[AuditFinding]:
+        return [f for f in self.findings if f.verdict != "ok"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": AUDIT_SCHEMA, "checked": self.checked, "flagged": len(self.flagged),
+                "comparisons": [f.to_json() for f in self.findings]}
+
+
+NEEDS_REEVALUATION = "needs re-evaluation or a paired control"
+
+
+def audit(ledger: Ledger, identity_id: str | None = None) -> AuditReport:
+    """Recorded comparisons (kind ``comparison``) that crossed an axis found unstable since.
+
+    A comparison is flagged when an axis it crossed is now measured unstable under any identity it
+    involved, and it was not itself a contemporaneous paired control."""
+    scopes: dict[str, ScopeReport] = {}
+    findings: list[AuditFinding] = []
+    checked = 0
+    for record in ledger.iter(kind="comparison"):
+        body = record.body
+        identities = [i for i in (body.get("identities") or [record.identity]) if i]
+        if identity_id and identity_id not in identities:
+            continue
+        checked += 1
+        crossed = [a for a in body.get("crossed") or [] if a in AXES]
+        unstable_now: list[str] = []
+        unmeasured_now: list[str] = []
+        for ident in identities:
+            if ident not in scopes:
+                scopes[ident] = compute_scope(ledger, ident)
+            scope = scopes[ident]
+            for axis in crossed:
+                if axis in scope.unstable and axis not in unstable_now:
+                    unstable_now.append(axis)
+                elif axis in scope.unmeasured and axis not in unmeasured_now and axis not in unstable_now:
+                    unmeasured_now.append(axis)
+        paired = bool(body.get("paired_control"))
+        if unstable_now and not paired:
+            figures = "; ".join(
+                f"{axis} agreement {scopes[i].measured[axis].figure()}"
+                for axis in unstable_now for i in identities if axis in scopes[i].measured
+                and not scopes[i].measured[axis].stable
+            )
+            statement = (f"Comparison {record.id} ({body.get('label', 'unlabelled')}) crossed "
+                         f"{', '.join(unstable_now)}, since found unstable ({figures}): {NEEDS_REEVALUATION}.")
+            verdict = NEEDS_REEVALUATION
+        else:
+            verdict = "ok"
+            statement = (f"Comparison {record.id}: " + ("a contemporaneous paired control; unaffected."
+                         if paired else "crossed no axis now known to be unstable."))
+        findings.append(AuditFinding(record.id, record.created_at, str(body.get("label", "")), crossed,
+                                     unstable_now, unmeasured_now, verdict, statement))
+    return AuditReport(findings, checked)

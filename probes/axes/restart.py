@@ -1,0 +1,143 @@
+"""The ``restart`` axis: pass A, restart the server, wait until it is ready, pass B.
+
+A restart reloads weights, re-plans memory and may pick different kernels; cached
+prefixes are gone. Before and after the restart the runtime is observed again (model
+list, server version, and the foundation's runtime observation where available): when the
+engine itself changed across the restart (an upgrade slipped in) the probe says so
+instead of calling the disagreement a restart effect. A restart command that fails or a
+server that never becomes ready ends the probe with the completed pass kept (resumable).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from execsys.errors import UsageError
+
+from . import Axis, PassPlan, letters
+
+if TYPE_CHECKING:
+    from execsys.probes.engine import ProbeOptions, RunContext
+
+
+class RestartAxis(Axis):
+    name = "restart"
+    summary = "pass A, the restart command (--restart CMD or runtime.restart), readiness, pass B"
+    across = "across restarts"
+    advice = "scope comparisons to one session"
+    stable_advice = "results carry across restarts of this engine"
+
+    def validate(self, options: ProbeOptions) -> None:
+        if not options.restart:
+            raise UsageError("the restart axis needs a restart command: --restart CMD or runtime.restart in execsys.toml")
+        if len(options.endpoints) > 1:
+            raise UsageError("the restart axis takes one --endpoint")
+
+    def plan(self, options: ProbeOptions) -> list[PassPlan]:
+        # Same order on both sides: the restart is the only thing that moves.
+        return [PassPlan(i, letters(i), concurrency=options.concurrency) for i in range(options.repeats)]
+
+    def before_pass(self, ctx: RunContext, plan: PassPlan) -> None:
+        if plan.index == 0:
+            if ctx.step("observe:0") is None:
+                ctx.record_step("observe:0", {"runtime": ctx.observe(plan.target)})
+            return
+        key = f"restart:{plan.index}"
+        if ctx.step(key) is not None or ctx.pass_has_results(plan.index):
+            return  # restarted already before this pass (a resumed probe does not restart twice)
+        before = ctx.observe(plan.target)
+        ctx.note_event(f"restarting the server before pass {plan.label}: {ctx.options.restart}")
+        started = time.monotonic()
+        result = run_restart(ctx.options.restart or "", ctx.options.ready_timeout)
+        if not result.ok:
+            ctx.abort(f"restart command failed ({_describe(result)})")
+        restart_s = time.monotonic() - started
+        ready, detail = wait_ready(ctx, plan.target, ctx.options.ready, ctx.options.ready_timeout)
+        if not ready:
+            ctx.abort(f"the server did not become ready within {ctx.options.ready_timeout:g}s after the restart ({detail})")
+        after = ctx.observe(plan.target)
+        changed = runtime_changes(before, after)
+        if changed:
+            ctx.engine_changed("the engine changed across the restart (" + "; ".join(changed) + ")")
+        ctx.record_step(key, {
+            "command": ctx.options.restart, "before": before, "after": after, "changed": changed,
+            "restart_s": round(restart_s, 3), "ready_s": round(time.monotonic() - started, 3),
+        })
+
+
+def run_restart(command: str, timeout: float):
+    from execsys.proc import run
+
+    return run(["sh", "-c", command], timeout=timeout)
+
+
+def _describe(result: Any) -> str:
+    if result.error:
+        return f"could not run: {result.error}"
+    if result.timed_out:
+        return f"no exit within {result.duration_s:.0f}s"
+    tail = (result.text("stderr").strip() or result.text().strip()).splitlines()
+    return f"exit {result.returncode}" + (f": {tail[-1][:200]}" if tail else "")
+
+
+def wait_ready(ctx: RunContext, target: int, spec: str | None, timeout: float) -> tuple[bool, str]:
+    """Poll ``spec`` (a URL answering 2xx, or a command exiting 0) or, by default, the endpoint's
+    ``/models``, until ready or ``timeout`` seconds have passed."""
+    from execsys.proc import run
+
+    deadline = time.monotonic() + timeout
+    url = spec if spec and spec.startswith(("http://", "https://")) else None
+    if spec is None:
+        url = ctx.target_url(target) + "/models"
+    last = "not polled yet"
+    while time.monotonic() < deadline:
+        if ctx.cancel.is_set():
+            return False, "cancelled"
+        if url:
+            try:
+                status = httpx.get(url, timeout=min(5.0, max(0.5, deadline - time.monotonic()))).status_code
+                if 200 <= status < 300:
+                    return True, f"{url} answered {status}"
+                last = f"{url} answered {status}"
+            except httpx.HTTPError as exc:
+                last = f"{url}: {type(exc).__name__}"
+        else:
+            result = run(["sh", "-c", spec or ""], timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+            if result.ok:
+                return True, "ready command exited 0"
+            last = f"ready command: {_describe(result)}"
+        time.sleep(0.2)
+    return False, last
+
+
+def runtime_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What moved between two runtime observations, in words; empty when nothing did."""
+    changes = []
+    pairs = [(before.get("models"), after.get("models"), "model list"),
+             (before.get("server"), after.get("server"), "server version")]
+    rb, ra = before.get("runtime") or {}, after.get("runtime") or {}
+    for key in sorted(set(rb) | set(ra)):
+        pairs.append((rb.get(key), ra.get(key), key.replace("_", " ")))
+    for old, new, label in pairs:
+        if old is None or new is None or old == new:
+            continue
+        if isinstance(old, list) and isinstance(new, list) and label != "model list":
+            gone = [str(x) for x in old if x not in new]
+            came = [str(x) for x in new if x not in old]
+            changes.append(f"{label}: " + " ".join([f"-{x}" for x in gone] + [f"+{x}" for x in came]) if gone or came
+                           else f"{label}: reordered")
+        else:
+            changes.append(f"{label}: {_brief(old)} -> {_brief(new)}")
+    return changes
+
+
+def _brief(value: Any) -> str:
+    if isinstance(value, dict) and "version" in value:
+        return str(value.get("version"))
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    text = str(value)
+    return text if len(text) <= 160 else text[:157] + "..."

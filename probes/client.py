@@ -1,0 +1,370 @@
+"""Clients for the two probe targets: an OpenAI-compatible endpoint and a harness command.
+
+Both expose ``complete(case, params) -> Completion`` and never raise for a failing target:
+a failure after the retries is a ``Completion`` with ``error`` set, which the engine records
+as an errored case (excluded from n, never counted as agreement or disagreement).
+
+Public API (also used by the plan work for paired runs)::
+
+    from execsys.probes.client import EndpointClient, CommandClient, Completion
+    client = EndpointClient("http://127.0.0.1:8000/v1", api_key_env="OPENAI_API_KEY")
+    model = client.resolve_model(None)          # the one model listed, or InputError naming them
+    c = client.complete(case, {"temperature": 0, "max_tokens": 32, "model": model})
+    c.text, c.tokens, c.error, c.system_fingerprint, c.model, c.finish_reason, c.attempts
+
+Robustness: every request has a timeout and an overall deadline (an endless, trickling body
+is cut off), the body is read up to ``max_body`` bytes (a huge body is an error, not an
+out-of-memory), and 5xx/429, timeouts, connection resets, invalid JSON and truncated bodies
+are retried with exponential backoff up to ``retries`` times. The API key is read from the
+named environment variable at request time, registered with the redactor and never stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from execsys.errors import InputError
+from execsys.redact import redact_url, register_secret
+
+from .cases import Case
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_RETRIES = 3
+DEFAULT_MAX_BODY = 8 << 20  # 8 MiB: far above any completion, far below trouble
+
+
+@dataclass
+class Completion:
+    """One answer from a target. ``error`` set means no usable output after the retries."""
+
+    text: str | None
+    tokens: list[str] | None = None
+    error: str | None = None
+    system_fingerprint: str | None = None
+    model: str | None = None
+    finish_reason: str | None = None
+    attempts: int = 1
+    elapsed_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text, "tokens": self.tokens, "error": self.error,
+            "system_fingerprint": self.system_fingerprint, "model": self.model,
+            "finish_reason": self.finish_reason, "attempts": self.attempts,
+            "elapsed_s": round(self.elapsed_s, 4),
+        }
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (the server may answer next time)."""
+
+
+class _Fatal(Exception):
+    """A failure that another attempt will not fix (4xx, a request the server rejects)."""
+
+
+class EndpointClient:
+    """OpenAI-compatible client over httpx. Thread-safe: one pooled ``httpx.Client`` shared by workers."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key_env: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = 0.25,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_connections: int = 64,
+        want_tokens: bool = False,
+    ):
+        if not base_url.startswith(("http://", "https://")):
+            raise InputError(f"--endpoint {base_url!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
+        self.base_url = base_url.rstrip("/")
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.max_body = max_body
+        self.want_tokens = want_tokens
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), limits=limits)
+        self._lock = threading.Lock()
+
+    # -- identity of the target ---------------------------------------------
+    @property
+    def display(self) -> str:
+        return redact_url(self.base_url)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if key:
+                register_secret(key)
+                headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def list_models(self) -> list[str]:
+        """Model ids from ``/v1/models``; InputError naming the endpoint when it cannot be read."""
+        try:
+            data = self._get_json(self.base_url + "/models", attempts=2)
+        except (_Retryable, _Fatal) as exc:
+            raise InputError(f"endpoint {self.display}: cannot list models ({exc})") from None
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise InputError(f"endpoint {self.display}: /models did not return an OpenAI model list")
+        return [str(item.get("id")) for item in items if isinstance(item, dict) and item.get("id") is not None]
+
+    def resolve_model(self, requested: str | None) -> str:
+        """``requested`` when given, else the one model the endpoint lists (an error naming them if several)."""
+        models = self.list_models()
+        if requested:
+            return requested
+        if len(models) == 1:
+            return models[0]
+        if not models:
+            raise InputError(f"endpoint {self.display} lists no models: give --model NAME")
+        raise InputError(f"endpoint {self.display} lists {len(models)} models ({', '.join(models)}): choose one with --model")
+
+    def observe(self) -> dict[str, Any]:
+        """What the endpoint says about itself: model ids and, where exposed, the server's version."""
+        info: dict[str, Any] = {"endpoint": self.display}
+        try:
+            info["models"] = sorted(self.list_models())
+        except InputError as exc:
+            info["models"] = None
+            info["error"] = str(exc)
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        try:
+            data = self._get_json(root + "/openapi.json", attempts=1)
+            api = data.get("info", {}) if isinstance(data, dict) else {}
+            info["server"] = {"title": api.get("title"), "version": api.get("version")}
+        except (_Retryable, _Fatal):
+            info["server"] = None
+        return info
+
+    # -- requests --------------------------------------------------------------
+    def request_body(self, case: Case, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The path and JSON body for one case: what the probe sends, exactly (benchmarks reuse it)."""
+        body: dict[str, Any] = {k: v for k, v in params.items() if v is not None}
+        if case.max_tokens is not None:
+            body["max_tokens"] = case.max_tokens
+        body.update(case.params)
+        body["stream"] = False
+        if case.messages is not None:
+            body["messages"] = case.messages
+            if self.want_tokens:
+                body.setdefault("logprobs", True)
+            return "/chat/completions", body
+        body["prompt"] = case.prompt
+        if self.want_tokens:
+            body.setdefault("logprobs", 1)
+        return "/completions", body
+
+    def complete(self, case: Case, params: dict[str, Any]) -> Completion:
+        path, body = self.request_body(case, params)
+        return self.post(path, body)
+
+    def post(self, path: str, body: dict[str, Any]) -> Completion:
+        start = time.monotonic()
+        last_error = "no attempt made"
+        attempts = 0
+        for attempt in range(self.retries + 1):
+            attempts = attempt + 1
+            try:
+                data = self._post_json(self.base_url + path, body)
+                completion = _parse_completion(data)
+                completion.attempts = attempts
+                completion.elapsed_s = time.monotonic() - start
+                return completion
+            except _Fatal as exc:
+                last_error = str(exc)
+                break
+            except _Retryable as exc:
+                last_error = str(exc)
+                if attempt < self.retries:
+                    time.sleep(self.backoff * (2**attempt) * (0.5 + random.random()))
+        return Completion(None, error=last_error, attempts=attempts, elapsed_s=time.monotonic() - start)
+
+    def _post_json(self, url: str, body: dict[str, Any]) -> Any:
+        return self._request("POST", url, body)
+
+    def _get_json(self, url: str, attempts: int = 1) -> Any:
+        last: Exception | None = None
+        for attempt in range(attempts):
+            try:
+                return self._request("GET", url, None)
+            except _Retryable as exc:
+                last = exc
+                if attempt + 1 < attempts:
+                    time.sleep(self.backoff)
+        assert last is not None
+        raise last
+
+    def _request(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
+        deadline = time.monotonic() + self.timeout
+        try:
+            with self._http.stream(method, url, json=body, headers=self._headers()) as response:
+                status = response.status_code
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > self.max_body:
+                        raise _Retryable(f"response body over {self.max_body} bytes (cut off)")
+                    if time.monotonic() > deadline:
+                        raise _Retryable(f"response still arriving after {self.timeout:g}s (cut off)")
+                    chunks.append(chunk)
+                raw = b"".join(chunks)
+        except httpx.TimeoutException:
+            raise _Retryable(f"no answer within {self.timeout:g}s") from None
+        except httpx.RemoteProtocolError as exc:
+            raise _Retryable(f"connection broken mid-response ({_short(exc)})") from None
+        except httpx.TransportError as exc:
+            raise _Retryable(f"cannot connect ({_short(exc)})") from None
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status}: {_snippet(raw)}")
+        if status >= 400:
+            raise _Fatal(f"HTTP {status}: {_snippet(raw)}")
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise _Retryable(f"invalid JSON in the response ({len(raw)} bytes)") from None
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> EndpointClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:160] or type(exc).__name__
+
+
+def _snippet(raw: bytes) -> str:
+    text = raw[:300].decode("utf-8", "replace")
+    try:
+        data = json.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            text = str(data["error"].get("message", text))
+        elif isinstance(data, dict) and "detail" in data:
+            text = str(data["detail"])
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    return " ".join(text.split())[:200]
+
+
+def _parse_completion(data: Any) -> Completion:
+    if not isinstance(data, dict):
+        raise _Retryable("response is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if isinstance(data.get("error"), (dict, str)):
+            raise _Retryable(f"endpoint error: {_snippet(json.dumps(data).encode())}")
+        raise _Retryable("response has no choices")
+    choice = choices[0]
+    tokens: list[str] | None = None
+    if isinstance(choice.get("message"), dict):
+        text = choice["message"].get("content")
+        if text is None:
+            text = ""
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+            tokens = [str(t.get("token", "")) for t in logprobs["content"] if isinstance(t, dict)]
+    else:
+        text = choice.get("text")
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
+            tokens = [str(t) for t in logprobs["tokens"]]
+    if not isinstance(text, str):
+        raise _Retryable("response choice has no text")
+    fingerprint = data.get("system_fingerprint")
+    return Completion(
+        text,
+        tokens=tokens,
+        system_fingerprint=str(fingerprint) if fingerprint else None,
+        model=str(data["model"]) if data.get("model") is not None else None,
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+class CommandClient:
+    """A harness or agent command: one case as JSON on stdin, its output on stdout.
+
+    The case is sent as in the cases file with ``params`` replaced by the decoding parameters
+    the probe would send to an endpoint. A non-zero exit or a timeout is an error (after retries).
+    """
+
+    def __init__(self, command: str, *, timeout: float = DEFAULT_TIMEOUT, retries: int = 1,
+                 max_body: int = DEFAULT_MAX_BODY, cwd: str | None = None):
+        if not command.strip():
+            raise InputError("--command is empty")
+        self.command = command
+        self.timeout = timeout
+        self.retries = max(0, retries)
+        self.max_body = max_body
+        self.cwd = cwd
+
+    @property
+    def display(self) -> str:
+        from execsys.redact import redact_text
+
+        return redact_text(self.command)
+
+    def resolve_model(self, requested: str | None) -> str | None:
+        return requested
+
+    def observe(self) -> dict[str, Any]:
+        return {"command": self.display}
+
+    def complete(self, case: Case, params: dict[str, Any]) -> Completion:
+        from execsys.proc import run
+
+        payload = case.to_json()
+        payload.pop("expected", None)
+        merged = {k: v for k, v in params.items() if v is not None}
+        if case.max_tokens is not None:
+            merged["max_tokens"] = case.max_tokens
+        merged.update(case.params)
+        payload["params"] = merged
+        data = (json.dumps(payload, ensure_ascii=False) + "\n").encode()
+        start = time.monotonic()
+        error = "no attempt made"
+        for attempt in range(self.retries + 1):
+            result = run(["sh", "-c", self.command], timeout=self.timeout, input=data, cwd=self.cwd,
+                         max_output=self.max_body)
+            if result.ok and not result.truncated:
+                return Completion(result.stdout.decode("utf-8", "replace"), attempts=attempt + 1,
+                                  elapsed_s=time.monotonic() - start)
+            if result.truncated:
+                error = f"command output over {self.max_body} bytes"
+            elif result.timed_out:
+                error = f"command gave no answer within {self.timeout:g}s"
+            elif result.error:
+                error = f"command could not run ({result.error})"
+            else:
+                tail = result.text("stderr").strip().splitlines()
+                error = f"command exited {result.returncode}" + (f": {tail[-1][:200]}" if tail else "")
+        return Completion(None, error=error, attempts=self.retries + 1, elapsed_s=time.monotonic() - start)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,693 @@
+"""The probe engine: run the passes of one axis, record every case as it completes, compute m/n.
+
+One engine for every face: the CLI (``execsys probe``) and the TUI call :func:`run_probe`
+and render what it returns or reports through ``on_event``. Public API::
+
+    from execsys.probes.engine import ProbeOptions, run_probe, ProbeInterrupted
+    options = ProbeOptions(axis="session", endpoints=["http://127.0.0.1:8000/v1"], cases="cases.jsonl")
+    record = run_probe(options, ledger, on_event=print, cancel=threading.Event())
+    record.to_json()        # execsys.probe/1
+
+Events (small dataclasses): :class:`PassStarted` (pass index, label, total, done so far),
+:class:`CaseDone` (pass index, case id, done, total, error), :class:`PassFinished`,
+:class:`Note` (restart progress, warnings), :class:`ProbeFinished` (the record).
+Setting ``cancel`` stops sending new requests (in-flight ones are recorded); ``run_probe``
+then raises :class:`ProbeInterrupted` naming the run id to resume.
+
+Ledger: kind ``probe-run`` at the start (the parameters), ``probe-case`` per case per pass
+as it completes (parent = run id, key = ``"<pass>:<case id>"``, body with the output text,
+digest and outcome), ``probe-step`` for axis steps such as a restart (key ``restart:<pass>``),
+and kind ``probe`` for the final record (parent = run id, key ``final``, identity column set).
+A resumed run reads what is there and sends only what is missing: nothing is lost or
+counted twice, because a second append of the same parent+key is a no-op.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from execsys.canonical import content_id
+from execsys.errors import InputError, UsageError
+from execsys.ledger import Ledger, new_id, now_iso
+from execsys.stats import wilson
+
+from .axes import AXES, PassPlan
+from .cases import Case, cases_digest, load_cases, pass_order, select
+from .client import CommandClient, Completion, EndpointClient
+from .compare import Extractor, context, digest, first_divergence, first_token_divergence, parse_extractor
+from .record import CaseResult, ProbeRecord
+
+RUN_SCHEMA = "execsys.probe-run/1"
+
+
+@dataclass
+class ProbeOptions:
+    axis: str
+    endpoints: list[str] = field(default_factory=list)
+    command: str | None = None
+    cases: str | Path | None = None  # a JSON Lines file
+    case_list: list[Case] | None = None  # or the cases themselves
+    model: str | None = None
+    n: int | None = None
+    sample_seed: int | None = None
+    compare: str = "output"
+    extract: str | None = None
+    identity: str | None = None
+    decoding: dict[str, Any] = field(default_factory=lambda: {"temperature": 0})
+    repeats: int = 2
+    repeats_given: bool = False
+    concurrency: int = 1
+    load: int | None = None
+    restart: str | None = None
+    ready: str | None = None
+    ready_timeout: float = 120.0
+    baseline: str | None = None
+    order_seed: int = 0
+    timeout: float = 120.0
+    retries: int = 3
+    api_key_env: str | None = None
+    want_tokens: bool = False
+    resume: bool | str = False
+    max_body: int = 8 << 20
+    declared_runtime: dict[str, Any] = field(default_factory=dict)  # [runtime] table, for re-observation
+
+    def validate(self) -> None:
+        if self.axis not in AXES:
+            raise UsageError(f"unknown axis {self.axis!r}: choose one of {', '.join(AXES)}")
+        if bool(self.endpoints) == bool(self.command):
+            raise UsageError("give the target as --endpoint URL or --command CMD (exactly one kind)")
+        if self.cases is None and self.case_list is None:
+            raise UsageError("--cases FILE is required (JSON Lines: {\"id\", \"prompt\" | \"messages\"})")
+        if self.compare not in ("output", "outcome"):
+            raise UsageError("--compare must be output or outcome")
+        if self.compare == "outcome" and not self.extract:
+            raise UsageError("--compare outcome needs --extract (regex:PATTERN, json:PATH, last-number or command:CMD)")
+        if self.repeats < 2:
+            raise UsageError("--repeats must be at least 2")
+        if self.concurrency < 1:
+            raise UsageError("--concurrency must be at least 1")
+        if self.n is not None and self.n < 1:
+            raise UsageError("--n must be at least 1")
+        AXES[self.axis].validate(self)
+
+
+# -- events -------------------------------------------------------------------
+
+@dataclass
+class PassStarted:
+    pass_index: int
+    label: str
+    total: int
+    done: int
+
+
+@dataclass
+class CaseDone:
+    pass_index: int
+    case_id: str
+    done: int
+    total: int
+    error: str | None = None
+
+
+@dataclass
+class PassFinished:
+    pass_index: int
+    label: str
+    completed: int
+    errored: int
+
+
+@dataclass
+class Note:
+    message: str
+
+
+@dataclass
+class ProbeFinished:
+    record: ProbeRecord
+
+
+class ProbeInterrupted(Exception):
+    """Cancelled (Ctrl-C): progress is in the ledger; ``--resume RUN_ID`` continues."""
+
+    def __init__(self, run_id: str, saved: int, total: int):
+        super().__init__(f"interrupted: {saved} of {total} case results saved in run {run_id}")
+        self.run_id = run_id
+        self.saved = saved
+        self.total = total
+
+
+class ProbeAborted(InputError):
+    """The probe cannot go on (a restart failed); what completed is kept under ``run_id``."""
+
+    def __init__(self, message: str, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
+@dataclass
+class _Result:
+    digest: str | None
+    outcome: str | None
+    error: str | None
+    fingerprint: str | None = None
+    model: str | None = None
+
+
+# -- the run context axes see -------------------------------------------------
+
+class RunContext:
+    """What an axis hook may use: options, targets, recorded steps, notes, abort."""
+
+    def __init__(self, options: ProbeOptions, ledger: Ledger, run_id: str, clients: list[Any],
+                 cancel: threading.Event, emit: Callable[[Any], None]):
+        self.options = options
+        self.ledger = ledger
+        self.run_id = run_id
+        self.clients = clients
+        self.cancel = cancel
+        self._emit = emit
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.engine_change: str | None = None
+        self.pass_counts: dict[int, int] = {}
+        self.completed_passes: set[int] = set()
+
+    def step(self, key: str) -> dict[str, Any] | None:
+        return self.steps.get(key)
+
+    def record_step(self, key: str, body: dict[str, Any]) -> None:
+        self.ledger.append("probe-step", {"step": key, **body}, parent=self.run_id, key=key)
+        self.steps[key] = body
+
+    def pass_has_results(self, index: int) -> bool:
+        return self.pass_counts.get(index, 0) > 0
+
+    def target_url(self, index: int) -> str:
+        client = self.clients[index]
+        return getattr(client, "base_url", "")
+
+    def observe(self, index: int) -> dict[str, Any]:
+        """The runtime as the target shows it now: model list, server version, and the foundation's
+        runtime observation when ``execsys.identity.observe_runtime`` exists."""
+        info = self.clients[index].observe()
+        try:
+            from execsys.identity import observe_runtime
+        except ImportError:
+            return info
+        try:
+            observed = observe_runtime(_declared_runtime(self.options, self.target_url(index)), require_endpoint=False)
+        except Exception as exc:  # observation is evidence, never a reason to fail the probe
+            info["runtime_error"] = f"{type(exc).__name__}: {exc}"
+            return info
+        info["runtime"] = _engine_facts(observed)
+        return info
+
+    def note_event(self, message: str) -> None:
+        self._emit(Note(message))
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+        self._emit(Note(message))
+
+    def engine_changed(self, detail: str) -> None:
+        self.engine_change = detail
+        self.note(detail + ": disagreement is not a restart effect")
+
+    def abort(self, message: str) -> None:
+        done = sum(self.pass_counts.values())
+        raise ProbeAborted(
+            f"{message}; the {done} case results already taken are kept in run {self.run_id}: "
+            f"fix it and continue with --resume {self.run_id}",
+            self.run_id,
+        )
+
+
+def _declared_runtime(options: ProbeOptions, endpoint: str) -> dict[str, Any]:
+    declared = {"endpoint": endpoint, "api_key_env": options.api_key_env, **options.declared_runtime}
+    declared["endpoint"] = endpoint
+    return {k: v for k, v in declared.items() if v is not None}
+
+
+def _engine_facts(observed: dict[str, Any]) -> dict[str, Any]:
+    """What names the engine build and its configuration; never pids or start times (those move on
+    every restart and would make every restart look like an engine change)."""
+    endpoint = observed.get("endpoint") or {}
+    process = observed.get("process") or {}
+    return {
+        "engine": observed.get("engine"),
+        "server_version": endpoint.get("server_version"),
+        "build_info": endpoint.get("build_info"),
+        "system_fingerprint": endpoint.get("system_fingerprint"),
+        "process_argv": process.get("argv"),
+        "process_exe": process.get("exe"),
+        "numerics_env": process.get("numerics_env"),
+    }
+
+
+# -- the engine -----------------------------------------------------------------
+
+def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any], None] | None = None,
+              cancel: threading.Event | None = None) -> ProbeRecord:
+    """Run (or resume) one probe and return its record, already appended to the ledger."""
+    options.validate()
+    emit = on_event or (lambda event: None)
+    cancel = cancel or threading.Event()
+    axis = AXES[options.axis]
+    extractor = parse_extractor(options.extract)
+
+    all_cases = options.case_list if options.case_list is not None else load_cases(options.cases or "")
+    cases = select(list(all_cases), options.n, options.sample_seed)
+    digest_of_cases = cases_digest(cases)
+
+    clients = _clients(options)
+    try:
+        models = [client.resolve_model(options.model) for client in clients]
+        baseline = _load_baseline(options, ledger, cases) if options.axis == "redeploy" else None
+        parameters = _parameters(options, clients, models, digest_of_cases, extractor)
+        match = content_id(parameters)
+        run_id, started_at = _open_run(ledger, options, parameters, match, emit)
+        final = ledger.child(run_id, "final")
+        if final is not None:
+            record = ProbeRecord.from_json(final.body)
+            emit(ProbeFinished(record))
+            return record
+
+        ctx = RunContext(options, ledger, run_id, clients, cancel, emit)
+        plans = axis.plan(options)
+        results: dict[str, list[_Result | None]] = {case.id: [None] * len(plans) for case in cases}
+        _load_progress(ledger, run_id, ctx, results, extractor)
+
+        if baseline is not None:
+            _fill_baseline(baseline, results, plans)
+
+        total_cases = len(cases) * sum(1 for p in plans if p.source == "send")
+        for plan in plans:
+            if plan.source != "send":
+                continue
+            todo = [case for case in pass_order(cases, options.order_seed, plan.index) if results[case.id][plan.index] is None]
+            done_before = len(cases) - len(todo)
+            emit(PassStarted(plan.index, plan.label, len(cases), done_before))
+            if todo:
+                if cancel.is_set():
+                    break
+                axis.before_pass(ctx, plan)
+                params = dict(options.decoding)
+                if models[plan.target] is not None:
+                    params["model"] = models[plan.target]
+                _run_pass(ctx, plan, todo, clients[plan.target], params, extractor, results, done_before, len(cases))
+            if cancel.is_set():
+                break
+            errored = sum(1 for r in results.values() if r[plan.index] is not None and r[plan.index].error)
+            emit(PassFinished(plan.index, plan.label, len(cases) - errored, errored))
+
+        if cancel.is_set() and any(r[p.index] is None for r in results.values() for p in plans if p.source == "send"):
+            saved = sum(ctx.pass_counts.values())
+            raise ProbeInterrupted(run_id, saved, total_cases)
+
+        record = _build_record(options, ctx, axis, plans, cases, results, clients, models, extractor,
+                               baseline, parameters, started_at, digest_of_cases)
+        record_id = new_id("probe")
+        record.id = record_id
+        stored_id = ledger.append("probe", record.to_json(), identity=options.identity, parent=run_id,
+                                  key="final", record_id=record_id)
+        if stored_id != record_id:  # another process finished the same run first: report theirs
+            record = ProbeRecord.from_json(ledger.get(stored_id).body)
+        emit(ProbeFinished(record))
+        return record
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _clients(options: ProbeOptions) -> list[Any]:
+    if options.command:
+        return [CommandClient(options.command, timeout=options.timeout, retries=min(options.retries, 1),
+                              max_body=options.max_body)]
+    return [
+        EndpointClient(url, api_key_env=options.api_key_env, timeout=options.timeout, retries=options.retries,
+                       max_body=options.max_body, max_connections=max(8, options.concurrency, options.load or 0) + 4,
+                       want_tokens=options.want_tokens)
+        for url in options.endpoints
+    ]
+
+
+def _parameters(options: ProbeOptions, clients: list[Any], models: list[str | None], cases_digest_: str,
+                extractor: Extractor | None) -> dict[str, Any]:
+    """What makes two runs the same probe (and so resumable into each other)."""
+    return {
+        "axis": options.axis,
+        "targets": [client.display for client in clients],
+        "target_kind": "command" if options.command else "endpoint",
+        "models": models,
+        "cases_file": str(options.cases) if options.cases is not None else None,
+        "cases_digest": cases_digest_,
+        "n": options.n,
+        "sample_seed": options.sample_seed,
+        "compare": options.compare,
+        "extract": extractor.spec if extractor else None,
+        "identity": options.identity,
+        "decoding": options.decoding,
+        "repeats": options.repeats,
+        "concurrency": options.concurrency,
+        "load": options.load,
+        "restart": options.restart,
+        "ready": options.ready,
+        "baseline": options.baseline,
+        "order_seed": options.order_seed,
+        "tokens": options.want_tokens,
+    }
+
+
+def _open_run(ledger: Ledger, options: ProbeOptions, parameters: dict[str, Any], match: str,
+              emit: Callable[[Any], None]) -> tuple[str, str]:
+    if options.resume:
+        if isinstance(options.resume, str):
+            run = ledger.get(options.resume)
+            if run.kind != "probe-run":
+                raise InputError(f"--resume {options.resume}: record {run.id} is a {run.kind}, not a probe-run")
+            if run.body.get("match") != match:
+                moved = sorted(k for k, v in parameters.items() if run.body.get("parameters", {}).get(k) != v)
+                raise InputError(
+                    f"--resume {run.id}: that run was started with different parameters ({', '.join(moved)}); "
+                    "repeat its exact command line, or drop --resume to start a new probe"
+                )
+            return run.id, run.body.get("started_at") or run.created_at
+        for run in ledger.iter(kind="probe-run", newest_first=True):
+            if run.body.get("match") == match and ledger.child(run.id, "final") is None:
+                emit(Note(f"resuming run {run.id}"))
+                return run.id, run.body.get("started_at") or run.created_at
+        emit(Note("nothing unfinished to resume with these parameters: starting a new probe"))
+    started_at = now_iso()
+    run_id = ledger.append("probe-run", {"schema": RUN_SCHEMA, "parameters": parameters, "match": match,
+                                         "started_at": started_at})
+    return run_id, started_at
+
+
+def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, results: dict[str, list[_Result | None]],
+                   extractor: Extractor | None) -> None:
+    for row in ledger.iter(parent=run_id):
+        if row.kind == "probe-step":
+            ctx.steps[row.key or ""] = row.body
+            continue
+        if row.kind != "probe-case":
+            continue
+        body = row.body
+        slots = results.get(str(body.get("case")))
+        index = body.get("pass")
+        if slots is None or not isinstance(index, int) or not 0 <= index < len(slots):
+            continue
+        slots[index] = _Result(body.get("digest"), body.get("outcome"), body.get("error"),
+                               body.get("system_fingerprint"), body.get("model"))
+        ctx.pass_counts[index] = ctx.pass_counts.get(index, 0) + 1
+
+
+def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, params: dict[str, Any],
+              extractor: Extractor | None, results: dict[str, list[_Result | None]], done: int, total: int) -> None:
+    """Send ``todo`` at the plan's concurrency; record each result on the calling thread as it arrives."""
+    ledger, run_id, cancel, emit = ctx.ledger, ctx.run_id, ctx.cancel, ctx._emit
+
+    def measure(case: Case) -> tuple[Case, Completion, str | None, str | None]:
+        try:
+            completion = client.complete(case, params)
+        except Exception as exc:  # a client bug must not lose the case silently
+            completion = Completion(None, error=f"{type(exc).__name__}: {exc}")
+        if not completion.ok:
+            return case, completion, None, None
+        text = completion.text or ""
+        return case, completion, digest(text), extractor(text) if extractor else None
+
+    def record(case: Case, completion: Completion, output_digest: str | None, outcome: str | None) -> None:
+        nonlocal done
+        body: dict[str, Any] = {
+            "pass": plan.index, "case": case.id, "text": completion.text, "digest": output_digest,
+            "outcome": outcome, "error": completion.error, "attempts": completion.attempts,
+            "elapsed_s": round(completion.elapsed_s, 4), "system_fingerprint": completion.system_fingerprint,
+            "model": completion.model, "finish_reason": completion.finish_reason,
+        }
+        if completion.tokens is not None:
+            body["tokens"] = completion.tokens
+        ledger.append("probe-case", body, parent=run_id, key=f"{plan.index}:{case.id}")
+        results[case.id][plan.index] = _Result(output_digest, outcome, completion.error,
+                                               completion.system_fingerprint, completion.model)
+        ctx.pass_counts[plan.index] = ctx.pass_counts.get(plan.index, 0) + 1
+        done += 1
+        emit(CaseDone(plan.index, case.id, done, total, completion.error))
+
+    if plan.concurrency <= 1 and not plan.load:
+        for case in todo:
+            if cancel.is_set():
+                return
+            record(*measure(case))
+        return
+
+    workers = max(plan.concurrency, plan.load)
+    outbox: queue.Queue = queue.Queue(maxsize=workers * 4)
+    source = iter(todo)
+    source_lock = threading.Lock()
+    all_received = threading.Event()
+    fillers = [0]
+    finished = object()
+
+    def worker() -> None:
+        try:
+            while not cancel.is_set():
+                with source_lock:
+                    case = next(source, None)
+                if case is None:
+                    break
+                outbox.put(measure(case))
+            # Keep K requests in flight until the last case answered: the tail is under load too.
+            i = 0
+            while plan.load and not all_received.is_set() and not cancel.is_set():
+                client.complete(todo[i % len(todo)], params)
+                fillers[0] += 1
+                i += 1
+        finally:
+            outbox.put(finished)
+
+    threads = [threading.Thread(target=worker, name=f"probe-{plan.index}-{i}", daemon=True) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    running, received = len(threads), 0
+    while running:
+        item = outbox.get()
+        if item is finished:
+            running -= 1
+            continue
+        record(*item)
+        received += 1
+        if received == len(todo):
+            all_received.set()
+    all_received.set()
+    for thread in threads:
+        thread.join(timeout=5)
+    if plan.load:
+        ctx.steps.setdefault(f"fillers:{plan.index}", {"fillers": 0})["fillers"] += fillers[0]
+
+
+def _load_baseline(options: ProbeOptions, ledger: Ledger, cases: list[Case]) -> ProbeRecord:
+    stored = ledger.get(options.baseline or "")
+    if stored.kind != "probe":
+        raise InputError(f"--baseline {options.baseline}: record {stored.id} is a {stored.kind}, not a probe record")
+    baseline = ProbeRecord.from_json(stored.body)
+    baseline.id = stored.id
+    if baseline.identity and options.identity and baseline.identity != options.identity:
+        raise InputError(
+            f"--baseline {stored.id} was taken under identity {baseline.identity[:12]}, this lock is "
+            f"{options.identity[:12]}: a redeploy compares the same declared identity (see 'execsys diff')"
+        )
+    known = {case.id for case in baseline.cases}
+    if not any(case.id in known for case in cases):
+        raise InputError(f"--baseline {stored.id} has none of these cases: probe the cases it was taken with")
+    return baseline
+
+
+def _fill_baseline(baseline: ProbeRecord, results: dict[str, list[_Result | None]], plans: list[PassPlan]) -> None:
+    index = next(p.index for p in plans if p.source == "baseline")
+    fingerprints = (baseline.passes[0].get("system_fingerprints") or [None]) if baseline.passes else [None]
+    models = (baseline.passes[0].get("models") or [None]) if baseline.passes else [None]
+    by_id = {case.id: case for case in baseline.cases}
+    for case_id, slots in results.items():
+        stored = by_id.get(case_id)
+        if stored is None or not stored.passes:
+            slots[index] = _Result(None, None, "not in the baseline record")
+            continue
+        first = stored.passes[0] or {}
+        slots[index] = _Result(first.get("digest"), first.get("outcome"), first.get("error"),
+                               fingerprints[0], models[0])
+
+
+def _texts(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) -> tuple[str | None, list[str] | None]:
+    if not run_id:
+        return None, None
+    row = ledger.child(run_id, f"{pass_index}:{case_id}")
+    if row is None:
+        return None, None
+    return row.body.get("text"), row.body.get("tokens")
+
+
+def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list[PassPlan], cases: list[Case],
+                  results: dict[str, list[_Result | None]], clients: list[Any], models: list[str | None],
+                  extractor: Extractor | None, baseline: ProbeRecord | None, parameters: dict[str, Any],
+                  started_at: str, digest_of_cases: str) -> ProbeRecord:
+    ledger = ctx.ledger
+    case_results: list[CaseResult] = []
+    flipped: list[str] = []
+    errored_cases: list[str] = []
+    n = m_output = m_outcome = 0
+    per_pass_fp: list[set[str]] = [set() for _ in plans]
+    per_pass_models: list[set[str]] = [set() for _ in plans]
+    per_pass_errors = [0] * len(plans)
+    for case in cases:
+        slots = results[case.id]
+        for i, slot in enumerate(slots):
+            if slot is not None:
+                if slot.fingerprint:
+                    per_pass_fp[i].add(slot.fingerprint)
+                if slot.model:
+                    per_pass_models[i].add(slot.model)
+                if slot.error:
+                    per_pass_errors[i] += 1
+        passes_json = [
+            {"digest": s.digest, "outcome": s.outcome, "error": s.error} if s is not None else None for s in slots
+        ]
+        if any(s is None or s.error or s.digest is None for s in slots):
+            errored_cases.append(case.id)
+            case_results.append(CaseResult(case.id, passes_json, None))
+            continue
+        n += 1
+        digests = [s.digest for s in slots]  # type: ignore[union-attr]
+        outcomes = [s.outcome for s in slots]  # type: ignore[union-attr]
+        agree = len(set(digests)) == 1
+        outcome_agree = len(set(outcomes)) == 1 if extractor else None
+        m_output += agree
+        m_outcome += bool(outcome_agree)
+        divergence = None
+        if not agree:
+            k = next(i for i, d in enumerate(digests) if d != digests[0])
+            divergence = _divergence(ledger, ctx.run_id, baseline, plans, case.id, k)
+        primary_agree = agree if options.compare == "output" else bool(outcome_agree)
+        if not primary_agree:
+            flipped.append(case.id)
+        case_results.append(CaseResult(case.id, passes_json, primary_agree, outcome_agree, len(set(digests)), divergence))
+
+    def level(m: int) -> dict[str, Any]:
+        ci = wilson(m, n)
+        return {"m": m, "n": n, "rate": (m / n) if n else None, "ci95": list(ci) if ci else None}
+
+    compare: dict[str, Any] = {"level": options.compare, "output": level(m_output), "outcome": None}
+    if extractor:
+        compare["outcome"] = {**level(m_outcome), "extract": extractor.spec}
+    m = m_output if options.compare == "output" else m_outcome
+    ci = wilson(m, n)
+    rate = (m / n) if n else None
+
+    passes_info = []
+    for i, plan in enumerate(plans):
+        info = plan.to_json()
+        info["target"] = clients[plan.target].display if plan.source == "send" else f"baseline {baseline.id if baseline else ''}"
+        info["model"] = models[plan.target] if plan.source == "send" else None
+        info["order_seed"] = options.order_seed if plan.shuffled else None
+        info["completed"] = sum(1 for r in results.values() if r[i] is not None and not r[i].error)
+        info["errored"] = per_pass_errors[i]
+        info["system_fingerprints"] = sorted(per_pass_fp[i])
+        info["models"] = sorted(per_pass_models[i])
+        if f"fillers:{i}" in ctx.steps:
+            info["fillers"] = ctx.steps[f"fillers:{i}"]["fillers"]
+        passes_info.append(info)
+
+    # Served model / system_fingerprint moving between passes is reported beside the rate.
+    for i in range(1, len(plans)):
+        for key, label in (("system_fingerprints", "system_fingerprint"), ("models", "served model")):
+            a, b = passes_info[0][key], passes_info[i][key]
+            if a and b and a != b:
+                message = f"{label} changed between pass {plans[0].label} and pass {plans[i].label}: {', '.join(a)} -> {', '.join(b)}"
+                if options.axis == "restart" and ctx.engine_change is None:
+                    ctx.engine_changed(message)
+                elif message not in ctx.notes:
+                    ctx.notes.append(message)
+    if options.axis == "redeploy" and baseline is not None:
+        a, b = passes_info[0]["system_fingerprints"], passes_info[-1]["system_fingerprints"]
+        if not a and not b:
+            ctx.notes.append("system_fingerprint: the engine reports none (a change of backend would not show there)")
+        elif a == b:
+            ctx.notes.append(f"system_fingerprint unchanged: {', '.join(a)}")
+
+    boundary = axis.boundary(options)
+    holds = n > 0 and m == n
+    if n == 0:
+        statement = f"no case completed on every pass: nothing is known {boundary}"
+    elif ctx.engine_change:
+        statement = f"{ctx.engine_change}: this measures an engine change, not {boundary}"
+    elif holds:
+        statement = f"stable {boundary} for these {n} cases: {axis.stable_advice}"
+    else:
+        statement = f"unstable {boundary}: {axis.advice}"
+    sentence = _sentence(options.axis, m, n, ci, statement, len(errored_cases), options.compare)
+    scope = {"axis": options.axis, "boundary": boundary, "holds": holds if n else None, "level": options.compare,
+             "statement": statement, "engine_changed": ctx.engine_change is not None}
+
+    target: dict[str, Any] = {
+        "kind": parameters["target_kind"],
+        "endpoints": [c.display for c in clients] if not options.command else [],
+        "command": clients[0].display if options.command else None,
+        "models": models,
+        "api_key_env": options.api_key_env,
+        "observed": {k: v for k, v in ctx.steps.items() if k.startswith(("observe:", "restart:"))},
+    }
+    baseline_info = None
+    if baseline is not None:
+        baseline_info = {"id": baseline.id, "run": baseline.run, "identity": baseline.identity,
+                         "started_at": baseline.started_at, "target": baseline.target.get("endpoints")}
+    return ProbeRecord(
+        axis=options.axis, identity=options.identity, target=target, n=n, m=m, agreement_rate=rate,
+        ci95=list(ci) if ci else None, compare=compare, errored=len(errored_cases), flipped=flipped,
+        cases=case_results, started_at=started_at, finished_at=now_iso(), scope=scope, sentence=sentence,
+        run=ctx.run_id, passes=passes_info, repeats=len(plans), decoding=options.decoding,
+        cases_file=parameters["cases_file"], cases_digest=digest_of_cases, errored_cases=errored_cases,
+        engine_changed=ctx.engine_change is not None, notes=list(ctx.notes), baseline=baseline_info,
+    )
+
+
+def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, plans: list[PassPlan],
+                case_id: str, k: int) -> dict[str, Any] | None:
+    def texts(i: int) -> tuple[str | None, list[str] | None]:
+        if plans[i].source == "baseline":
+            return _texts(ledger, baseline.run if baseline else None, 0, case_id)
+        return _texts(ledger, run_id, i, case_id)
+
+    (text_a, tokens_a), (text_b, tokens_b) = texts(0), texts(k)
+    if text_a is None or text_b is None:
+        return {"pass": k, "char": None, "token": None}
+    char = first_divergence(text_a, text_b)
+    return {
+        "pass": k, "char": char, "token": first_token_divergence(tokens_a, tokens_b),
+        "a": context(text_a, char or 0), "b": context(text_b, char or 0),
+    }
+
+
+def _sentence(axis: str, m: int, n: int, ci: tuple[float, float] | None, statement: str, errored: int,
+              level: str) -> str:
+    head = f"{axis} agreement" if level == "output" else f"{axis} outcome agreement"
+    if n == 0:
+        text = f"{head}: no case completed on every pass"
+    else:
+        assert ci is not None
+        text = f"{head} {m}/{n} = {m / n:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}) — {statement}"
+    if errored:
+        text += f" ({errored} errored case{'s' if errored != 1 else ''} excluded from n)"
+    return text
+
+
+def merge_records(ledger: Ledger, record_ids: list[str]) -> ProbeRecord:
+    """``execsys probe merge``: combine probe records taken on several hosts into one hosts record."""
+    from .merge import merge
+
+    return merge(ledger, record_ids)

@@ -1,0 +1,132 @@
+"""Human output for probes: a progress bar per pass on stderr, then the sentence and the flips.
+
+Kept apart from the engine so the CLI and any other face render the same record the same
+way; nothing here decides anything (the record already holds the numbers and the wording).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .record import ProbeRecord
+
+MAX_FLIPS_SHOWN = 10
+
+
+class ProgressReporter:
+    """``on_event`` for :func:`execsys.probes.engine.run_probe`: rich bars on a terminal, plain lines otherwise."""
+
+    def __init__(self, console: Console, *, live: bool):
+        self.console = console
+        self.live = live
+        self._progress: Any = None
+        self._tasks: dict[int, Any] = {}
+        self._errors: dict[int, int] = {}
+
+    def __enter__(self) -> ProgressReporter:
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("[dim]{task.fields[errors]}"), TimeElapsedColumn(),
+                console=self.console, transient=False,
+            )
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, event: Any) -> None:
+        from .engine import CaseDone, Note, PassFinished, PassStarted
+
+        if isinstance(event, PassStarted):
+            self._errors[event.pass_index] = 0
+            if self._progress is not None:
+                self._tasks[event.pass_index] = self._progress.add_task(
+                    f"pass {event.label}", total=event.total, completed=event.done, errors="")
+            else:
+                resumed = f" ({event.done} already done)" if event.done else ""
+                self.console.print(f"pass {escape(event.label)}: {event.total} cases{resumed}")
+        elif isinstance(event, CaseDone):
+            if event.error:
+                self._errors[event.pass_index] = self._errors.get(event.pass_index, 0) + 1
+            task = self._tasks.get(event.pass_index)
+            if task is not None:
+                errors = self._errors.get(event.pass_index, 0)
+                self._progress.update(task, completed=event.done, errors=f"{errors} errored" if errors else "")
+        elif isinstance(event, PassFinished):
+            if self._progress is None:
+                extra = f", {event.errored} errored" if event.errored else ""
+                self.console.print(f"pass {escape(event.label)}: done ({event.completed} completed{extra})")
+        elif isinstance(event, Note):
+            target = self._progress.console if self._progress is not None else self.console
+            target.print(f"[dim]{escape(event.message)}[/]")
+
+
+def render_record(record: ProbeRecord, console: Console) -> None:
+    """The one sentence, the other comparison level, notes, and the flipped cases side by side."""
+    style = "green" if record.exit_code == 0 else ("red" if record.exit_code == 1 else "magenta")
+    console.print(f"[{style}]{escape(record.sentence)}[/]")
+    other = record.compare.get("outcome") if record.compare.get("level") == "output" else record.compare.get("output")
+    if other and other.get("n"):
+        name = "outcome" if record.compare.get("level") == "output" else "output"
+        rate = other["rate"]
+        lo, hi = other["ci95"]
+        how = f", extract {other['extract']}" if other.get("extract") else ""
+        console.print(f"{name} level: {other['m']}/{other['n']} = {rate:.2f} (95% CI {lo:.2f}–{hi:.2f}{escape(how)})")
+    for note in record.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if record.errored:
+        shown = ", ".join(record.errored_cases[:10]) + (" …" if record.errored > 10 else "")
+        first_error = _first_error(record)
+        console.print(f"errored: {record.errored} ({escape(shown)})" + (f": {escape(first_error)}" if first_error else ""))
+    if record.flipped:
+        table = Table(title=f"flipped cases ({len(record.flipped)})", title_justify="left", show_edge=False)
+        table.add_column("case")
+        table.add_column("first divergence")
+        labels = [p.get("label", str(i)) for i, p in enumerate(record.passes)] or ["A", "B"]
+        by_id = {case.id: case for case in record.cases}
+        table.add_column(f"pass {labels[0]}", overflow="fold")
+        table.add_column("other pass", overflow="fold")
+        for case_id in record.flipped[:MAX_FLIPS_SHOWN]:
+            case = by_id.get(case_id)
+            div = (case.first_divergence if case else None) or {}
+            where = []
+            if div.get("char") is not None:
+                where.append(f"char {div['char']}")
+            if div.get("token") is not None:
+                where.append(f"token {div['token']}")
+            k = div.get("pass")
+            if k is not None and k < len(labels) and len(labels) > 2:
+                where.append(f"pass {labels[k]}")
+            if not where and case is not None and case.outcome_agree is False:
+                where.append("outcome")
+            a, b = div.get("a"), div.get("b")
+            if a is None and case is not None:
+                outcomes = [str((p or {}).get("outcome")) for p in case.passes]
+                a, b = outcomes[0], " / ".join(outcomes[1:])
+            table.add_row(escape(case_id), ", ".join(where) or "-", escape(repr(a)), escape(repr(b)))
+        console.print(table)
+        if len(record.flipped) > MAX_FLIPS_SHOWN:
+            console.print(f"… and {len(record.flipped) - MAX_FLIPS_SHOWN} more (--json lists every case)")
+    repeats = [c for c in record.cases if c.distinct and c.distinct > 2]
+    if record.repeats > 2 and record.n:
+        distinct_total = sum(c.distinct or 0 for c in record.cases if c.agree is not None)
+        console.print(f"{record.repeats} passes: {distinct_total} distinct outputs over {record.n} cases"
+                      + (f" ({len(repeats)} cases with more than two)" if repeats else ""))
+    console.print(f"[dim]ledger: {escape(record.id or '')} (run {escape(record.run or '')})[/]")
+
+
+def _first_error(record: ProbeRecord) -> str | None:
+    for case in record.cases:
+        for p in case.passes:
+            if p and p.get("error"):
+                return str(p["error"])[:160]
+    return None

@@ -1,0 +1,157 @@
+"""Every bad input through the real CLI: one line on stderr naming the problem, exit 2, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from execsys import __version__
+
+
+def one_line_error(result, command: str) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"execsys {command}: error: ")
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_version_and_help(cli) -> None:
+    assert cli("--version").stdout.strip() == f"execsys {__version__}"
+    top = cli("--help")
+    assert top.returncode == 0 and "pin" in top.stdout and "exit codes" in top.stdout
+    for command in ("init", "pin", "verify", "diff", "digest", "ledger"):
+        helped = cli(command, "--help")
+        assert helped.returncode == 0
+        assert "example" in helped.stdout, command
+
+
+def test_piped_output_is_plain(cli, tmp_path: Path) -> None:
+    result = cli("pin", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "\x1b[" not in result.stdout and "identity " in result.stdout
+
+
+def test_missing_artifact(cli, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "execsys.toml").write_text('[artifact]\npath = "weights/missing.gguf"\n')
+    line = one_line_error(cli("pin", cwd=project), "pin")
+    assert "weights/missing.gguf: no such file or directory" in line
+    assert list(project.iterdir()) == [project / "execsys.toml"]  # no lock, no temp file left behind
+    assert cli("ledger", "list", "--json").json() == []  # and nothing in the ledger
+
+
+def test_malformed_toml(cli, tmp_path: Path) -> None:
+    (tmp_path / "execsys.toml").write_text('[runtime]\nengine = "vllm\n')
+    line = one_line_error(cli("pin", cwd=tmp_path), "pin")
+    assert "execsys.toml: malformed TOML" in line
+    assert not (tmp_path / "execsys.lock.json").exists()
+
+
+def test_unknown_key_warns_with_its_line(cli, tmp_path: Path) -> None:
+    (tmp_path / "execsys.toml").write_text('[budget]\ntemperature = 0.0\ntemprature = 0.7\n')
+    result = cli("pin", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "execsys.toml:3: unknown key 'budget.temprature' (ignored)" in result.stderr
+
+
+def test_wrong_type_names_the_key(cli, tmp_path: Path) -> None:
+    (tmp_path / "execsys.toml").write_text('[budget]\nseed = "seven"\n')
+    line = one_line_error(cli("pin", cwd=tmp_path), "pin")
+    assert "'budget.seed' must be an integer" in line and "execsys.toml:2" in line
+
+
+def test_missing_config_flag(cli, tmp_path: Path) -> None:
+    line = one_line_error(cli("pin", "--config", "nope.toml", cwd=tmp_path), "pin")
+    assert "nope.toml: no such declaration" in line and "execsys init" in line
+
+
+def test_unknown_lock_schema(cli, tmp_path: Path) -> None:
+    assert cli("pin", cwd=tmp_path).returncode == 0
+    lock = json.loads((tmp_path / "execsys.lock.json").read_text())
+    lock["schema"] = "execsys.identity/9"
+    (tmp_path / "future.lock.json").write_text(json.dumps(lock))
+    line = one_line_error(cli("verify", "--lock", "future.lock.json", cwd=tmp_path), "verify")
+    assert "identity schema 'execsys.identity/9' is not understood" in line
+    line = one_line_error(cli("diff", "execsys.lock.json", "future.lock.json", cwd=tmp_path), "diff")
+    assert "execsys.identity/9" in line
+
+
+def test_edited_lock_is_refused(cli, tmp_path: Path) -> None:
+    assert cli("pin", cwd=tmp_path).returncode == 0
+    lock = json.loads((tmp_path / "execsys.lock.json").read_text())
+    lock["components"]["budget"]["declared"]["temperature"] = 1.0
+    (tmp_path / "execsys.lock.json").write_text(json.dumps(lock))
+    line = one_line_error(cli("verify", cwd=tmp_path), "verify")
+    assert "id does not match" in line
+
+
+def test_missing_and_broken_locks(cli, tmp_path: Path) -> None:
+    assert "no such lock file" in one_line_error(cli("verify", cwd=tmp_path), "verify")
+    (tmp_path / "execsys.lock.json").write_text("{not json")
+    assert "not valid JSON" in one_line_error(cli("verify", cwd=tmp_path), "verify")
+    assert "neither a lock file nor an identity" in one_line_error(cli("diff", "zzz", "yyy", cwd=tmp_path), "diff")
+
+
+def test_unreachable_endpoint_refused(cli, tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the with-block ends: connection refused
+    (tmp_path / "execsys.toml").write_text(f'[runtime]\nendpoint = "http://127.0.0.1:{port}/v1"\n')
+    line = one_line_error(cli("pin", cwd=tmp_path), "pin")
+    assert f"127.0.0.1:{port}" in line and "unreachable" in line
+    assert not (tmp_path / "execsys.lock.json").exists()
+
+
+def test_silent_endpoint_times_out(cli, tmp_path: Path) -> None:
+    """A port that accepts connections and never answers (a wedged server) ends in the declared timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        (tmp_path / "execsys.toml").write_text(f'[runtime]\nendpoint = "http://127.0.0.1:{port}/v1"\nready_timeout = 1\n')
+        started = time.monotonic()
+        line = one_line_error(cli("pin", cwd=tmp_path), "pin")
+        assert time.monotonic() - started < 30
+        assert "no answer within 1s" in line
+        assert not (tmp_path / "execsys.lock.json").exists()
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+def test_unwritable_lock_destination(cli, tmp_path: Path) -> None:
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    line = one_line_error(cli("pin", "--out", "blocker/execsys.lock.json", cwd=tmp_path), "pin")
+    assert "cannot write the lock" in line
+
+
+@pytest.mark.parametrize("args", [("digest",), ("diff", "only-one"), ("pin", "--no-such-flag")])
+def test_usage_errors(cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert result.returncode == 2
+    assert "error:" in result.stderr and "Traceback" not in result.stderr

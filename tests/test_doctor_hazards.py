@@ -1,0 +1,537 @@
+"""Each hazard created for real (programs on PATH, venvs, git repos, sockets, processes) and found.
+
+Every test builds the defect with real parts, runs the one check through the public API
+(``run_hazard``) and asserts what an operator would read; each has a clean twin that must be ok.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from execsys.doctor.runner import DoctorOptions, run_hazard
+
+
+def _script(path: Path, body: str, mode: int = 0o755) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    path.chmod(mode)
+    return path
+
+
+def _prepend_path(monkeypatch, *dirs: Path) -> None:
+    monkeypatch.setenv("PATH", os.pathsep.join([*map(str, dirs), os.environ["PATH"]]))
+
+
+def _blake3(path: Path) -> str:
+    import blake3
+
+    return "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
+
+
+# -- binary-aliasing -------------------------------------------------------------------------
+
+@pytest.fixture
+def two_tools(tmp_path, monkeypatch):
+    first = _script(tmp_path / "a" / "mytool", "#!/bin/sh\necho 'mytool 1.0 (a)'\n")
+    second = _script(tmp_path / "b" / "mytool", "#!/bin/sh\necho 'mytool 2.0 (b)'\n")
+    _prepend_path(monkeypatch, first.parent, second.parent)
+    return first, second
+
+
+def test_binary_aliasing_warns_on_two_programs_with_one_name(two_tools):
+    first, second = two_tools
+    result = run_hazard("binary-aliasing", DoctorOptions(commands=["mytool"]))
+    assert result.status == "warn"
+    assert "mytool: 2 different programs on PATH" in result.summary
+    text = "\n".join(result.evidence)
+    assert str(first) in text and str(second) in text
+    assert "mytool 1.0 (a)" in text  # the --version of the one that actually runs
+
+
+def test_binary_aliasing_fails_when_path_runs_another_binary_than_pinned(two_tools):
+    first, second = two_tools
+    by_path = run_hazard("binary-aliasing", DoctorOptions(commands=["mytool"], pins={"mytool": {"path": str(second)}}))
+    assert by_path.status == "fail"
+    assert f"PATH runs {first}" in by_path.summary and str(second) in by_path.summary
+    by_digest = run_hazard("binary-aliasing",
+                           DoctorOptions(commands=["mytool"], pins={"mytool": {"digest": _blake3(second)}}))
+    assert by_digest.status == "fail"
+    assert "pins blake3:" in by_digest.summary
+
+
+def test_binary_aliasing_pins_from_execsys_toml(two_tools, tmp_path):
+    from execsys import declaration
+
+    first, _ = two_tools
+    decl = declaration.parse(f'[doctor]\ncommands = ["mytool"]\npins = {{ mytool = "{_blake3(first)}" }}\n',
+                             tmp_path / "execsys.toml")
+    result = run_hazard("binary-aliasing", DoctorOptions.from_declaration(decl))
+    assert result.status == "warn"  # pinned digest matches the first; the second copy still warns
+
+
+def test_binary_aliasing_ok_with_one_program(tmp_path, monkeypatch):
+    tool = _script(tmp_path / "only" / "mytool", "#!/bin/sh\necho 'mytool 1.0'\n")
+    _prepend_path(monkeypatch, tool.parent)
+    result = run_hazard("binary-aliasing", DoctorOptions(commands=["mytool"], pins={"mytool": {"path": str(tool)}}))
+    assert result.status == "ok", result.evidence
+
+
+def test_binary_aliasing_sees_a_shell_alias(tmp_path, monkeypatch):
+    tool = _script(tmp_path / "only" / "mytool", "#!/bin/sh\necho 'mytool 1.0'\n")
+    _prepend_path(monkeypatch, tool.parent)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("alias mytool='echo not the binary'\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    import shellingham
+
+    monkeypatch.setattr(shellingham, "detect_shell", lambda: ("bash", "/bin/bash"))
+    result = run_hazard("binary-aliasing", DoctorOptions(commands=["mytool"]))
+    assert result.status == "warn"
+    assert "mytool: a shell alias shadows the binary" in result.summary
+
+
+# -- interop-mangling ------------------------------------------------------------------------
+
+def test_interop_layers_that_pass_argv_through_are_ok(tmp_path):
+    relay = _script(tmp_path / "relay-exec", '#!/bin/sh\nexec "$@"\n')
+    result = run_hazard("interop-mangling", DoctorOptions(layers=["env", str(relay)]))
+    assert result.status == "ok", result.evidence
+    assert "all 14 canary arguments arrived intact" in "\n".join(result.evidence)
+
+
+def test_interop_layer_that_re_evaluates_arguments_fails(tmp_path):
+    relay = _script(tmp_path / "relay-eval", '#!/bin/sh\neval "$@"\n')
+    result = run_hazard("interop-mangling", DoctorOptions(layers=[str(relay), "env"]))
+    assert result.status == "fail"
+    assert str(relay) in result.summary and "'env'" not in result.summary
+    text = "\n".join(result.evidence)
+    assert "sent:" in text and "received:" in text
+    assert "write the command into a script" in result.fix
+
+
+def test_interop_bash_c_drops_the_arguments(tmp_path):
+    result = run_hazard("interop-mangling", DoctorOptions(layers=["bash -c"]))
+    assert result.status == "fail"
+    assert "sent 14 arguments, received 0" in "\n".join(result.evidence)
+
+
+def test_interop_ssh_re_splits_arguments(ssh_config_env):
+    layer = f"ssh -F {ssh_config_env.config_path} -o BatchMode=yes {ssh_config_env.dest}"
+    result = run_hazard("interop-mangling", DoctorOptions(layers=[layer], timeout=15))
+    assert result.status == "fail", result.evidence
+    text = "\n".join(result.evidence)
+    assert 'arg 0: sent "two words"' in text  # split in two by the remote shell
+
+
+def test_interop_skips_without_layers():
+    result = run_hazard("interop-mangling", DoctorOptions(layers=[]))
+    assert result.status in ("skip", "warn")  # warn only under WSL
+
+
+# -- stub-executables ------------------------------------------------------------------------
+
+def _foreign_elf(path: Path) -> Path:
+    """A minimal ELF64 header for a machine that is not this one (aarch64 here, x86_64 on arm)."""
+    import platform
+
+    machine = 62 if platform.machine().lower() in ("aarch64", "arm64") else 183
+    header = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    header += struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0x400078, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+    header += struct.pack("<IIQQQQQQ", 1, 5, 0, 0x400000, 0x400000, 0x80, 0x80, 0x1000)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(header + b"\0" * 8)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["zero", "dead-shebang", "foreign-elf"])
+def test_stub_executables_fail(tmp_path, monkeypatch, kind):
+    path = tmp_path / "bin" / "engine"
+    if kind == "zero":
+        _script(path, "")
+        expected = "0-byte file"
+    elif kind == "dead-shebang":
+        _script(path, "#!/opt/nowhere/python9\nprint('hi')\n")
+        expected = "interpreter /opt/nowhere/python9 does not exist"
+    else:
+        _foreign_elf(path)
+        expected = "ELF for"
+    _prepend_path(monkeypatch, path.parent)
+    result = run_hazard("stub-executables", DoctorOptions(commands=["engine"]))
+    assert result.status == "fail"
+    assert result.summary == "cannot run: engine"
+    assert expected in "\n".join(result.evidence)
+
+
+def test_stub_executables_a_hang_is_a_finding_within_the_timeout(tmp_path, monkeypatch):
+    _script(tmp_path / "bin" / "hangs", "#!/bin/sh\nsleep 60\n")
+    _script(tmp_path / "bin" / "floods", "#!/bin/sh\nexec yes flood\n")
+    _script(tmp_path / "bin" / "reads", "#!/bin/sh\ncat\necho done reading\n")
+    _prepend_path(monkeypatch, tmp_path / "bin")
+    start = time.monotonic()
+    result = run_hazard("stub-executables", DoctorOptions(commands=["hangs", "floods", "reads"], timeout=1.0))
+    elapsed = time.monotonic() - start
+    assert result.status == "fail"
+    assert "hangs" in result.summary and "floods" in result.summary and "reads" not in result.summary
+    text = "\n".join(result.evidence)
+    assert "no answer within" in text and "flooded its output" in text
+    assert elapsed < 15  # bounded by the 1 s timeout, not by sleep 60
+
+
+def test_stub_executables_ok_for_working_programs(tmp_path, monkeypatch):
+    _script(tmp_path / "bin" / "engine", "#!/bin/sh\necho 'engine 1.2.3'\n")
+    _prepend_path(monkeypatch, tmp_path / "bin")
+    result = run_hazard("stub-executables", DoctorOptions(commands=["engine"]))
+    assert result.status == "ok"
+    assert "engine 1.2.3" in "\n".join(result.evidence)
+
+
+# -- unread-env-config -----------------------------------------------------------------------
+
+@pytest.fixture
+def serving_process(tmp_path):
+    """A real long-running process with its own environment and a model path on its argv."""
+    procs = []
+
+    def start(env: dict[str, str], model: str) -> subprocess.Popen:
+        base = {"PATH": os.environ["PATH"]}
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--model", model,
+                                 "--api-key", "sk-live-abcdef123456"], env={**base, **env})
+        procs.append(proc)
+        time.sleep(0.3)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_unread_env_config_fails_on_missing_and_different_variables(tmp_path, serving_process):
+    env_file = tmp_path / "engine.env"
+    env_file.write_text("export CUDA_VISIBLE_DEVICES=0\nLLAMA_ARG_CTX=4096\n# comment\nHF_TOKEN='hf_declaredsecret99'\n")
+    proc = serving_process({"CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "hf_othersecret1234"}, "/models/a.gguf")
+    result = run_hazard("unread-env-config", DoctorOptions(env_file=str(env_file), pid=proc.pid))
+    assert result.status == "fail"
+    text = "\n".join(result.evidence)
+    assert "CUDA_VISIBLE_DEVICES: declared '0', pid" in text and "has '1'" in text
+    assert "LLAMA_ARG_CTX: declared, missing in pid" in text
+    assert "HF_TOKEN: declared <redacted>" in text
+    assert "hf_declaredsecret99" not in text and "hf_othersecret1234" not in text
+    assert "sk-live-abcdef123456" not in text  # the argv is redacted too
+
+
+def test_unread_env_config_warns_when_env_file_changed_after_start(tmp_path, serving_process):
+    env_file = tmp_path / "engine.env"
+    env_file.write_text("LLAMA_ARG_CTX=4096\n")
+    proc = serving_process({"LLAMA_ARG_CTX": "4096"}, "/models/a.gguf")
+    ok = run_hazard("unread-env-config", DoctorOptions(env_file=str(env_file), pid=proc.pid))
+    assert ok.status == "ok", ok.evidence
+    later = time.time() + 5
+    os.utime(env_file, (later, later))
+    stale = run_hazard("unread-env-config", DoctorOptions(env_file=str(env_file), pid=proc.pid))
+    assert stale.status == "warn"
+    assert "after pid" in stale.summary and "old config" in stale.summary
+
+
+def test_unread_env_config_fails_on_another_artifact_on_argv(tmp_path, serving_process):
+    proc = serving_process({"A": "1"}, "/models/served.gguf")
+    result = run_hazard("unread-env-config", DoctorOptions(pid=proc.pid, declared_env={"A": "1"},
+                                                           artifact_path="/models/declared.gguf"))
+    assert result.status == "fail"
+    assert "artifact: declared /models/declared.gguf" in result.summary and "/models/served.gguf" in result.summary
+    same = run_hazard("unread-env-config", DoctorOptions(pid=proc.pid, artifact_path="/models/served.gguf"))
+    assert same.status == "ok", same.evidence
+
+
+def test_unread_env_config_finds_the_process_by_name(tmp_path, serving_process):
+    proc = serving_process({"A": "2"}, "/models/x.gguf")
+    result = run_hazard("unread-env-config", DoctorOptions(pid=proc.pid, declared_env={"A": "1"}))
+    assert result.status == "fail"
+    assert "A: declared '1'" in result.summary
+
+
+# -- baked-paths -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def moved_venv(tmp_path_factory):
+    """A real venv (with pip and its console scripts) created in one place and moved to another."""
+    root = tmp_path_factory.mktemp("venvs")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "original")], check=True, timeout=120)
+    shutil.move(str(root / "original"), str(root / "moved"))
+    return root / "moved"
+
+
+@pytest.fixture(scope="session")
+def clean_venv(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clean-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "env")], check=True, timeout=120)
+    return root / "env"
+
+
+def test_baked_paths_fails_for_a_moved_venv(moved_venv):
+    result = run_hazard("baked-paths", DoctorOptions(venvs=[str(moved_venv)]))
+    assert result.status == "fail"
+    text = "\n".join(result.evidence)
+    assert "run an interpreter outside the venv" in text and "original/bin/python" in text
+    assert "activates" in text and "original" in text
+
+
+def test_baked_paths_ok_for_a_venv_in_place(clean_venv):
+    result = run_hazard("baked-paths", DoctorOptions(venvs=[str(clean_venv)]))
+    assert result.status == "ok", result.evidence
+
+
+def test_baked_paths_pth_with_a_missing_absolute_path(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "good.pth").write_text(f"{tmp_path}\nimport os\n")
+    (site / "stale.pth").write_text("/opt/gone/src\n")
+    result = run_hazard("baked-paths", DoctorOptions(paths=[str(site)], venvs=[]))
+    assert result.status == "fail"
+    assert "stale.pth:1: /opt/gone/src does not exist" in result.summary
+    (site / "stale.pth").unlink()
+    assert run_hazard("baked-paths", DoctorOptions(paths=[str(site)], venvs=[])).status == "ok"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed: cannot build an ELF with a RUNPATH")
+def test_baked_paths_elf_runpath_to_a_missing_dir(tmp_path):
+    src = tmp_path / "main.c"
+    src.write_text("int main(void) { return 0; }\n")
+    out = tmp_path / "bin"
+    out.mkdir()
+    subprocess.run(["gcc", str(src), "-o", str(out / "tool"), "-Wl,-rpath,/opt/missing-cuda/lib64",
+                    "-Wl,--enable-new-dtags"], check=True, timeout=60)
+    subprocess.run(["gcc", str(src), "-o", str(out / "fine"), "-Wl,-rpath,$ORIGIN"], check=True, timeout=60)
+    result = run_hazard("baked-paths", DoctorOptions(paths=[str(out)], venvs=[]))
+    assert result.status == "fail"
+    text = "\n".join(result.evidence)
+    assert "tool: RUNPATH /opt/missing-cuda/lib64 does not exist" in text
+    assert "fine:" not in text  # $ORIGIN expands to a directory that exists
+
+
+def test_baked_paths_dead_shebang_under_path(tmp_path):
+    _script(tmp_path / "scripts" / "run", "#!/opt/conda-old/bin/python\n")
+    result = run_hazard("baked-paths", DoctorOptions(paths=[str(tmp_path / "scripts")], venvs=[]))
+    assert result.status == "fail"
+    assert "/opt/conda-old/bin/python does not exist" in result.summary
+
+
+# -- package-prefixes ------------------------------------------------------------------------
+
+def _clean_python_env(monkeypatch):
+    for var in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PIP_TARGET", "PIP_PREFIX", "VIRTUAL_ENV",
+                "CONDA_PREFIX"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_package_prefixes_pip_of_another_interpreter(tmp_path, monkeypatch, clean_venv):
+    _clean_python_env(monkeypatch)
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None or os.path.realpath(system_python) == os.path.realpath(sys.executable):
+        pytest.skip("needs a second python3 besides the test interpreter")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(system_python)
+    (bindir / "pip").symlink_to(clean_venv / "bin" / "pip")
+    _prepend_path(monkeypatch, bindir)
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    assert result.status == "fail"
+    assert result.summary.startswith(f"pip installs into {clean_venv}")
+    # clean twin: python3 and pip from the same venv
+    (bindir / "python3").unlink()
+    (bindir / "python3").symlink_to(clean_venv / "bin" / "python3")
+    ok = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    assert ok.status == "ok", ok.evidence
+
+
+def test_package_prefixes_pythonpath_and_a_second_copy(tmp_path, monkeypatch):
+    _clean_python_env(monkeypatch)
+    extra = tmp_path / "extra"
+    (extra / "rich-0.0.1.dist-info").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", str(extra))
+    _prepend_path(monkeypatch, Path(sys.executable).parent)
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    assert result.status == "fail"
+    text = "\n".join(result.evidence)
+    assert "PYTHONPATH=" in text
+    assert "rich: installed twice on sys.path with different versions (0.0.1 in" in text
+
+
+def test_package_prefixes_user_site_shadow(tmp_path, monkeypatch):
+    _clean_python_env(monkeypatch)
+    _prepend_path(monkeypatch, Path(sys.executable).parent)
+    userbase = tmp_path / "userbase"
+    site = userbase / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (site / "rich-0.0.2.dist-info").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONUSERBASE", str(userbase))
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    if sys.prefix != sys.base_prefix:
+        pytest.skip("user site is disabled inside a venv")
+    assert result.status == "fail"
+    assert result.summary.startswith("rich: user site 0.0.2 shadows the environment's")
+
+
+def test_package_prefixes_pythonpath_alone_warns(tmp_path, monkeypatch):
+    _clean_python_env(monkeypatch)
+    _prepend_path(monkeypatch, Path(sys.executable).parent)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "empty"))
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    assert result.status == "warn"
+    assert result.summary.startswith("PYTHONPATH=")
+
+
+# -- lost-mode-bits --------------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                   check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "harness"
+    path.mkdir()
+    _git(path, "init", "-q")
+    _script(path / "run.sh", "#!/bin/sh\necho run\n")
+    (path / "README").write_text("hello\n")
+    _git(path, "add", ".")
+    _git(path, "commit", "-q", "-m", "init")
+    return path
+
+
+def test_lost_mode_bits_fails_on_a_cleared_execute_bit(repo):
+    (repo / "run.sh").chmod(0o644)
+    result = run_hazard("lost-mode-bits", DoctorOptions(repos=[str(repo)]))
+    assert result.status == "fail"
+    assert "1 file(s) are 100755 in git but not executable here: run.sh" in result.summary
+
+
+def test_lost_mode_bits_warns_on_core_filemode_false(repo):
+    _git(repo, "config", "core.fileMode", "false")
+    result = run_hazard("lost-mode-bits", DoctorOptions(repos=[str(repo)]))
+    assert result.status == "warn"
+    assert "core.fileMode=false" in result.summary
+
+
+def test_lost_mode_bits_warns_on_a_script_without_execute_bit(repo):
+    _script(repo / "bin" / "serve", "#!/bin/sh\n", mode=0o644)
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "serve")
+    result = run_hazard("lost-mode-bits", DoctorOptions(repos=[str(repo)]))
+    assert result.status == "warn"
+    assert "script(s) with a shebang and no execute bit: bin/serve" in result.summary
+
+
+def test_lost_mode_bits_ok_on_a_clean_checkout(repo):
+    result = run_hazard("lost-mode-bits", DoctorOptions(repos=[str(repo)]))
+    assert result.status == "ok", result.evidence
+    assert stat.S_IMODE((repo / "run.sh").stat().st_mode) == 0o755  # the doctor changed nothing
+
+
+# -- port-collisions -------------------------------------------------------------------------
+
+LISTENER = textwrap.dedent("""
+    import socket, sys, time
+    family = socket.AF_INET6 if sys.argv[1] == "6" else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    if sys.argv[2] == "reuseport":
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind(("::" if family == socket.AF_INET6 else "127.0.0.1", int(sys.argv[3])))
+    s.listen()
+    print("listening", flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.fixture
+def listen():
+    procs = []
+
+    def start(family: str, mode: str, port: int) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", LISTENER, family, mode, str(port)],
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "listening"
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_port_collisions_two_processes_share_a_port_with_reuseport(listen):
+    port = _free_port()
+    a = listen("4", "reuseport", port)
+    b = listen("4", "reuseport", port)
+    result = run_hazard("port-collisions", DoctorOptions(ports=[port]))
+    assert result.status == "fail"
+    assert f"port {port}: 2 processes listen" in result.summary
+    assert str(a.pid) in result.summary and str(b.pid) in result.summary
+
+
+def test_port_collisions_ipv4_and_ipv6_held_by_different_processes(listen):
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    port = _free_port()
+    listen("4", "plain", port)
+    listen("6", "plain", port)
+    result = run_hazard("port-collisions", DoctorOptions(ports=[port]))
+    assert result.status == "fail"
+    assert "IPv4 and IPv6 held by different processes" in result.summary
+
+
+def test_port_collisions_listener_is_not_the_declared_engine(listen):
+    port = _free_port()
+    proc = listen("4", "plain", port)
+    wrong = run_hazard("port-collisions", DoctorOptions(ports=[port], engine="llama.cpp"))
+    assert wrong.status == "fail"
+    assert f"pid {proc.pid} is not the declared engine 'llama.cpp'" in wrong.summary
+    right = run_hazard("port-collisions", DoctorOptions(ports=[port], pid=proc.pid))
+    assert right.status == "ok", right.evidence
+    assert f"port {port}: IPv4 127.0.0.1:{port} -> {proc.pid}" in "\n".join(right.evidence)
+
+
+def test_port_collisions_free_port_is_ok():
+    port = _free_port()
+    result = run_hazard("port-collisions", DoctorOptions(ports=[port]))
+    assert result.status == "ok"
+    assert f"port {port}: nothing listening" in result.evidence
+
+
+# -- clock-skew (local) ----------------------------------------------------------------------
+
+def test_clock_skew_reports_kernel_state_and_clocksource():
+    result = run_hazard("clock-skew", DoctorOptions())
+    assert result.status in ("ok", "warn")
+    text = "\n".join(result.evidence)
+    source = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+    if source.exists():
+        assert f"clocksource: {source.read_text().strip()}" in text
+    if sys.platform.startswith("linux"):
+        assert "adjtimex: state" in text
+        unsync = "kernel clock is not synchronised" in text
+        assert (result.status == "warn") == (unsync or "clocksource is" in result.summary)

@@ -1,0 +1,334 @@
+"""`execsys init`, `pin`, `verify` and `diff` on a real git repository, real artifacts and a loopback endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from execsys import COMPONENTS
+from execsys.canonical import content_id
+from execsys.observe.artifact import read_gguf_metadata
+from tests.fixtures.llama import make_tiny_gguf
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.org")
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(path: Path, remote: str = "https://github.com/example/evals.git") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "eval.py").write_text("print('evaluate')\n")
+    git("add", "eval.py", cwd=path)
+    git("commit", "-q", "-m", "harness", cwd=path)
+    git("remote", "add", "origin", remote, cwd=path)
+    return path
+
+
+class FakeEngine:
+    """An OpenAI-compatible endpoint on loopback whose self-description a test can change.
+
+    Only to pin exact fields (versions, fingerprints); the real llama.cpp server is used beside it.
+    """
+
+    def __init__(self) -> None:
+        self.version = "0.6.3"
+        self.fingerprint = "fp_44709d6fcb"
+        self.models = ["org/model-7b"]
+        self.seen_auth: list[str | None] = []
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, body: dict, status: int = 200) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                engine.seen_auth.append(self.headers.get("Authorization"))
+                if self.path == "/v1/models":
+                    self._send({"object": "list", "data": [{"id": m, "object": "model", "created": 1700000000}
+                                                           for m in engine.models]})
+                elif self.path == "/version":
+                    self._send({"version": engine.version})
+                elif self.path == "/openapi.json":
+                    self._send({"openapi": "3.1.0", "info": {"title": "vLLM", "version": engine.version}})
+                else:
+                    self._send({"error": "not found"}, 404)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                self._send({"id": "x", "object": "chat.completion", "system_fingerprint": engine.fingerprint,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "h"},
+                                         "finish_reason": "length"}]})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def engine() -> Iterator[FakeEngine]:
+    server = FakeEngine()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def project(tmp_path: Path, engine: FakeEngine) -> Path:
+    """A harness repo with a GGUF artifact and a declaration pointing at the loopback endpoint."""
+    repo = make_repo(tmp_path / "evals")
+    make_tiny_gguf(repo / "model.gguf", seed=0)
+    (repo / ".gitignore").write_text("model.gguf\nexecsys.lock.json\n")
+    git("add", ".gitignore", cwd=repo)
+    git("commit", "-q", "-m", "ignore", cwd=repo)
+    (repo / "execsys.toml").write_text(f"""
+[model]
+name = "execsys-tiny"
+
+[artifact]
+path = "model.gguf"
+quantization = "F32"
+
+[runtime]
+engine = "vllm"
+endpoint = "{engine.url}"
+
+[budget]
+temperature = 0.0
+seed = 7
+max_tokens = 64
+
+[environment]
+variables = {{ OMP_NUM_THREADS = "4" }}
+""")
+    return repo
+
+
+ENV = {"OMP_NUM_THREADS": "4", "VLLM_ATTENTION_BACKEND": "FLASHINFER", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+def test_pin_records_twelve_components_declared_and_observed(cli, project: Path, engine: FakeEngine,
+                                                              ledger_path: Path) -> None:
+    result = cli("pin", "--json", cwd=project, env=ENV)
+    assert result.returncode == 0, result.stderr
+    lock = result.json()
+    assert lock == json.loads((project / "execsys.lock.json").read_text())
+    assert lock["schema"] == "execsys.identity/1"
+    assert list(lock["components"]) == list(COMPONENTS)
+    for name in COMPONENTS:
+        assert set(lock["components"][name]) == {"declared", "observed"}
+    assert lock["id"] == content_id(lock["components"])
+    assert "recorded_at" in lock and lock["recorded_at"] not in json.dumps(lock["components"])
+
+    artifact = lock["components"]["artifact"]
+    b3 = subprocess.run(["b3sum", "--no-names", str(project / "model.gguf")], capture_output=True, text=True).stdout
+    assert artifact["observed"]["digest"] == b3.strip()
+    assert artifact["observed"]["format"] == "gguf"
+    assert artifact["observed"]["quantization"] == "F32"
+    assert artifact["observed"]["quantization_source"] == "gguf general.file_type"
+    assert artifact["observed"]["quantization_matches_declared"] is True
+    assert artifact["declared"] == {"path": "model.gguf", "quantization": "F32"}
+    assert lock["components"]["model"]["observed"]["from_files"]["name"] == "execsys-tiny"
+
+    runtime = lock["components"]["runtime"]["observed"]
+    assert runtime["endpoint"]["models"] == ["org/model-7b"]
+    assert runtime["endpoint"]["server_version"] == "0.6.3"
+    assert runtime["endpoint"]["openapi"] == {"title": "vLLM", "version": "0.6.3"}
+    assert runtime["endpoint"]["system_fingerprint"] == "fp_44709d6fcb"
+    assert runtime["numerics_env"]["VLLM_ATTENTION_BACKEND"] == "FLASHINFER"
+    assert runtime["numerics_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert "argv" in runtime["process"]  # the process listening on the port (this test run) was found
+
+    harness = lock["components"]["harness"]["observed"]
+    head = git("rev-parse", "HEAD", cwd=project).strip()
+    assert harness["commit"] == head and harness["branch"] == "main" and harness["dirty"] is False
+    assert harness["remote_url"] == "https://github.com/example/evals.git"
+
+    hardware = lock["components"]["hardware"]["observed"]
+    for key in ("hostname", "machine_id", "os", "kernel", "cpu", "memory_total_bytes", "virtualization", "gpus"):
+        assert key in hardware
+    if not hardware["gpus"]:
+        assert hardware["gpu_note"]
+    env = lock["components"]["environment"]["observed"]
+    assert env["variables"] == {"OMP_NUM_THREADS": "4"} and env["variables_not_holding"] == []
+    assert env["python"]["executable"] and env["shell"]["name"]
+
+    records = cli("ledger", "list", "--kind", "identity", "--json").json()
+    assert len(records) == 1 and records[0]["identity"] == lock["id"]
+
+
+def test_same_system_same_id_and_verify_passes(cli, project: Path) -> None:
+    first = cli("pin", "--json", cwd=project, env=ENV).json()
+    second = cli("pin", "--json", cwd=project, env=ENV).json()
+    assert first["id"] == second["id"]
+    assert first["recorded_at"] != second["recorded_at"] or first == second
+    result = cli("verify", "--json", cwd=project, env=ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = result.json()
+    assert report["verdict"] == "same-system"
+    assert report["observed_id"] == report["lock_id"] == second["id"]
+    assert all(c["status"] == "same" for c in report["components"].values())
+
+
+def test_verify_catches_swapped_artifact_and_upgraded_engine(cli, project: Path, engine: FakeEngine) -> None:
+    assert cli("pin", cwd=project, env=ENV).returncode == 0
+    # what the launch script intends to load is still called model.gguf ...
+    make_tiny_gguf(project / "model.gguf", seed=1)
+    engine.version = "0.6.4"
+    result = cli("verify", "--json", cwd=project, env=ENV)
+    assert result.returncode == 1
+    report = result.json()
+    assert report["verdict"] == "new-identity"
+    artifact = report["components"]["artifact"]
+    assert artifact["status"] == "changed"
+    assert any(c["field"] == "observed.digest" for c in artifact["changes"])
+    runtime = report["components"]["runtime"]
+    assert {"field": "observed.endpoint.server_version", "old": "0.6.3", "new": "0.6.4"} in runtime["changes"]
+    assert report["components"]["hardware"]["status"] == "same"
+    human = cli("verify", cwd=project, env=ENV)
+    assert human.returncode == 1
+    assert "0.6.3 -> 0.6.4" in human.stdout and "new-identity" in human.stdout
+
+
+def test_verify_sees_dirty_harness_and_changed_declaration(cli, project: Path) -> None:
+    assert cli("pin", cwd=project, env=ENV).returncode == 0
+    (project / "eval.py").write_text("print('evaluate, differently')\n")
+    text = (project / "execsys.toml").read_text().replace("temperature = 0.0", "temperature = 0.7")
+    (project / "execsys.toml").write_text(text)
+    report = cli("verify", "--json", cwd=project, env=ENV).json()
+    harness = report["components"]["harness"]
+    assert harness["status"] == "changed"
+    assert {"field": "observed.dirty", "old": False, "new": True} in harness["changes"]
+    assert {"field": "declared.temperature", "old": 0.0, "new": 0.7} in report["components"]["budget"]["changes"]
+
+
+def test_verify_endpoint_down_is_unverifiable(cli, project: Path, engine: FakeEngine) -> None:
+    assert cli("pin", cwd=project, env=ENV).returncode == 0
+    engine.close()
+    result = cli("verify", "--json", cwd=project, env=ENV)
+    assert result.returncode == 1
+    runtime = result.json()["components"]["runtime"]
+    assert runtime["status"] == "unverifiable" and "unreachable" in runtime["reason"]
+
+
+def test_diff_isolates_one_component_or_says_descriptive_only(cli, project: Path, engine: FakeEngine) -> None:
+    a = cli("pin", "--json", "--out", "a.lock.json", cwd=project, env=ENV).json()
+    engine.fingerprint = "fp_new"
+    b = cli("pin", "--json", "--out", "b.lock.json", cwd=project, env=ENV).json()
+    one = cli("diff", "a.lock.json", "b.lock.json", "--json", cwd=project)
+    assert one.returncode == 0
+    assert one.json()["moved"] == ["runtime"]
+    assert one.json()["sentence"] == "isolates runtime"
+    assert {"field": "observed.endpoint.system_fingerprint", "old": "fp_44709d6fcb", "new": "fp_new"} in \
+        one.json()["changes"]["runtime"]
+
+    (project / "eval.py").write_text("print('changed harness')\n")
+    c = cli("pin", "--json", "--out", "c.lock.json", env=dict(ENV, OMP_NUM_THREADS="8"), cwd=project).json()
+    # ledger ids and identity-id prefixes work as well as lock files
+    many = cli("diff", a["id"][:10], "c.lock.json", "--json", cwd=project).json()
+    assert many["moved"] == ["runtime", "harness", "environment"]
+    assert many["sentence"] == "descriptive only: 3 components moved (runtime, harness, environment)"
+    same = cli("diff", "b.lock.json", b["id"][:12], cwd=project)
+    assert "same system: no component moved" in same.stdout
+    assert c["id"] not in (a["id"], b["id"])
+
+
+def test_hugging_face_tree_quantization_from_config(cli, tmp_path: Path) -> None:
+    blobs = tmp_path / "blobs"
+    snap = tmp_path / "models--org--m" / "snapshots" / "abc"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    (blobs / "1").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                                         "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}))
+    (blobs / "2").write_bytes(os.urandom(4096))
+    (snap / "config.json").symlink_to(blobs / "1")
+    (snap / "model.safetensors").symlink_to(blobs / "2")
+    (tmp_path / "execsys.toml").write_text(f'[artifact]\npath = "{snap}"\nquantization = "gptq"\n')
+    result = cli("pin", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    artifact = result.json()["components"]["artifact"]["observed"]
+    assert artifact["kind"] == "tree" and artifact["files"] == 2 and artifact["format"] == "safetensors"
+    assert artifact["quantization"] == "awq 4-bit"
+    assert artifact["quantization_config"]["group_size"] == 128
+    assert artifact["quantization_matches_declared"] is False
+    assert "declared quantization 'gptq' but the files say 'awq 4-bit'" in " ".join(result.json()["notes"])
+    assert "gptq" in result.stderr  # and said on stderr as a warning
+
+
+def test_gguf_reader_agrees_with_gguf_package(tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    path = make_tiny_gguf(tmp_path / "t.gguf", seed=3)
+    ours = read_gguf_metadata(path)
+    reader = gguf.GGUFReader(str(path))
+    field = reader.fields["general.file_type"]
+    assert ours["general.file_type"] == int(field.parts[field.data[0]][0])
+    assert ours["general.name"] == "execsys-tiny"
+    assert ours["general.architecture"] == "llama"
+
+
+def test_real_llama_cpp_server_runtime_identity(cli, tmp_path: Path, llama_server) -> None:
+    (tmp_path / "execsys.toml").write_text(
+        f'[artifact]\npath = "{llama_server.model_path}"\n[runtime]\nengine = "llama-cpp-python"\n'
+        f'endpoint = "{llama_server.base_url}"\n')
+    result = cli("pin", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    runtime = result.json()["components"]["runtime"]["observed"]
+    from importlib.metadata import version
+
+    assert runtime["engine"] == {"name": "llama-cpp-python", "version": version("llama_cpp_python"),
+                                 "source": "package metadata (llama_cpp_python)"}
+    assert runtime["endpoint"]["models"] == [llama_server.alias]
+    assert "llama_cpp.server" in " ".join(runtime["process"]["argv"])
+    assert cli("verify", cwd=tmp_path).returncode == 0
+
+
+# -- init ----------------------------------------------------------------------------------------
+
+
+def test_init_writes_a_template_that_loads_clean_and_refuses_overwrite(cli, tmp_path: Path, engine) -> None:
+    repo = make_repo(tmp_path / "r")
+    result = cli("init", cwd=repo)
+    assert result.returncode == 0, result.stderr
+    text = (repo / "execsys.toml").read_text()
+    from execsys.declaration import parse
+
+    decl = parse(text)
+    assert decl.warnings == []
+    for name in COMPONENTS:
+        assert f"[{name}]" in text
+    assert decl.get("harness", "repo") == str(repo)
+    import socket
+
+    assert decl.get("hardware", "host") == socket.gethostname()
+    again = cli("init", cwd=repo)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert (repo / "execsys.toml").read_text() == text
+    (repo / "execsys.toml").write_text("# mine\n")
+    assert cli("init", "--force", cwd=repo).returncode == 0
+    assert (repo / "execsys.toml").read_text() == text
+    assert cli("pin", cwd=repo).returncode == 0  # the template pins as written

@@ -1,0 +1,348 @@
+"""`execsys plan`: pre-registered counterbalanced schedules, tamper detection, executed-log checks,
+a paired run against two real llama.cpp servers, and remote placement over the loopback sshd."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from execsys import COMPONENTS
+from execsys.canonical import content_id
+from execsys.ledger import Ledger
+from execsys.plan import new_plan, paired_stats
+from execsys.stats import mcnemar_exact
+from tests.fixtures.llama import LlamaServer, make_tiny_gguf
+
+# ------------------------------------------------------------------ schedule
+
+
+@pytest.mark.parametrize("design", ["abba", "random"])
+@pytest.mark.parametrize("n", list(range(1, 14)))
+def test_counterbalance_for_odd_and_even_n(design: str, n: int) -> None:
+    for seed in range(6):
+        plan = new_plan(["A", "B"], [f"c{i}" for i in range(n)], design, seed)
+        counts = plan.first_counts()
+        assert counts["A"] + counts["B"] == n
+        if n % 2 == 0:
+            assert counts["A"] == counts["B"] == n // 2
+        else:
+            assert abs(counts["A"] - counts["B"]) == 1
+        assert sorted(e["case"] for e in plan.order) == sorted(f"c{i}" for i in range(n))
+
+
+def test_abba_pattern_follows_the_shuffled_order() -> None:
+    plan = new_plan(["A", "B"], [f"c{i}" for i in range(8)], "abba", 11)
+    firsts = [e["first"] for e in plan.order]
+    x, y = firsts[0], firsts[1]
+    assert x != y
+    assert firsts == [x, y, y, x, x, y, y, x]
+
+
+def test_same_inputs_same_plan_and_seed_changes_it() -> None:
+    ids = [f"c{i}" for i in range(10)]
+    one = new_plan(["A", "B"], ids, "abba", 5)
+    two = new_plan(["A", "B"], ids, "abba", 5)
+    assert one.to_json() == two.to_json()
+    other = new_plan(["A", "B"], ids, "abba", 6)
+    assert other.order != one.order and other.digest != one.digest
+
+
+def test_digest_covers_everything_but_registered_at() -> None:
+    plan = new_plan(["A", "B"], ["x", "y", "z"], "abba", 1, {"A": "gpu1"})
+    plan.registered_at = "2026-01-01T00:00:00Z"
+    assert plan.compute_digest() == plan.digest
+    body = plan.to_json()
+    body.pop("registered_at")
+    body.pop("digest")
+    assert content_id(body) == plan.digest
+    plan.placement = {"A": "gpu2"}
+    assert plan.compute_digest() != plan.digest
+
+
+def write_cases(path: Path, n: int, expected: dict[str, str] | None = None) -> Path:
+    rows = []
+    for i in range(n):
+        row = {"id": f"c{i}", "prompt": f"Item {i} says", "max_tokens": 8,
+               "expected": (expected or {}).get(f"c{i}", "nothing")}
+        rows.append(json.dumps(row))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_plan_new_registers_before_anything_runs(cli, tmp_path, ledger_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 7)
+    out = tmp_path / "plan.json"
+    result = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--design", "abba", "--seed", "3",
+                 "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(out.read_text())
+    assert plan["schema"] == "execsys.plan/1"
+    assert set(plan) >= {"arms", "order", "design", "seed", "placement", "digest", "registered_at"}
+    assert plan["arms"] == ["A", "B"] and plan["design"] == "abba" and plan["seed"] == 3
+    assert len(plan["order"]) == 7 and all(set(e) == {"case", "first"} for e in plan["order"])
+    with Ledger.open(ledger_path) as ledger:
+        records = ledger.find(kind="plan")
+    assert len(records) == 1 and records[0].body["digest"] == plan["digest"]
+    assert records[0].body["registered_at"] == plan["registered_at"]
+    # registering the same inputs again gives byte-identical output and no second record
+    again = tmp_path / "again.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--seed", "3", "--out", str(again))
+    assert again.read_bytes() == out.read_bytes()
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.count(kind="plan") == 1
+    assert cli("plan", "check", str(out)).returncode == 0
+
+
+@pytest.mark.parametrize("edit", ["order", "seed", "placement", "arms"])
+def test_a_plan_edited_after_registration_is_rejected(cli, tmp_path, ledger_path, edit: str) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 6)
+    out = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--seed", "1", "--out", str(out))
+    plan = json.loads(out.read_text())
+    if edit == "order":
+        plan["order"][0]["first"] = "B" if plan["order"][0]["first"] == "A" else "A"
+    elif edit == "seed":
+        plan["seed"] = 2
+    elif edit == "placement":
+        plan["placement"] = {"A": "somewhere-else"}
+    else:
+        plan["arms"] = ["A", "C"]
+    out.write_text(json.dumps(plan))
+    result = cli("plan", "check", str(out))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert "edited after registration" in result.stderr or "unknown arm" in result.stderr
+    run = cli("plan", "run", str(out), "--arm", "A=http://127.0.0.1:9/v1", "--arm", "B=http://127.0.0.1:9/v1")
+    assert run.returncode == 2
+
+
+def test_an_unregistered_plan_is_rejected(cli, tmp_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    out = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(out),
+        env={"EXECSYS_LEDGER": str(tmp_path / "first.sqlite3")})
+    result = cli("plan", "check", str(out), env={"EXECSYS_LEDGER": str(tmp_path / "other.sqlite3")})
+    assert result.returncode == 2 and "not registered" in result.stderr
+
+
+def test_unknown_arms_are_input_errors(cli, tmp_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    bad_place = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--placement", "C=gpu1")
+    assert bad_place.returncode == 2 and "unknown arm 'C'" in bad_place.stderr
+    out = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(out))
+    bad_run = cli("plan", "run", str(out), "--arm", "A=http://127.0.0.1:9/v1", "--arm", "C=http://127.0.0.1:9/v1")
+    assert bad_run.returncode == 2 and "unknown arm 'C'" in bad_run.stderr
+    same = cli("plan", "new", "--arms", "A", "A", "--cases", str(cases))
+    assert same.returncode == 2
+
+
+# ------------------------------------------------------------------ McNemar arithmetic
+
+
+def test_paired_stats_exact_mcnemar_by_hand() -> None:
+    pairs = [(True, False)] * 7 + [(False, True)] * 1 + [(True, True)] * 2 + [(False, False)] * 2
+    stats = paired_stats(pairs)
+    assert (stats.n, stats.b, stats.c, stats.both_right, stats.both_wrong) == (12, 7, 1, 2, 2)
+    # two-sided exact: 2 * P[X <= 1], X ~ Binomial(8, 1/2) = 2 * (1 + 8) / 256
+    assert stats.mcnemar_p == pytest.approx(18 / 256)
+    assert stats.difference == pytest.approx(6 / 12)
+    assert stats.rate_a == pytest.approx(9 / 12) and stats.rate_b == pytest.approx(3 / 12)
+    assert stats.ci95[0] < stats.difference < stats.ci95[1]
+
+
+# ------------------------------------------------------------------ real llama.cpp servers
+
+
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory):
+    """Two real llama.cpp servers on loopback serving models of different seeds: the two arms."""
+    root = tmp_path_factory.mktemp("arms")
+    servers = []
+    try:
+        for seed in (1, 2):
+            servers.append(LlamaServer(make_tiny_gguf(root / f"seed{seed}.gguf", seed=seed)).start())
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _texts(server: LlamaServer, cases: Path) -> dict[str, str]:
+    from execsys.probes.cases import load_cases
+    from execsys.probes.client import EndpointClient
+
+    with EndpointClient(server.base_url, timeout=60) as client:
+        model = client.resolve_model(None)
+        return {c.id: client.complete(c, {"temperature": 0, "model": model}).text.strip() for c in load_cases(cases)}
+
+
+def _paired_run(cli, tmp_path, two_servers, *, placement: list[str] = (), extra: list[str] = (), cwd=None):
+    first = write_cases(tmp_path / "probe.jsonl", 10)
+    texts_a, texts_b = _texts(two_servers[0], first), _texts(two_servers[1], first)
+    # Expected answers: arm A's text on even cases, arm B's on odd ones, so discordant pairs exist.
+    expected = {f"c{i}": (texts_a if i % 2 == 0 else texts_b)[f"c{i}"] for i in range(10)}
+    cases = write_cases(tmp_path / "cases.jsonl", 10, expected)
+    plan_path = tmp_path / "plan.json"
+    args = ["plan", "new", "--arms", "A", "B", "--cases", str(cases), "--seed", "4", "--out", str(plan_path)]
+    for item in placement:
+        args += ["--placement", item]
+    assert cli(*args, cwd=cwd).returncode == 0
+    log = tmp_path / "executed.jsonl"
+    result = cli("plan", "run", str(plan_path), "--arm", f"A={two_servers[0].base_url}",
+                 "--arm", f"B={two_servers[1].base_url}", "--log", str(log), "--json", *extra, cwd=cwd)
+    return plan_path, log, result
+
+
+def test_paired_run_against_two_real_llama_servers(cli, tmp_path, ledger_path, two_servers) -> None:
+    plan_path, log, result = _paired_run(cli, tmp_path, two_servers)
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    assert data["schema"] == "execsys.plan-run/1" and data["label"] == "causal"
+    assert all(check["passed"] for check in data["checks"])
+    # hand computation from the recorded per-case outcomes
+    outcomes = data["outcomes"]
+    assert len(outcomes) == 10
+    b = sum(1 for o in outcomes.values() if o["A"]["correct"] and not o["B"]["correct"])
+    c = sum(1 for o in outcomes.values() if o["B"]["correct"] and not o["A"]["correct"])
+    k = b + c
+    assert k >= 1  # the arms disagree somewhere, so the test exercises the discordant arithmetic
+    hand_p = min(1.0, 2 * sum(math.comb(k, i) for i in range(min(b, c) + 1)) / 2**k)
+    assert data["paired"]["b"] == b and data["paired"]["c"] == c
+    assert data["paired"]["mcnemar_p"] == pytest.approx(hand_p)
+    assert data["paired"]["mcnemar_p"] == pytest.approx(mcnemar_exact(b, c))
+    assert data["paired"]["difference"] == pytest.approx((b - c) / 10)
+    # each arm's recorded outcome is exactly what its server says for that prompt
+    for case, arms in outcomes.items():
+        assert arms["A"]["correct"] == (arms["A"]["outcome"] == json.loads(
+            (tmp_path / "cases.jsonl").read_text().splitlines()[int(case[1:])])["expected"])
+    # the executed order is the registered one, and the plan was registered first
+    plan = json.loads(plan_path.read_text())
+    events = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    ran = [(e["case"], e["arm"]) for e in events if e["event"] == "case"]
+    registered = []
+    for entry in plan["order"]:
+        other = "B" if entry["first"] == "A" else "A"
+        registered += [(entry["case"], entry["first"]), (entry["case"], other)]
+    assert ran == registered
+    assert plan["registered_at"] < events[0]["at"]
+    with Ledger.open(ledger_path) as ledger:
+        runs = ledger.find(kind="plan-run")
+    assert len(runs) == 1 and runs[0].parent == f"plan-{plan['digest'][:24]}"
+    assert "McNemar" in data["statement"] and "causal" in data["statement"]
+    checked = cli("plan", "check", str(plan_path), "--executed", str(log), "--json")
+    assert checked.returncode == 0 and checked.json()["violations"] == []
+
+
+def _rewrite(log: Path, mutate) -> Path:
+    lines = log.read_text().splitlines()
+    header, events = lines[0], [json.loads(line) for line in lines[1:]]
+    events = mutate(events)
+    out = log.with_name("tampered-" + log.name)
+    out.write_text("\n".join([header] + [json.dumps(e) for e in events]) + "\n")
+    return out
+
+
+def test_executed_log_violations(cli, tmp_path, ledger_path, two_servers) -> None:
+    plan_path, log, result = _paired_run(cli, tmp_path, two_servers)
+    assert result.returncode == 0
+
+    def swap_first_case(events):
+        idx = [i for i, e in enumerate(events) if e["event"] == "case"][:2]
+        events[idx[0]], events[idx[1]] = events[idx[1]], events[idx[0]]
+        return events
+
+    def restart_between_arms(events):
+        idx = [i for i, e in enumerate(events) if e["event"] == "case"][0]
+        events.insert(idx + 1, {"event": "restart", "arm": events[idx]["arm"], "at": events[idx]["at"]})
+        return events
+
+    def outside_window(events):
+        last = [e for e in events if e["event"] == "case"][-1]
+        last["at"] = "2099-01-01T00:00:00.000Z"
+        return events
+
+    def wrong_placement(events):
+        for e in events:
+            if e["event"] == "placement" and e["arm"] == "B":
+                e["host"] = "rented-box"
+        return events
+
+    for mutate, check, needle in [
+        (swap_first_case, "order", "registered case"),
+        (restart_between_arms, "no-restart", "between the arms of case"),
+        (outside_window, "window", "outside the window"),
+        (wrong_placement, "placement", "ran on rented-box"),
+    ]:
+        tampered = _rewrite(log, mutate)
+        res = cli("plan", "check", str(plan_path), "--executed", str(tampered), "--json")
+        assert res.returncode == 1, (check, res.stderr)
+        failed = {c["name"]: c["detail"] for c in res.json()["checks"] if not c["passed"]}
+        assert check in failed and needle in failed[check], (check, failed)
+
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("this is not a log\n")
+    bad = cli("plan", "check", str(plan_path), "--executed", str(garbage))
+    assert bad.returncode == 2 and "not JSON" in bad.stderr
+    wrong_schema = tmp_path / "wrong.jsonl"
+    wrong_schema.write_text(json.dumps({"schema": "something/1"}) + "\n")
+    assert cli("plan", "check", str(plan_path), "--executed", str(wrong_schema)).returncode == 2
+
+
+def _lock_with_artifact(path: Path, artifact: Path, digest: str) -> None:
+    components = {name: {"declared": {}, "observed": {}} for name in COMPONENTS}
+    components["artifact"]["observed"] = {"path": str(artifact), "digest": digest}
+    path.write_text(json.dumps({"schema": "execsys.identity/1", "id": content_id(components),
+                                "recorded_at": "2026-11-30T00:00:00Z", "declaration": {},
+                                "components": components, "notes": []}))
+
+
+def test_remote_placement_checks_over_loopback_sshd(cli, tmp_path, ledger_path, two_servers, ssh_config_env) -> None:
+    from execsys.digest import digest_path
+
+    artifact = two_servers[0].model_path
+    good = digest_path(artifact).digest
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "execsys.toml").write_text(
+        '[placement]\nallowed = ["tier-1"]\nhosts = { "execsys-test" = "tier-1", "rented" = "tier-3" }\n'
+    )
+    # (b) over SSH: the remote digest command agrees with the local one
+    remote = cli("digest", str(artifact), "--host", ssh_config_env.dest, "--json")
+    assert remote.returncode == 0, remote.stderr
+    assert good in remote.stdout
+
+    lock = workdir / "execsys.lock.json"
+    _lock_with_artifact(lock, artifact, good)
+    plan_path, log, result = _paired_run(cli, workdir, two_servers, placement=[f"A={ssh_config_env.dest}"],
+                                         extra=["--lock", str(lock)], cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    placed = data["placement"][0]
+    assert placed["arm"] == "A" and placed["host"] == ssh_config_env.dest
+    assert [c["name"] for c in placed["checks"]] == ["a-registered", "b-digest", "c-host-identity", "d-admissible"]
+    assert all(c["passed"] for c in placed["checks"]), placed["checks"]
+    assert placed["digest"]["digest"] == good
+    assert placed["hardware"]  # (c) the remote host identity is recorded
+    assert data["label"] == "causal"
+
+    # a lock pinning other bytes: (b) fails as an integrity defect and the claim is descriptive
+    _lock_with_artifact(lock, artifact, "0" * 64)
+    _plan, _log, bad = _paired_run(cli, workdir, two_servers, placement=[f"A={ssh_config_env.dest}"],
+                                   extra=["--lock", str(lock)], cwd=workdir)
+    assert bad.returncode == 1
+    checks = {c["name"]: c for c in bad.json()["placement"][0]["checks"]}
+    assert not checks["b-digest"]["passed"] and "integrity defect" in checks["b-digest"]["detail"]
+    assert bad.json()["label"] == "descriptive"
+
+    # a host outside the residency policy: (d) fails
+    (workdir / "execsys.toml").write_text('[placement]\nallowed = ["tier-1"]\nhosts = { "execsys-test" = "tier-3" }\n')
+    _lock_with_artifact(lock, artifact, good)
+    _plan, _log, inadmissible = _paired_run(cli, workdir, two_servers, placement=[f"A={ssh_config_env.dest}"],
+                                            extra=["--lock", str(lock)], cwd=workdir)
+    assert inadmissible.returncode == 1
+    checks = {c["name"]: c for c in inadmissible.json()["placement"][0]["checks"]}
+    assert not checks["d-admissible"]["passed"] and "tier-3" in checks["d-admissible"]["detail"]

@@ -1,0 +1,151 @@
+"""No secret reaches an output, a lock file or the ledger file, whichever command runs.
+
+Secrets are planted where they really occur: environment variables (HF_TOKEN,
+OPENAI_API_KEY, a password), the declaration (credentials in the endpoint URL, an
+``--api-key`` flag, an Authorization header in the restart command, a password among
+the declared variables), a git remote URL, and the serving process's own command line
+and environment. Then every command's stdout and stderr, the lock files and the raw
+bytes of the SQLite ledger (and its WAL) are searched for each secret value.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_identity import git, make_repo
+
+SECRETS = {
+    "HF_TOKEN": "hf_PlantedTokenValue0001",
+    "OPENAI_API_KEY": "sk-planted-openai-key-0002",
+    "DB_PASSWORD": "planted-db-password-0003",
+}
+TOML_ONLY = {
+    "endpoint_password": "planted-endpoint-pw-0004",
+    "flag_key": "sk-planted-flag-key-0005",
+    "restart_bearer": "planted-bearer-token-0006",
+    "declared_password": "planted-declared-pw-0007",
+    "git_remote_password": "s3cret-planted-remote-0008",
+    "process_argv_key": "sk-planted-process-argv-0009",
+    "process_env_key": "planted-process-env-0010",
+}
+ALL = list(SECRETS.values()) + list(TOML_ONLY.values())
+
+SERVER = r'''
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def _send(self, body, status=200):
+        data = json.dumps(body).encode()
+        self.send_response(status); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data))); self.end_headers(); self.wfile.write(data)
+    def do_GET(self):
+        if self.path == "/v1/models": self._send({"data": [{"id": "m"}]})
+        elif self.path == "/version": self._send({"version": "1.0"})
+        else: self._send({}, 404)
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0)); self._send({"choices": []})
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def serving_process(tmp_path: Path):
+    """A separate serving process launched the careless way: key on the command line and in its env."""
+    import os
+
+    port = _free_port()
+    script = tmp_path / "serve.py"
+    script.write_text(SERVER)
+    env = dict(os.environ, VLLM_API_KEY=TOML_ONLY["process_env_key"])
+    proc = subprocess.Popen([sys.executable, str(script), str(port), "--api-key", TOML_ONLY["process_argv_key"]],
+                            env=env)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+def test_no_secret_in_any_output_lock_or_ledger(cli, tmp_path: Path, ledger_path: Path, serving_process: int) -> None:
+    repo = make_repo(tmp_path / "evals", remote=f"https://alice:{TOML_ONLY['git_remote_password']}@git.example.org/evals.git")
+    (repo / "model.bin").write_bytes(b"weights")
+    (repo / ".gitignore").write_text("*.json\nexecsys.toml\nmodel.bin\n")
+    git("add", ".gitignore", cwd=repo)
+    git("commit", "-q", "-m", "ignore", cwd=repo)
+    (repo / "execsys.toml").write_text(f"""
+[artifact]
+path = "model.bin"
+
+[runtime]
+engine = "vllm"
+endpoint = "http://svc:{TOML_ONLY['endpoint_password']}@127.0.0.1:{serving_process}/v1"
+api_key_env = "OPENAI_API_KEY"
+flags = ["--api-key", "{TOML_ONLY['flag_key']}", "--max-model-len=4096"]
+restart = "curl -H 'Authorization: Bearer {TOML_ONLY['restart_bearer']}' http://127.0.0.1/restart"
+
+[environment]
+variables = {{ DB_PASSWORD = "{SECRETS['DB_PASSWORD']}", SERVICE_PASSWORD = "{TOML_ONLY['declared_password']}", OMP_NUM_THREADS = "2" }}
+""")
+    env = dict(SECRETS, OMP_NUM_THREADS="2")
+    outputs = []
+
+    def run(*args: str, expect: tuple[int, ...] = (0,)) -> None:
+        result = cli(*args, cwd=repo, env=env)
+        assert result.returncode in expect, (args, result.stderr)
+        outputs.append((args, result.stdout + result.stderr))
+
+    run("init", "--config", "other.toml")
+    run("pin")
+    run("pin", "--json", "--out", "b.lock.json")
+    run("verify")
+    run("verify", "--json", "--lock", "b.lock.json")
+    run("diff", "execsys.lock.json", "b.lock.json")
+    run("diff", "execsys.lock.json", "b.lock.json", "--json")
+    run("digest", "model.bin", "--json")
+    run("ledger", "list")
+    run("ledger", "list", "--json")
+    records = cli("ledger", "list", "--json", cwd=repo, env=env).json()
+    run("ledger", "show", records[0]["id"])
+    run("ledger", "show", records[0]["id"], "--json")
+    run("ledger", "export")
+    run("ledger", "export", "--json")
+    # an error path that echoes the endpoint: the server is gone
+    bad = repo / "bad.toml"
+    bad.write_text(f'[runtime]\nendpoint = "http://svc:{TOML_ONLY["endpoint_password"]}@127.0.0.1:9/v1"\n')
+    run("pin", "--config", str(bad), "--out", "never.json", expect=(2,))
+
+    # the redaction really saw the secrets (so the searches below are not vacuous)
+    lock_text = (repo / "execsys.lock.json").read_text()
+    assert "<redacted>" in lock_text
+    assert "--api-key" in lock_text and "DB_PASSWORD" in lock_text and "SERVICE_PASSWORD" in lock_text
+    assert "https://git.example.org/evals.git" in lock_text
+    assert '"VLLM_API_KEY": "<redacted>"' in lock_text  # the serving process's env was read, value hidden
+
+    files = [repo / "execsys.lock.json", repo / "b.lock.json", repo / "other.toml"]
+    files += sorted(ledger_path.parent.glob(ledger_path.name + "*"))  # the database, -wal, -shm
+    assert not (repo / "never.json").exists()
+    for secret in ALL:
+        for args, text in outputs:
+            assert secret not in text, f"{secret!r} printed by execsys {' '.join(args)}"
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), f"{secret!r} found in {path.name}"

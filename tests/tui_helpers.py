@@ -1,0 +1,48 @@
+"""Helpers shared by the TUI tests: a project directory, waiting for workers, reading widgets as text."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+
+async def settle(pilot, predicate: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Wait for the app's workers until ``predicate()`` holds (work may start after a refresh)."""
+    app = pilot.app
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if predicate():
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+def text_of(widget) -> str:
+    """What a Static (or any widget with ``content``) shows, as plain text."""
+    content = getattr(widget, "content", None)
+    if content is None:
+        content = widget.render()
+    if isinstance(content, Text):
+        return content.plain
+    if isinstance(content, str):
+        return content
+    buffer = io.StringIO()
+    Console(file=buffer, width=200, color_system=None, legacy_windows=False).print(content)
+    return buffer.getvalue()
+
+
+def write_cases(path: Path, prompts: list[tuple[str, str]], max_tokens: int = 8) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps({"id": cid, "prompt": p, "max_tokens": max_tokens}) + "\n"
+                            for cid, p in prompts))
+    return path

@@ -1,0 +1,179 @@
+"""The execsys app: four steps (Doctor, Identity, Probes, Scope & plan) over the same engines as the CLI.
+
+The app holds the session's state (paths, doctor results, the gate, the header's facts) and
+switches between one screen per step (Textual modes, so each step keeps its state while the
+operator looks at another). Every action calls the engine functions the CLI calls; the screens
+only start workers and render what comes back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from execsys.tui.screens.doctor import DoctorScreen
+from execsys.tui.screens.identity import IdentityScreen
+from execsys.tui.screens.probes import ProbesScreen
+from execsys.tui.screens.scope import ScopeScreen
+from execsys.tui.state import STEPS, DoctorState, Paths
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.worker import Worker
+
+DARK, LIGHT = "textual-dark", "textual-light"
+EXIT_AFTER_PAINT_ENV = "EXECSYS_TUI_EXIT_AFTER_PAINT"
+"""Set to 1 and the app exits right after its first paint (used by benchmarks/bench_tui_startup.py)."""
+PAINT_STAMP_ENV = "EXECSYS_TUI_PAINT_STAMP"
+"""A file to receive ``time.time()`` at the first paint (the benchmark's stop watch)."""
+
+
+class ExecsysApp(App[int]):
+    """``execsys tui``: the procedure in order, and a gate before any run counts."""
+
+    TITLE = "execsys"
+    CSS_PATH = "app.tcss"
+    MODES = {"doctor": DoctorScreen, "identity": IdentityScreen, "probes": ProbesScreen, "scope": ScopeScreen}
+    BINDINGS = [
+        Binding("1", "step('doctor')", "Doctor", show=False),
+        Binding("2", "step('identity')", "Identity", show=False),
+        Binding("3", "step('probes')", "Probes", show=False),
+        Binding("4", "step('scope')", "Scope", show=False),
+        # Function keys switch steps even while a text field has the focus.
+        Binding("f1", "step('doctor')", show=False, priority=True),
+        Binding("f2", "step('identity')", show=False, priority=True),
+        Binding("f3", "step('probes')", show=False, priority=True),
+        Binding("f4", "step('scope')", show=False, priority=True),
+        Binding("ctrl+t", "toggle_theme", "Theme"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    identity_id: reactive[str | None] = reactive(None)
+    doctor_verdict: reactive[str] = reactive("not run", always_update=True)
+    doctor_detail: reactive[str] = reactive("")
+    licence: reactive[str] = reactive("")
+    gate_override: reactive[dict[str, Any] | None] = reactive(None)
+
+    def __init__(
+        self,
+        *,
+        config: str | os.PathLike[str] | None = None,
+        ledger: str | os.PathLike[str] | None = None,
+        hosts: Iterable[str] = (),
+        autostart: bool = True,
+        theme: str = DARK,
+    ) -> None:
+        super().__init__()
+        self.paths = Paths.resolve(config, ledger)
+        self.doctor = DoctorState()
+        self.doctor.hosts.extend(h for h in hosts if h not in self.doctor.hosts)
+        self.autostart = autostart
+        self._initial_theme = theme
+        self._exit_after_paint = os.environ.get(EXIT_AFTER_PAINT_ENV) == "1"
+
+    # -- start-up --------------------------------------------------------
+    def on_mount(self) -> None:
+        self.theme = self._initial_theme
+        self.switch_mode("doctor")
+        self.call_after_refresh(self._first_paint)
+        if not self._exit_after_paint:
+            self.refresh_session_facts()
+
+    def _first_paint(self) -> None:
+        stamp = os.environ.get(PAINT_STAMP_ENV)
+        if stamp:
+            import time
+
+            with open(stamp, "w", encoding="utf-8") as fh:
+                fh.write(repr(time.time()))
+        if self._exit_after_paint:
+            self.exit(0)
+
+    def refresh_session_facts(self) -> None:
+        """Re-read the identity (lock file) and the licence (scope over the ledger) in a worker."""
+        self.run_worker(self._read_session_facts, thread=True, exclusive=True, group="session", exit_on_error=False)
+
+    def _read_session_facts(self) -> None:
+        from execsys.tui import engine
+
+        identity_id = engine.current_identity_id(self.paths)
+        licence = engine.licence_for(self.paths, identity_id)
+        self.call_from_thread(self._set_session_facts, identity_id, licence)
+
+    def _set_session_facts(self, identity_id: str | None, licence: str) -> None:
+        self.identity_id = identity_id
+        self.licence = licence
+
+    # -- ledger ----------------------------------------------------------
+    def open_ledger(self):
+        """A fresh connection for the calling thread (SQLite connections are not shared across threads)."""
+        from execsys.ledger import Ledger
+
+        return Ledger.open(self.paths.ledger)
+
+    # -- doctor state, the gate ------------------------------------------
+    def doctor_changed(self) -> None:
+        """Screens call this after changing ``self.doctor``; the header and the gate follow."""
+        self.doctor_verdict = self.doctor.verdict()
+        failing = self.doctor.failing()
+        self.doctor_detail = f"{len(failing)} failing" if failing else ""
+        if self.doctor.running:
+            self.gate_override = None  # an override speaks for the verdict it was given against
+
+    def gate_open(self) -> bool:
+        return self.doctor.gate_open() or self.gate_override is not None
+
+    def grant_override(self) -> dict[str, Any]:
+        """The operator chose to run despite the doctor: remember what they overrode, and when."""
+        from execsys.ledger import now_iso
+
+        self.gate_override = {
+            "verdict": self.doctor.verdict(),
+            "reason": self.doctor.gate_reason(),
+            "failing": [{"host": h, "hazard": z} for h, z in self.doctor.failing()],
+            "hosts": list(self.doctor.hosts),
+            "at": now_iso(),
+        }
+        return self.gate_override
+
+    # -- actions -----------------------------------------------------------
+    def action_step(self, mode: str) -> None:
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    def action_toggle_theme(self) -> None:
+        self.theme = LIGHT if self.theme == DARK else DARK
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for number, (mode, label) in enumerate(STEPS, start=1):
+            yield SystemCommand(f"Step {number}: {label}", f"Open the {label} step", lambda m=mode: self.action_step(m))
+        yield SystemCommand("Toggle dark/light theme", "Switch between the dark and the light theme", self.action_toggle_theme)
+        yield SystemCommand("Re-run the doctor", "Check every hazard on every host again", self._rerun_doctor)
+
+    def _rerun_doctor(self) -> None:
+        self.switch_mode("doctor")
+        self.call_after_refresh(lambda: self.screen.run_action("rerun_all"))
+
+    # -- workers: failures handled in one place -------------------------------
+    def report_worker_failure(self, worker: Worker) -> None:
+        """Every step's worker failures end here: one notification, one line, no traceback on screen."""
+        error = worker.error
+        what = worker.group if worker.group != "default" else (worker.name or "work")
+        message = " ".join(str(error).split()) or type(error).__name__
+        from execsys.errors import ExecsysError
+
+        if not isinstance(error, ExecsysError):
+            message = f"{type(error).__name__}: {message}"
+        self.log.error(f"worker {what} failed", error=error)
+        self.notify(message, title=f"{what} failed", severity="error", timeout=10)
+
+
+def main() -> None:  # pragma: no cover - for `python -m execsys.tui.app`
+    ExecsysApp().run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

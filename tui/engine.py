@@ -1,0 +1,493 @@
+"""The TUI's calls into the engines, in one place.
+
+Each function here is a thin call to the same engine function the CLI command uses, plus the
+small amount of reshaping a screen needs (a hazard list as (id, title) pairs, a licence line).
+Nothing here imports textual, and nothing here decides anything the engines do not: when an
+engine changes its names, this is the one module that follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from execsys.tui.state import Paths
+
+# -- doctor ------------------------------------------------------------------
+
+
+def hazard_list() -> list[tuple[str, str]]:
+    """The nine hazards in the doctor's own order, as (id, title)."""
+    from execsys.doctor.registry import HAZARDS
+
+    pairs = []
+    for item in HAZARDS:
+        if isinstance(item, str):
+            pairs.append((item, item))
+        elif isinstance(item, tuple):
+            pairs.append((str(item[0]), str(item[1] if len(item) > 1 else item[0])))
+        else:
+            hazard_id = getattr(item, "id", None) or getattr(item, "ID", None) or str(item)
+            title = getattr(item, "title", None) or getattr(item, "TITLE", None) or hazard_id
+            pairs.append((str(hazard_id), str(title)))
+    return pairs
+
+
+def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None):
+    """The options `execsys doctor --config ... --host ... --only ...` would build."""
+    from execsys.doctor.runner import DoctorOptions
+
+    from execsys import declaration
+
+    decl = declaration.load(paths.config if paths.config.exists() else None)
+    overrides: dict[str, Any] = {"hosts": list(hosts)}
+    if only:
+        overrides["only"] = list(only)
+    return DoctorOptions.from_declaration(decl, **overrides)
+
+
+def run_doctor(options, on_result: Callable[[str, Any], None], cancel) -> Any:
+    from execsys.doctor.runner import run_doctor as _run
+
+    return _run(options, on_result=on_result, cancel=cancel)
+
+
+def record_doctor(paths: Paths, report) -> str:
+    """Store the report in the ledger, as `execsys doctor` does."""
+    from execsys.ledger import Ledger
+
+    with Ledger.open(paths.ledger) as ledger:
+        return ledger.append("doctor", report.to_json())
+
+
+# -- identity ----------------------------------------------------------------
+
+
+def current_identity_id(paths: Paths) -> str | None:
+    """The identity this session speaks for: the lock beside the declaration, if there is one."""
+    if not paths.lock.exists():
+        return None
+    try:
+        from execsys.identity import load_lock
+
+        lock = load_lock(paths.lock)
+    except Exception:  # an unreadable lock is shown as "not pinned"; the Identity step says why
+        return None
+    return _identity_id(lock)
+
+
+def _identity_id(identity: Any) -> str | None:
+    if identity is None:
+        return None
+    if isinstance(identity, dict):
+        return identity.get("id")
+    return getattr(identity, "id", None)
+
+
+# -- scope ---------------------------------------------------------------------
+
+
+def licence_for(paths: Paths, identity_id: str | None) -> str:
+    """A few words for the header: the widest boundary licensed under this identity, and what is unstable."""
+    if not identity_id:
+        return "none (no pinned identity)"
+    report, _ = scope_and_contract(paths, identity_id)
+    return licence_line(report)
+
+
+def licence_line(report: Any) -> str:
+    if report is None:
+        return "none (no pinned identity)"
+    parts = []
+    if report.licence:
+        m = report.measured[report.licence]
+        parts.append(f"{report.licence} ({m.m}/{m.n})")
+    elif report.measured:
+        parts.append("none (no axis agreed fully)")
+    else:
+        parts.append("none (nothing probed)")
+    if report.unstable:
+        parts.append("unstable: " + ", ".join(report.unstable))
+    return "; ".join(parts)
+
+
+def read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def declared(paths: Paths, table: str, key: str) -> Any:
+    """One declared setting, or None (no declaration, or not declared)."""
+    from execsys import declaration
+
+    try:
+        decl = declaration.load(paths.config if paths.config.exists() else None)
+    except Exception:  # a broken declaration is reported on the Identity step, not here
+        return None
+    return decl.get(table, key)
+
+
+def scope_axes() -> tuple[str, ...]:
+    from execsys.scope import AXES
+
+    return AXES
+
+
+def scope_and_contract(paths: Paths, identity_id: str | None) -> tuple[Any, str]:
+    """The scope report for this identity and its contract section (both None/'' without an identity)."""
+    if not identity_id:
+        return None, ""
+    from execsys.ledger import Ledger
+    from execsys.scope import compute_scope, contract_markdown, resolve_identity
+
+    with Ledger.open(paths.ledger) as ledger:
+        report = compute_scope(ledger, identity_id)
+        ref_source = str(paths.lock) if paths.lock.exists() else identity_id
+        try:
+            identity = resolve_identity(ref_source, ledger)
+        except Exception:  # the contract still names the id when the components cannot be found
+            identity = None
+        contract = contract_markdown(report, identity)
+    return report, contract
+
+
+def save_text(path: str | Path, text: str) -> Path:
+    from execsys.fsutil import atomic_write_text
+
+    target = Path(path).expanduser()
+    atomic_write_text(target, text)
+    return target
+
+
+# -- identity: declare, observe, pin ----------------------------------------------
+
+
+def identity_id_of(identity: Any) -> str | None:
+    return _identity_id(identity)
+
+
+def load_declaration(paths: Paths):
+    from execsys import declaration
+
+    return declaration.load(paths.config if paths.config.exists() else None)
+
+
+def declared_components(paths: Paths) -> tuple[dict[str, dict[str, Any]], str]:
+    """The twelve tables for the form, and a line saying where they came from."""
+    from execsys import COMPONENTS
+
+    if paths.config.exists():
+        decl = load_declaration(paths)
+        note = f"declaration: {paths.config}"
+        if decl.warnings:
+            note += f" ({len(decl.warnings)} warning{'s' if len(decl.warnings) != 1 else ''}: {decl.warnings[0]})"
+        return {name: decl.component(name) for name in COMPONENTS}, note
+    detected = detected_tables()
+    return ({name: detected.get(name, {}) for name in COMPONENTS},
+            f"no {paths.config} yet: the form is pre-filled from what this machine shows; save writes it")
+
+
+def detected_tables() -> dict[str, dict[str, Any]]:
+    """What ``execsys init`` would write for this machine, as declaration tables."""
+    from execsys import declaration
+    from execsys.commands.init import detect, render_template
+
+    return declaration.parse(render_template(detect())).tables
+
+
+def observe(paths: Paths, progress: Callable[[int, int], None] | None = None) -> dict[str, dict[str, Any]]:
+    """What this machine observes for each component, as ``execsys pin`` would record it (no endpoint required)."""
+    from execsys.identity import observe_components
+
+    decl = load_declaration(paths)
+    components = observe_components(decl, progress=progress, require_endpoint=False,
+                                    exclude=[paths.lock.resolve()])
+    return {name: value.get("observed", {}) for name, value in components.items()}
+
+
+def last_lock(paths: Paths) -> Any:
+    """The lock beside the declaration (an Identity), or None when there is none."""
+    if not paths.lock.exists():
+        return None
+    from execsys.identity import load_lock
+
+    return load_lock(paths.lock)
+
+
+def save_declaration(paths: Paths, tables: dict[str, dict[str, Any]]) -> Path:
+    """Write the form's twelve tables to the declaration, keeping its other tables (doctor, probe, ...)."""
+    from execsys.tui.widgets.values import declaration_text
+
+    merged: dict[str, dict[str, Any]] = {}
+    if paths.config.exists():
+        merged.update({k: v for k, v in load_declaration(paths).tables.items() if v})
+    merged.update(tables)
+    text = declaration_text(merged)
+    from execsys import declaration
+
+    declaration.parse(text, paths.config)  # what is written must load back
+    return save_text(paths.config, text)
+
+
+def pin(paths: Paths, tables: dict[str, dict[str, Any]], progress: Callable[[int, int], None] | None = None):
+    """Save the declaration, then pin it as ``execsys pin`` does; returns (identity, diff vs the previous lock)."""
+    from execsys.identity import diff_identities, record_identity, write_lock
+    from execsys.identity import pin as pin_identity
+    from execsys.ledger import Ledger
+
+    save_declaration(paths, tables)
+    decl = load_declaration(paths)
+    try:
+        previous = last_lock(paths)
+    except Exception:  # an unreadable old lock is replaced; there is nothing to diff against
+        previous = None
+    ledger = Ledger.open(paths.ledger)  # fail on an unusable ledger before minutes of hashing
+    with ledger:
+        identity = pin_identity(decl, progress=progress, exclude=[paths.lock.resolve()])
+        write_lock(identity, paths.lock)
+        record_identity(identity, ledger)
+    diff = diff_identities(previous, identity) if previous is not None else None
+    return identity, diff
+
+
+# -- probes ----------------------------------------------------------------------------
+
+
+def probe_axes() -> tuple[str, ...]:
+    try:
+        from execsys.probes.axes import AXES
+    except ImportError:
+        return scope_axes()
+    return tuple(AXES)
+
+
+def probe_defaults(paths: Paths) -> dict[str, Any]:
+    """Form defaults from the declaration: endpoint, cases, n, restart and ready commands."""
+    return {
+        "endpoint": declared(paths, "runtime", "endpoint"),
+        "cases": declared(paths, "probe", "cases"),
+        "n": declared(paths, "probe", "n"),
+        "restart": declared(paths, "runtime", "restart"),
+        "ready": declared(paths, "runtime", "ready"),
+    }
+
+
+def probe_form_problem(form: dict[str, Any]) -> str | None:
+    """The first thing that keeps the form from making a probe, said as the CLI would say it."""
+    if bool(form.get("endpoint")) == bool(form.get("command")):
+        return "give an endpoint or a command (one of the two)"
+    if not form.get("cases"):
+        return "give a cases file (JSON Lines, one case per line)"
+    if form.get("n") is not None and form["n"] < 1:
+        return "n must be at least 1"
+    return None
+
+
+class LiveAgreement:
+    """The running tally shown while a probe runs; the record's figures replace it when it ends."""
+
+    def __init__(self) -> None:
+        self.agree: dict[str, bool] = {}
+        self.errored: set[str] = set()
+
+    def add(self, case_id: str, agree: bool) -> None:
+        self.agree[case_id] = agree
+        self.errored.discard(case_id)
+
+    def add_error(self, case_id: str) -> None:
+        self.errored.add(case_id)
+
+    def line(self) -> str:
+        n = len(self.agree)
+        m = sum(self.agree.values())
+        if not n:
+            return "agreement so far: no case compared yet"
+        text = f"agreement so far {m}/{n} = {m / n:.2f}"
+        flipped = n - m
+        if flipped:
+            text += f" · ✗ {flipped} flipped"
+        if self.errored:
+            text += f" · ? {len(self.errored)} errored (excluded)"
+        return text
+
+
+def record_line(record: Any) -> str:
+    """The finished record's figures: m/n, rate, interval, errored."""
+    if not record.n:
+        return f"no case completed on every pass ({record.errored} errored)"
+    text = f"agreement {record.m}/{record.n} = {record.agreement_rate:.2f}"
+    if record.ci95:
+        text += f" (95% CI {record.ci95[0]:.2f}–{record.ci95[1]:.2f})"
+    if record.errored:
+        text += f" · ? {record.errored} errored (excluded from n)"
+    return text
+
+
+def probe_options(paths: Paths, form: dict[str, Any]):
+    """The ProbeOptions `execsys probe AXIS ...` builds from the same flags (the CLI's own builder)."""
+    import argparse
+
+    from execsys.commands.probe import build_options
+
+    endpoints = [e.strip() for e in (form.get("endpoint") or "").split(",") if e.strip()]
+    args = argparse.Namespace(
+        axis=form["axis"], records=[], endpoint=endpoints, command=form.get("command"), model=None,
+        api_key_env=None, timeout=None, retries=3, cases=form.get("cases"), n=form.get("n"), sample=None,
+        compare=None, extract=None, tokens=False, lock=str(paths.lock) if paths.lock.exists() else None,
+        repeats=None, concurrency=1, order_seed=0, resume=bool(form.get("resume")),
+        restart=form.get("restart"), ready=form.get("ready"), ready_timeout=None, load=form.get("load"),
+        baseline=form.get("baseline"),
+    )
+    return build_options(args)
+
+
+class ProbeWatcher:
+    """Turns the probe engine's events into what the screen shows, on the probe's own thread.
+
+    The engine records each case in the ledger before it reports it, so the watcher reads the
+    output text (for the side-by-side view) and the live agreement of a case from those records;
+    the finished record's figures replace the live tally at the end.
+    """
+
+    def __init__(self, ledger, options, override: dict[str, Any] | None) -> None:
+        self.ledger = ledger
+        self.options = options
+        self.override = override
+        self.run_id: str | None = None
+        self.passes = 0
+        self.sent_passes: set[int] = set()
+        self.override_recorded = False
+
+    def view(self, event: Any) -> dict[str, Any]:
+        from execsys.probes import engine as probe_engine
+
+        kind = type(event).__name__
+        view: dict[str, Any] = {"kind": kind}
+        if isinstance(event, probe_engine.Note):
+            view["text"] = event.message
+            if event.message.startswith("resuming run "):
+                self.run_id = event.message.split()[2]
+        elif isinstance(event, probe_engine.PassStarted):
+            self._find_run()
+            self.passes = max(self.passes, event.pass_index + 1)
+            self.sent_passes.add(event.pass_index)
+            view.update(pass_index=event.pass_index, label=event.label, total=event.total, done=event.done)
+        elif isinstance(event, probe_engine.CaseDone):
+            view.update(pass_index=event.pass_index, case_id=event.case_id, done=event.done, total=event.total,
+                        error=event.error)
+            view.update(self._case(event.pass_index, event.case_id))
+        elif isinstance(event, probe_engine.PassFinished):
+            view.update(pass_index=event.pass_index, label=event.label, completed=event.completed,
+                        errored=event.errored)
+        elif isinstance(event, probe_engine.ProbeFinished):
+            view["record"] = event.record
+        self._record_override()
+        return view
+
+    def _find_run(self) -> None:
+        """The run this probe appends to: named in the 'resuming' note, else the newest run with its parameters."""
+        if self.run_id is not None:
+            return
+        for run in self.ledger.iter(kind="probe-run", newest_first=True, limit=20):
+            params = run.body.get("parameters", {})
+            if params.get("axis") == self.options.axis and params.get("identity") == self.options.identity \
+                    and self.ledger.child(run.id, "final") is None:
+                self.run_id = run.id
+                return
+
+    def _case(self, pass_index: int, case_id: str) -> dict[str, Any]:
+        if self.run_id is None:
+            return {}
+        row = self.ledger.child(self.run_id, f"{pass_index}:{case_id}")
+        found: dict[str, Any] = {"output": row.body.get("text") if row else None}
+        if pass_index == 0 or 0 not in self.sent_passes:
+            return found
+        digests = []
+        for index in range(pass_index + 1):
+            other = row if index == pass_index else self.ledger.child(self.run_id, f"{index}:{case_id}")
+            if other is None or other.body.get("error"):
+                found["agree"] = None if other is None else "errored"
+                return found
+            digests.append(other.body.get("digest"))
+        found["agree"] = len(set(digests)) == 1
+        return found
+
+    def _record_override(self) -> None:
+        """The gate override travels with the run: a ledger record under the probe-run, said once."""
+        if self.override is None or self.override_recorded or self.run_id is None:
+            return
+        self.ledger.append("gate-override", {**self.override, "for": "probe", "run": self.run_id},
+                           identity=self.options.identity, parent=self.run_id, key="gate-override")
+        self.override_recorded = True
+
+    def finish(self) -> None:
+        """A run that never opened (it failed early) still leaves the override on record."""
+        if self.override is not None and not self.override_recorded and self.run_id is not None:
+            self._record_override()
+
+
+def run_probe(paths: Paths, form: dict[str, Any], *, override: dict[str, Any] | None,
+              on_view: Callable[[dict[str, Any]], None], cancel) -> Any:
+    """Run (or resume) the probe as `execsys probe` does; returns the record, or None when stopped."""
+    from execsys.probes.engine import ProbeInterrupted
+    from execsys.probes.engine import run_probe as engine_run_probe
+
+    from execsys.ledger import Ledger
+
+    options = probe_options(paths, form)
+    with Ledger.open(paths.ledger) as ledger:
+        watcher = ProbeWatcher(ledger, options, override)
+        try:
+            return engine_run_probe(options, ledger, on_event=lambda event: on_view(watcher.view(event)),
+                                    cancel=cancel)
+        except ProbeInterrupted as stopped:
+            watcher.run_id = watcher.run_id or stopped.run_id
+            on_view({"kind": "Stopped", "run_id": stopped.run_id, "saved": stopped.saved, "total": stopped.total})
+            return None
+        finally:
+            watcher.finish()
+
+
+def case_outputs(paths: Paths, record: Any) -> dict[str, dict[int, str | None]]:
+    """The stored output text of each flipped case, per pass, from the run's ledger records."""
+    if not record.run:
+        return {}
+    from execsys.ledger import Ledger
+
+    found: dict[str, dict[int, str | None]] = {}
+    with Ledger.open(paths.ledger) as ledger:
+        for case_id in record.flipped:
+            for index in range(record.repeats):
+                row = ledger.child(record.run, f"{index}:{case_id}")
+                if row is not None:
+                    found.setdefault(case_id, {})[index] = row.body.get("text")
+    return found
+
+
+# -- plan ------------------------------------------------------------------------------
+
+
+def plan_designs() -> tuple[str, ...]:
+    from execsys.plan import DESIGNS
+
+    return tuple(DESIGNS)
+
+
+def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, seed: int, out: str | None,
+                  identity_id: str | None, override: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
+    """`execsys plan new --arms A B --cases FILE --design D --seed S [--out FILE]`, plus the gate override."""
+    from execsys.fsutil import atomic_write_json
+    from execsys.ledger import Ledger
+    from execsys.plan import new_plan
+    from execsys.plan import register_plan as engine_register
+
+    with Ledger.open(paths.ledger) as ledger:
+        plan = new_plan(arms, cases, design, seed, {}, identity=identity_id)
+        engine_register(plan, ledger)
+        if override is not None:
+            ledger.append("gate-override", {**override, "for": "plan", "plan": plan.record_id},
+                          identity=identity_id, parent=plan.record_id, key="gate-override")
+    data = plan.to_json()
+    if out:
+        atomic_write_json(out, data)
+    return data, plan.record_id

@@ -1,0 +1,73 @@
+"""Small modal dialogs: add a remote host to the doctor, confirm a gate override."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class AddHostDialog(ModalScreen[str | None]):
+    """Ask for an SSH destination (an alias, user@host, or ssh://user@host:port)."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Add a remote host", classes="section-title")
+            yield Static("Anything ssh accepts: an alias from ~/.ssh/config, user@host, ssh://user@host:port.",
+                         classes="muted")
+            yield Input(placeholder="user@gpu1", id="host-input")
+            with Horizontal(classes="actions"):
+                yield Button("Add", variant="primary", id="add")
+                yield Button("Cancel", id="cancel")
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#add")
+    def submit(self) -> None:
+        value = self.query_one("#host-input", Input).value.strip()
+        self.dismiss(value or None)
+
+    @on(Button.Pressed, "#cancel")
+    def cancel(self) -> None:
+        self.dismiss(None)
+
+
+class OverrideDialog(ModalScreen[bool]):
+    """The explicit, recorded decision to run although the doctor has not given a clean verdict."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS = [
+        Binding("escape", "dismiss(False)", "Keep the gate"),
+        Binding("y", "dismiss(True)", "Override", show=False),
+    ]
+
+    def __init__(self, reason: str, what: str) -> None:
+        super().__init__()
+        self.reason = reason
+        self.what = what
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("✗ Override the doctor's gate?", classes="section-title")
+            yield Static(f"Gate closed: {self.reason}.")
+            yield Static(
+                f"A {self.what} started now will carry the override (the verdict and the time) in its "
+                "ledger record, so anyone reading the result sees it ran on an environment with hazards.",
+                classes="muted",
+            )
+            with Horizontal(classes="actions"):
+                yield Button("Override (y)", variant="error", id="yes")
+                yield Button("Keep the gate (Esc)", variant="primary", id="no")
+
+    @on(Button.Pressed, "#yes")
+    def yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#no")
+    def no(self) -> None:
+        self.dismiss(False)

@@ -1,0 +1,285 @@
+"""Step 1, Doctor: the nine hazards checked live, host by host, side by side.
+
+The checks run in a thread worker that calls the doctor engine; each finished hazard arrives as
+a ``HazardChecked`` message and fills its cell, so the table fills in while slower checks (SSH,
+timeouts) are still running. Select a cell for its evidence and fix; re-run one hazard or all;
+add remote hosts to see them beside this machine. Each finished run is stored in the ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from execsys.tui import engine
+from execsys.tui.screens.base import StepScreen
+from execsys.tui.screens.dialogs import AddHostDialog
+from execsys.tui.state import LOCAL
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Static
+from textual.worker import Worker, get_current_worker
+
+from execsys.console import STYLES, SYMBOLS
+
+HAZARD_COLUMN_WIDTH = 18
+
+
+class DoctorScreen(StepScreen):
+    STEP = "doctor"
+    CSS_PATH = "doctor.tcss"
+    BINDINGS = [
+        Binding("r", "rerun_one", "Re-run"),
+        Binding("R", "rerun_all", "Re-run all", key_display="R"),
+        Binding("a", "add_host", "Add host"),
+        Binding("x", "remove_host", "Remove host"),
+        Binding("escape", "cancel", "Stop", show=False),
+    ]
+
+    class HazardChecked(Message):
+        """One hazard finished on one host."""
+
+        def __init__(self, run: int, host: str, result: Any) -> None:
+            super().__init__()
+            self.run, self.host, self.result = run, host, result
+
+    class DoctorFinished(Message):
+        """A doctor run finished and was recorded (``record_id``) in the ledger."""
+
+        def __init__(self, run: int, report: Any, record_id: str | None) -> None:
+            super().__init__()
+            self.run, self.report, self.record_id = run, report, record_id
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._run = 0
+        self._pending: set[tuple[str, str]] = set()
+        self._hazards: list[tuple[str, str]] = []
+
+    def compose_body(self) -> ComposeResult:
+        with Vertical(classes="step-body"):
+            yield DataTable(id="hazards", cursor_type="cell", zebra_stripes=False)
+            yield Static("", id="doctor-status", classes="muted")
+            with VerticalScroll(id="detail-scroll"):
+                yield Static("Select a hazard to see its evidence and fix.", id="detail")
+
+    def on_mount(self) -> None:
+        self._hazards = engine.hazard_list()
+        self.state.hazard_ids = [hazard_id for hazard_id, _ in self._hazards]
+        self._build_table()
+        self.query_one("#hazards", DataTable).focus()
+        if self.app.autostart:
+            # Paint the table first, then start checking: the first screen never waits on a check.
+            self.call_after_refresh(self.action_rerun_all)
+
+    def on_resize(self) -> None:
+        if self.is_mounted:
+            self._build_table()
+
+    # -- state ------------------------------------------------------------
+    @property
+    def state(self):
+        return self.app.doctor
+
+    def _remote_hosts(self) -> list[str]:
+        return [h for h in self.state.hosts if h != LOCAL]
+
+    def _start(self, hosts: list[str], only: list[str] | None) -> None:
+        self._run += 1
+        ids = only or [hazard_id for hazard_id, _ in self._hazards]
+        for host in [LOCAL, *hosts]:
+            for hazard_id in ids:
+                self._pending.add((host, hazard_id))
+        self.state.running = True
+        self.app.doctor_changed()
+        self._refresh_cells()
+        self._set_status(f"checking {len(ids)} hazard{'s' if len(ids) != 1 else ''} on "
+                         f"{', '.join([LOCAL, *hosts])} … (Esc stops)")
+        self.check(self._run, hosts, only)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="doctor")
+    def check(self, run: int, hosts: list[str], only: list[str] | None) -> None:
+        """Run the doctor engine; results arrive as messages while the rest still run."""
+        worker = get_current_worker()
+        remote = set(hosts)
+
+        def on_result(host: str, result: Any) -> None:
+            self.post_message(self.HazardChecked(run, host if host in remote else LOCAL, result))
+
+        options = engine.doctor_options(self.app.paths, hosts, only)
+        report = engine.run_doctor(options, on_result=on_result, cancel=worker.cancelled_event)
+        record_id = None if worker.is_cancelled else engine.record_doctor(self.app.paths, report)
+        self.post_message(self.DoctorFinished(run, report, record_id))
+
+    @on(HazardChecked)
+    def hazard_checked(self, message: HazardChecked) -> None:
+        self.state.results.setdefault(message.host, {})[message.result.id] = message.result
+        self._pending.discard((message.host, message.result.id))
+        self._refresh_cells()
+        self._show_detail()
+
+    @on(DoctorFinished)
+    def doctor_finished(self, message: DoctorFinished) -> None:
+        if message.run != self._run:
+            return  # a superseded run: its results were already shown, its verdict is not the current one
+        self._pending.clear()
+        self.state.running = False
+        self.state.finished_once = True
+        # The report is authoritative: it also carries hosts that could not be inspected at all.
+        for host_report in getattr(message.report, "hosts", []):
+            name = host_report.name if host_report.name in self.state.hosts else LOCAL
+            if host_report.error:
+                self.state.host_errors[name] = host_report.error
+            else:
+                self.state.host_errors.pop(name, None)
+            for result in host_report.hazards:
+                self.state.results.setdefault(name, {})[result.id] = result
+        if message.record_id:
+            self.state.report_ids.append(message.record_id)
+        self.app.doctor_changed()
+        self._refresh_cells()
+        counts = _count(self.state.results, self.state.hosts)
+        verdict = self.state.verdict()
+        symbol = SYMBOLS["ok"] if verdict == "clean" else SYMBOLS["fail"]
+        self._set_status(f"{symbol} {verdict}: {counts}")
+
+    def worker_failed(self, worker: Worker) -> None:
+        self._pending.clear()
+        self.state.running = False
+        self.app.doctor_changed()
+        self._refresh_cells()
+        self._set_status("? the doctor run failed (see the notification); R runs it again")
+
+    # -- rendering ------------------------------------------------------------
+    def _build_table(self) -> None:
+        table = self.query_one("#hazards", DataTable)
+        cursor = table.cursor_coordinate
+        table.clear(columns=True)
+        hosts = self.state.hosts
+        usable = max(20, (self.size.width or 80) - HAZARD_COLUMN_WIDTH - 4)
+        per_host = max(10, usable // max(1, len(hosts)) - 2)
+        table.add_column("Hazard", key="hazard", width=HAZARD_COLUMN_WIDTH)
+        for host in hosts:
+            table.add_column(host, key=host, width=per_host)
+        for hazard_id, _title in self._hazards:
+            cells: list[Any] = [Text(hazard_id)]
+            for host in hosts:
+                cells.append(self._cell(host, hazard_id))
+            table.add_row(*cells, key=hazard_id)
+        if table.row_count:
+            table.cursor_coordinate = cursor
+
+    def _refresh_cells(self) -> None:
+        """Update cells in place (no rebuild): the cursor and scroll position stay where the operator left them."""
+        table = self.query_one("#hazards", DataTable)
+        if len(table.columns) != len(self.state.hosts) + 1:
+            self._build_table()
+            return
+        for hazard_id, _title in self._hazards:
+            for host in self.state.hosts:
+                table.update_cell(hazard_id, host, self._cell(host, hazard_id))
+
+    def _cell(self, host: str, hazard_id: str) -> Text:
+        if (host, hazard_id) in self._pending:
+            return Text("… checking", style="italic")
+        result = self.state.results.get(host, {}).get(hazard_id)
+        if result is None and host in self.state.host_errors:
+            return Text(f"? {self.state.host_errors[host]}", style=STYLES["error"])
+        if result is None:
+            return Text("– not checked", style="dim")
+        return Text(f"{SYMBOLS.get(result.status, '?')} {result.summary}", style=STYLES.get(result.status, ""))
+
+    def _selected(self) -> tuple[str, str] | None:
+        table = self.query_one("#hazards", DataTable)
+        if not table.row_count:
+            return None
+        row, column = table.cursor_coordinate
+        hosts = self.state.hosts
+        host = hosts[column - 1] if 1 <= column <= len(hosts) else hosts[0]
+        return host, self._hazards[row][0]
+
+    @on(DataTable.CellHighlighted)
+    def _show_detail(self) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        host, hazard_id = selected
+        title = dict(self._hazards).get(hazard_id, hazard_id)
+        text = Text()
+        text.append(f"{hazard_id}", style="bold")
+        if title != hazard_id:
+            text.append(f"  {title}")
+        text.append(f"  on {host}\n")
+        result = self.state.results.get(host, {}).get(hazard_id)
+        if (host, hazard_id) in self._pending:
+            text.append("… checking", style="italic")
+        elif result is None and host in self.state.host_errors:
+            text.append(f"? {host} could not be inspected: {self.state.host_errors[host]}", style="bold")
+        elif result is None:
+            text.append("– not checked on this host yet (R checks every hazard)", style="dim")
+        else:
+            text.append(f"{SYMBOLS.get(result.status, '?')} {result.status}: ", style=f"bold {STYLES.get(result.status, '')}")
+            text.append(f"{result.summary}\n")
+            evidence = list(getattr(result, "evidence", None) or [])
+            if evidence:
+                text.append("\nEvidence\n", style="bold underline")
+                for line in evidence:
+                    text.append(f"  {line}\n")
+            fix = getattr(result, "fix", None)
+            if fix:
+                text.append("\nFix\n", style="bold underline")
+                text.append(f"  {fix}\n")
+        self.query_one("#detail", Static).update(text)
+
+    def _set_status(self, line: str) -> None:
+        self.query_one("#doctor-status", Static).update(line)
+
+    # -- actions ---------------------------------------------------------------
+    def action_rerun_all(self) -> None:
+        self._start(self._remote_hosts(), None)
+
+    def action_rerun_one(self) -> None:
+        selected = self._selected()
+        if selected is None:
+            return
+        host, hazard_id = selected
+        self._start([host] if host != LOCAL else [], [hazard_id])
+
+    def action_add_host(self) -> None:
+        def added(host: str | None) -> None:
+            if not host or host in self.state.hosts:
+                return
+            self.state.hosts.append(host)
+            self.app.doctor_changed()
+            self._start(self._remote_hosts(), None)
+
+        self.app.push_screen(AddHostDialog(), added)
+
+    def action_remove_host(self) -> None:
+        selected = self._selected()
+        if selected is None or selected[0] == LOCAL:
+            self.notify("Select a remote host's column to remove it (this machine always stays).")
+            return
+        host = selected[0]
+        self.state.hosts.remove(host)
+        self.state.results.pop(host, None)
+        self.state.host_errors.pop(host, None)
+        self.app.doctor_changed()
+        self._build_table()
+
+    def action_cancel(self) -> None:
+        if self.state.running:
+            self.workers.cancel_group(self, "doctor")
+            self._set_status("stopping … (checks already running finish their timeout)")
+
+
+def _count(results: dict[str, dict[str, Any]], hosts: list[str]) -> str:
+    totals: dict[str, int] = {}
+    for host in hosts:
+        for result in results.get(host, {}).values():
+            totals[result.status] = totals.get(result.status, 0) + 1
+    order = ("ok", "warn", "fail", "skip", "error")
+    return ", ".join(f"{SYMBOLS[s]} {totals[s]} {s}" for s in order if totals.get(s))

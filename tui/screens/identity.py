@@ -1,0 +1,268 @@
+"""Step 2, Identity: the twelve components as a form, declared beside observed; save, pin, diff.
+
+The form is the declaration (``execsys.toml``): one panel per component with a field per known
+key, pre-filled from the file or, when there is none yet, from what ``execsys init`` detects.
+Beside each panel, read-only, is what this machine observes for that component -- the two are
+never merged, because the gap between them is the finding. Pin hashes the artifact in a worker
+with a progress bar, writes the lock and the ledger record, and states the diff against the lock
+that was there before ("isolates <component>" or "descriptive only").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from execsys.tui import engine
+from execsys.tui.screens.base import StepScreen
+from execsys.tui.widgets.values import flatten, from_field, to_field
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, ContentSwitcher, Input, Label, OptionList, ProgressBar, Static
+from textual.widgets.option_list import Option
+from textual.worker import Worker
+
+from execsys import COMPONENTS
+
+
+class IdentityScreen(StepScreen):
+    STEP = "identity"
+    CSS_PATH = "identity.tcss"
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save declaration", priority=True),
+        Binding("ctrl+l", "pin", "Pin", priority=True),
+        Binding("ctrl+r", "observe", "Re-observe"),
+    ]
+
+    class Observed(Message):
+        """What this machine observes, per component (``observed``), and where the form came from."""
+
+        def __init__(self, declared: dict[str, dict[str, Any]], observed: dict[str, Any], source: str) -> None:
+            super().__init__()
+            self.declared, self.observed, self.source = declared, observed, source
+
+    class PinProgressed(Message):
+        def __init__(self, done: int, total: int) -> None:
+            super().__init__()
+            self.done, self.total = done, total
+
+    class Pinned(Message):
+        """Pinned, written to the lock and the ledger; ``diff`` is against the lock that was there before."""
+
+        def __init__(self, identity: Any, diff: Any, lock_path: str) -> None:
+            super().__init__()
+            self.identity, self.diff, self.lock_path = identity, diff, lock_path
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._observed: dict[str, Any] = {}
+
+    def compose_body(self) -> ComposeResult:
+        from execsys.declaration import SCHEMA
+
+        with Horizontal(classes="step-body"):
+            yield OptionList(*[Option(f"  {name}", id=name) for name in COMPONENTS], id="components")
+            with ContentSwitcher(initial=f"panel-{COMPONENTS[0]}", id="panels"):
+                for name in COMPONENTS:
+                    with VerticalScroll(id=f"panel-{name}", classes="panel"):
+                        yield Label(f"{name} · declared (edit; saved to the declaration)", classes="section-title")
+                        for key in SCHEMA[name]:
+                            with Horizontal(classes="field"):
+                                yield Label(key, classes="field-name")
+                                yield Input(id=f"f-{name}-{key}", compact=True, classes="field-input")
+                        yield Label(f"{name} · observed on this machine (read-only)", classes="section-title observed-title")
+                        yield Static("… observing", id=f"obs-{name}", classes="observed")
+        with Horizontal(classes="actions", id="identity-actions"):
+            yield Button("Save ^s", id="save", compact=True)
+            yield Button("Pin ^l", id="pin", compact=True, variant="primary")
+            yield ProgressBar(id="pin-progress", show_eta=False)
+        yield Static("", id="identity-status")
+
+    def on_mount(self) -> None:
+        self.query_one("#pin-progress", ProgressBar).display = False
+        self.query_one("#components", OptionList).highlighted = 0
+        self._set_status(f"reading {self.app.paths.config} …")
+        self.observe(live=False)
+
+    # -- observing -------------------------------------------------------------
+    def action_observe(self) -> None:
+        """Observe this machine now (hashes a declared artifact, with progress)."""
+        self._set_status("observing this machine (hashing the declared artifact, if any) …")
+        self._show_progress()
+        self.observe(live=True)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="observe")
+    def observe(self, live: bool) -> None:
+        """The form's values, and the observed side: from the last lock, or live when asked (ctrl+r) or unpinned."""
+        declared, source = engine.declared_components(self.app.paths)
+        lock = None
+        if not live:
+            try:
+                lock = engine.last_lock(self.app.paths)
+            except Exception as exc:  # an unreadable lock: say so and observe live instead
+                source += f"; the lock could not be read ({' '.join(str(exc).split())})"
+        if lock is not None:
+            observed = {name: lock.observed(name) for name in COMPONENTS}
+            source += f"; observed: as pinned in {self.app.paths.lock} at {lock.recorded_at} (ctrl+r observes now)"
+        else:
+            self.post_message(self.PinProgressed(0, 0))
+            observed = engine.observe(self.app.paths, progress=self._progress_callback())
+            source += "; observed: now, on this machine"
+        self.post_message(self.Observed(declared, observed, source))
+
+    @on(Observed)
+    def observed(self, message: Observed) -> None:
+        from execsys.declaration import SCHEMA
+
+        self.query_one("#pin-progress", ProgressBar).display = False
+        self._observed = message.observed
+        for name in COMPONENTS:
+            declared = message.declared.get(name, {})
+            for key in SCHEMA[name]:
+                field = self.query_one(f"#f-{name}-{key}", Input)
+                if not field.value:  # never overwrite what the operator has typed
+                    field.value = to_field(declared.get(key))
+            self._render_observed(name)
+        self._mark_components(message.declared)
+        self._set_status(message.source)
+
+    def _render_observed(self, name: str) -> None:
+        observed = self._observed.get(name)
+        text = Text()
+        lines = flatten(observed) if observed else []
+        if not lines:
+            text.append("– nothing observed for this component (declared only)", style="dim")
+        for key, value in lines:
+            text.append("◇ ", style="dim")
+            text.append(f"{key}: ", style="italic")
+            text.append(f"{value}\n")
+        self.query_one(f"#obs-{name}", Static).update(text)
+
+    def _mark_components(self, declared: dict[str, dict[str, Any]]) -> None:
+        options = self.query_one("#components", OptionList)
+        highlighted = options.highlighted
+        options.clear_options()
+        for name in COMPONENTS:
+            mark = "●" if declared.get(name) else "○"
+            options.add_option(Option(f"{mark} {name}", id=name))
+        options.highlighted = highlighted
+
+    @on(OptionList.OptionHighlighted, "#components")
+    def show_component(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option.id:
+            self.query_one("#panels", ContentSwitcher).current = f"panel-{event.option.id}"
+
+    # -- saving ------------------------------------------------------------------
+    def form_tables(self) -> dict[str, dict[str, Any]]:
+        """The form as declaration tables; raises ValueError naming the first field that does not parse."""
+        from execsys.declaration import SCHEMA
+
+        tables: dict[str, dict[str, Any]] = {}
+        for name in COMPONENTS:
+            table: dict[str, Any] = {}
+            for key, expected in SCHEMA[name].items():
+                text = self.query_one(f"#f-{name}-{key}", Input).value
+                try:
+                    value = from_field(text, expected)
+                except ValueError as exc:
+                    raise ValueError(f"{name}.{key}: {exc}") from None
+                if value is not None:
+                    table[key] = value
+            tables[name] = table
+        return tables
+
+    @on(Button.Pressed, "#save")
+    def action_save(self) -> None:
+        try:
+            tables = self.form_tables()
+        except ValueError as exc:
+            self.notify(str(exc), title="Not saved", severity="error")
+            return
+        self.save(tables)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="save")
+    def save(self, tables: dict[str, dict[str, Any]]) -> None:
+        path = engine.save_declaration(self.app.paths, tables)
+        self.app.call_from_thread(self._saved, str(path))
+
+    def _saved(self, path: str) -> None:
+        self._set_status(f"✓ saved {path}")
+        self.notify(f"Saved {path}", title="Declaration")
+
+    # -- pinning ---------------------------------------------------------------------
+    @on(Button.Pressed, "#pin")
+    def action_pin(self) -> None:
+        try:
+            tables = self.form_tables()
+        except ValueError as exc:
+            self.notify(str(exc), title="Not pinned", severity="error")
+            return
+        self._show_progress()
+        self.query_one("#pin", Button).disabled = True
+        self._set_status("pinning: observing the twelve components and hashing the artifact …")
+        self.pin(tables)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="pin")
+    def pin(self, tables: dict[str, dict[str, Any]]) -> None:
+        identity, diff = engine.pin(self.app.paths, tables, progress=self._progress_callback())
+        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock)))
+
+    def _show_progress(self) -> None:
+        bar = self.query_one("#pin-progress", ProgressBar)
+        bar.update(total=None, progress=0)
+        bar.display = True
+
+    def _progress_callback(self):
+        """Hashing progress from the worker thread, posted about a hundred times, not once per block."""
+        last = [-1.0]
+
+        def progress(done: int, total: int) -> None:
+            fraction = done / total if total else 1.0
+            if fraction - last[0] >= 0.01 or done >= total:
+                last[0] = fraction
+                self.post_message(self.PinProgressed(done, total))
+
+        return progress
+
+    @on(PinProgressed)
+    def pin_progressed(self, message: PinProgressed) -> None:
+        bar = self.query_one("#pin-progress", ProgressBar)
+        if message.total:
+            bar.update(total=message.total, progress=message.done)
+
+    @on(Pinned)
+    def pinned(self, message: Pinned) -> None:
+        self.query_one("#pin", Button).disabled = False
+        bar = self.query_one("#pin-progress", ProgressBar)
+        bar.update(total=1, progress=1)
+        identity_id = engine.identity_id_of(message.identity)
+        self.app.identity_id = identity_id
+        self._observed = {name: message.identity.observed(name) for name in COMPONENTS}
+        for name in COMPONENTS:
+            self._render_observed(name)
+        self.app.refresh_session_facts()
+        text = Text()
+        text.append(f"✓ pinned {identity_id[:12] if identity_id else '?'} → {message.lock_path}", style="bold")
+        if message.diff is None:
+            text.append("  (no earlier lock to compare with)")
+        else:
+            moved = list(getattr(message.diff, "moved", []) or [])
+            symbol = "=" if not moved else "≠"
+            text.append(f"\n{symbol} against the previous lock: {message.diff.sentence}")
+        self.query_one("#identity-status", Static).update(text)
+
+    def worker_failed(self, worker: Worker) -> None:
+        if worker.group == "pin":
+            self.query_one("#pin", Button).disabled = False
+            self.query_one("#pin-progress", ProgressBar).display = False
+            self._set_status("✗ not pinned (see the notification)")
+        elif worker.group == "observe":
+            self._set_status("? observation failed (see the notification); ctrl+r tries again")
+            for name in COMPONENTS:
+                self.query_one(f"#obs-{name}", Static).update(Text("? not observed", style="dim"))
+
+    def _set_status(self, line: str) -> None:
+        self.query_one("#identity-status", Static).update(line)

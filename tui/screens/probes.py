@@ -1,0 +1,275 @@
+"""Step 3, Probes: measure where the stack's reproducibility boundary lies, live.
+
+Choose the axis, the target (an OpenAI-compatible endpoint or a command), the cases, n, and the
+axis's own settings (restart/ready commands, concurrent load); the probe engine runs in a thread
+worker and its events arrive as messages: one progress bar per pass, the agreement rate as cases
+complete, the flipped cases as they appear. Select a flipped case to see its two outputs side by
+side with the first divergence marked. Escape stops the probe; what completed is already in the
+ledger, and starting again with "resume" picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from execsys.tui import engine
+from execsys.tui.screens.base import GatedStep
+from execsys.tui.widgets.divergence import SideBySide
+from execsys.tui.widgets.gate import GateBanner
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Select, Static
+from textual.widgets.option_list import Option
+from textual.worker import Worker, get_current_worker
+
+PASS_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class ProbesScreen(GatedStep):
+    STEP = "probes"
+    GATE_WHAT = "probe"
+    CSS_PATH = "probes.tcss"
+    BINDINGS = [
+        Binding("ctrl+g", "start", "Start probe", priority=True),
+        Binding("escape", "cancel", "Stop (resumable)"),
+        Binding("ctrl+o", "override_gate", "Override gate"),
+    ]
+
+    class ProbeEvent(Message):
+        """An event from the probe engine (pass started, case done, pass finished, finished)."""
+
+        def __init__(self, run: int, view: dict[str, Any]) -> None:
+            super().__init__()
+            self.run, self.view = run, view
+
+    class ProbeFinished(Message):
+        def __init__(self, run: int, record: Any, cancelled: bool, outputs: dict[str, dict[int, str | None]]) -> None:
+            super().__init__()
+            self.run, self.record, self.cancelled, self.outputs = run, record, cancelled, outputs
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._run = 0
+        self._bars: dict[int, ProgressBar] = {}
+        self._outputs: dict[str, dict[int, str | None]] = {}
+        self._divergence: dict[str, int | None] = {}
+        self._flipped: list[str] = []
+        self._live = engine.LiveAgreement()
+        self.running = False
+        self.probe_run_id: str | None = None
+
+    def compose_body(self) -> ComposeResult:
+        yield GateBanner(self.GATE_WHAT, id="gate")
+        with Horizontal(classes="step-body"):
+            with VerticalScroll(id="probe-form"):
+                yield Label("axis", classes="field-name")
+                yield Select([(a, a) for a in engine.probe_axes()], value="session", allow_blank=False,
+                             id="axis", compact=True)
+                yield Label("endpoint (OpenAI base URL)", classes="field-name")
+                yield Input(placeholder="http://127.0.0.1:8000/v1", id="endpoint", compact=True)
+                yield Label("or command (one case on stdin)", classes="field-name")
+                yield Input(placeholder="python harness.py", id="command", compact=True)
+                yield Label("cases file (JSON Lines)", classes="field-name")
+                yield Input(placeholder="cases.jsonl", id="cases", compact=True)
+                yield Label("n (first n cases; empty = all)", classes="field-name")
+                yield Input(id="n", compact=True, type="integer")
+                yield Label("restart command (restart axis)", classes="field-name")
+                yield Input(id="restart", compact=True)
+                yield Label("ready URL or command", classes="field-name")
+                yield Input(id="ready", compact=True)
+                yield Label("load K (concurrency axis)", classes="field-name")
+                yield Input(id="load", compact=True, type="integer")
+                yield Label("run", classes="field-name")
+                yield Select([("new probe", "new"), ("resume the stopped run", "resume")], value="new",
+                             allow_blank=False, id="run-mode", compact=True)
+                yield Button("Start ^g", id="start", compact=True, variant="primary")
+            with Vertical(id="probe-run"):
+                yield Static("Set up the probe on the left and start it (ctrl+g).", id="probe-status")
+                yield Vertical(id="passes")
+                yield Static("", id="agreement")
+                yield Label("flipped cases", classes="section-title")
+                yield OptionList(id="flipped")
+                with VerticalScroll(id="outputs-scroll"):
+                    yield SideBySide(id="outputs")
+
+    def on_mount(self) -> None:
+        self.query_one("#outputs", SideBySide).clear_case()
+        for field_id, value in engine.probe_defaults(self.app.paths).items():
+            if value not in (None, ""):
+                self.query_one(f"#{field_id}", Input).value = str(value)
+
+    # -- starting ----------------------------------------------------------------------
+    def form(self) -> dict[str, Any]:
+        def text(field_id: str) -> str:
+            return self.query_one(f"#{field_id}", Input).value.strip()
+
+        return {
+            "axis": str(self.query_one("#axis", Select).value),
+            "endpoint": text("endpoint") or None,
+            "command": text("command") or None,
+            "cases": text("cases") or None,
+            "n": int(text("n")) if text("n") else None,
+            "restart": text("restart") or None,
+            "ready": text("ready") or None,
+            "load": int(text("load")) if text("load") else None,
+            "resume": self.query_one("#run-mode", Select).value == "resume",
+        }
+
+    @on(Button.Pressed, "#start")
+    def action_start(self) -> None:
+        if self.running:
+            self.notify("A probe is running; Escape stops it (progress is kept).", severity="warning")
+            return
+        form = self.form()
+        problem = engine.probe_form_problem(form)
+        if problem:
+            self.notify(problem, title="Not started", severity="error")
+            return
+        self.with_gate(lambda override: self._start(form, override))
+
+    def _start(self, form: dict[str, Any], override: dict[str, Any] | None) -> None:
+        self._run += 1
+        self.running = True
+        self._reset_view()
+        self.query_one("#start", Button).disabled = True
+        self._set_status(f"starting the {form['axis']} probe … (Escape stops it; progress is kept)")
+        self.probe(self._run, form, override)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="probe")
+    def probe(self, run: int, form: dict[str, Any], override: dict[str, Any] | None) -> None:
+        worker = get_current_worker()
+        record = engine.run_probe(
+            self.app.paths, form, override=override,
+            on_view=lambda view: self.post_message(self.ProbeEvent(run, view)),
+            cancel=worker.cancelled_event,
+        )
+        outputs = engine.case_outputs(self.app.paths, record) if record is not None else {}
+        self.post_message(self.ProbeFinished(run, record, record is None, outputs))
+
+    # -- live view -------------------------------------------------------------------------
+    def _reset_view(self) -> None:
+        self.query_one("#passes", Vertical).remove_children()
+        self._bars.clear()
+        self._outputs.clear()
+        self._divergence.clear()
+        self._flipped.clear()
+        self._live = engine.LiveAgreement()
+        self.query_one("#flipped", OptionList).clear_options()
+        self.query_one("#agreement", Static).update("")
+        self.query_one("#outputs", SideBySide).clear_case()
+
+    @on(ProbeEvent)
+    def probe_event(self, message: ProbeEvent) -> None:
+        if message.run != self._run:
+            return
+        view = message.view
+        kind = view["kind"]
+        if kind == "PassStarted":
+            bar = self._pass_bar(view["pass_index"], view["total"])
+            bar.update(total=view["total"], progress=view["done"])
+            self._set_status(f"pass {view['label']} running … (Escape stops; progress is kept)")
+        elif kind == "CaseDone":
+            self._pass_bar(view["pass_index"], view["total"]).update(total=view["total"], progress=view["done"])
+            case_id = view["case_id"]
+            if "output" in view:
+                self._outputs.setdefault(case_id, {})[view["pass_index"]] = view["output"]
+            agree = view.get("agree")
+            if view.get("error") or agree == "errored":
+                self._live.add_error(case_id)
+            elif agree is not None:
+                self._live.add(case_id, agree)
+                if not agree and case_id not in self._flipped:
+                    self._flipped.append(case_id)
+                    self.query_one("#flipped", OptionList).add_option(Option(f"✗ {case_id}", id=case_id))
+            self._show_agreement()
+        elif kind == "PassFinished":
+            errored = f", ? {view['errored']} errored" if view["errored"] else ""
+            self._set_status(f"pass {view['label']} finished: {view['completed']} completed{errored}")
+        elif kind == "Note":
+            self._set_status(view["text"])
+        elif kind == "Stopped":
+            self.probe_run_id = view["run_id"]
+
+    def _pass_bar(self, index: int, total: int | None) -> ProgressBar:
+        bar = self._bars.get(index)
+        if bar is None:
+            row = Horizontal(classes="pass-row")
+            self.query_one("#passes", Vertical).mount(row)
+            row.mount(Label(f"pass {PASS_NAMES[index % 26]}", classes="pass-name"))
+            bar = ProgressBar(total=total, show_eta=False, id=f"pass-{index}")
+            row.mount(bar)
+            self._bars[index] = bar
+        elif total and bar.total != total:
+            bar.update(total=total)
+        return bar
+
+    def _show_agreement(self) -> None:
+        self.query_one("#agreement", Static).update(self._live.line())
+
+    @on(ProbeFinished)
+    def probe_finished(self, message: ProbeFinished) -> None:
+        if message.run != self._run:
+            return
+        self.running = False
+        self.query_one("#start", Button).disabled = False
+        record = message.record
+        if message.cancelled or record is None:
+            where = f" (run {self.probe_run_id})" if self.probe_run_id else ""
+            self._set_status(
+                f"! stopped: the completed cases are kept in the ledger{where}; start again with "
+                "\"resume\" to continue where it stopped"
+            )
+            self.query_one("#run-mode", Select).value = "resume"
+            return
+        text = Text()
+        symbol = "✓" if record.n and record.m == record.n else "✗"
+        text.append(f"{symbol} {record.sentence}", style="bold")
+        self.query_one("#probe-status", Static).update(text)
+        self.query_one("#agreement", Static).update(engine.record_line(record))
+        flipped = self.query_one("#flipped", OptionList)
+        flipped.clear_options()
+        self._flipped = list(record.flipped)
+        for case in record.cases:
+            if case.first_divergence:
+                self._divergence[case.id] = case.first_divergence.get("char")
+        for case_id in self._flipped:
+            flipped.add_option(Option(f"✗ {case_id}", id=case_id))
+        for case_id, per_pass in message.outputs.items():
+            self._outputs.setdefault(case_id, {}).update(per_pass)
+        if self._flipped:
+            flipped.highlighted = 0
+        self.app.refresh_session_facts()
+
+    @on(OptionList.OptionHighlighted, "#flipped")
+    def show_case(self, event: OptionList.OptionHighlighted) -> None:
+        case_id = event.option.id
+        if case_id is None:
+            return
+        per_pass = self._outputs.get(case_id, {})
+        passes = sorted(per_pass)
+        first = per_pass.get(passes[0]) if passes else None
+        # the pass that differs from the first (the engine's divergence is against pass 0)
+        other_index = next((p for p in passes[1:] if per_pass.get(p) != first), passes[-1] if len(passes) > 1 else None)
+        other = per_pass.get(other_index) if other_index is not None else None
+        labels = (f"pass {PASS_NAMES[passes[0] % 26]}" if passes else "pass A",
+                  f"pass {PASS_NAMES[other_index % 26]}" if other_index is not None else "pass B")
+        self.query_one("#outputs", SideBySide).show(case_id, first, other, labels, self._divergence.get(case_id))
+
+    # -- stopping ----------------------------------------------------------------------------
+    def action_cancel(self) -> None:
+        if self.running:
+            self.workers.cancel_group(self, "probe")
+            self._set_status("stopping after the requests in flight … (completed cases are kept)")
+
+    def worker_failed(self, worker: Worker) -> None:
+        if worker.group == "probe":
+            self.running = False
+            self.query_one("#start", Button).disabled = False
+            self._set_status("✗ the probe stopped with an error (see the notification); completed cases are kept")
+
+    def _set_status(self, line: str) -> None:
+        self.query_one("#probe-status", Static).update(line)

@@ -1,0 +1,184 @@
+"""Step 4, Scope & plan: what the measurements license, as a sentence and a chart; the contract; a paired plan.
+
+The licence is the scope engine's statement for the current identity; the chart shows each
+axis's agreement rate with its interval, and says "not probed" for axes nobody measured (never
+"probably fine"). The contract snippet is the comparability section of an experiment contract,
+saved where the operator says. A paired plan (both arms in one session, order pre-registered and
+counterbalanced) is registered in the ledger -- behind the same doctor gate as the probes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from execsys.tui import engine
+from execsys.tui.screens.base import GatedStep
+from execsys.tui.widgets.gate import GateBanner
+from execsys.tui.widgets.rates import AxisRate, RateChart
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, Collapsible, Input, Label, Select, Static
+from textual.worker import Worker
+
+
+class ScopeScreen(GatedStep):
+    STEP = "scope"
+    GATE_WHAT = "plan registration"
+    CSS_PATH = "scope.tcss"
+    BINDINGS = [
+        Binding("ctrl+r", "refresh_scope", "Refresh"),
+        Binding("ctrl+s", "save_contract", "Save contract", priority=True),
+        Binding("ctrl+g", "register_plan", "Register plan", priority=True),
+        Binding("ctrl+o", "override_gate", "Override gate"),
+    ]
+
+    class ScopeComputed(Message):
+        def __init__(self, identity_id: str | None, report: Any, contract: str) -> None:
+            super().__init__()
+            self.identity_id, self.report, self.contract = identity_id, report, contract
+
+    class PlanRegistered(Message):
+        def __init__(self, plan: dict[str, Any], record_id: str, out: str | None) -> None:
+            super().__init__()
+            self.plan, self.record_id, self.out = plan, record_id, out
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._contract = ""
+
+    def compose_body(self) -> ComposeResult:
+        yield GateBanner(self.GATE_WHAT, id="gate")
+        with VerticalScroll(classes="step-body", id="scope-body"):
+            yield Label("Licence", classes="section-title")
+            yield Static("… reading the ledger", id="statement")
+            yield Label("Measured boundaries (agreement m/n, 95% CI)", classes="section-title")
+            yield RateChart(id="chart")
+            with Collapsible(title="Contract snippet (Markdown)", id="contract-box", collapsed=True):
+                yield Static("", id="contract")
+                with Horizontal(classes="row"):
+                    yield Input(value="contract.md", id="contract-path", compact=True)
+                    yield Button("Save ^s", id="save-contract", compact=True)
+            with Collapsible(title="Register a paired plan (both arms in one session)", id="plan-box", collapsed=False):
+                with Horizontal(classes="row"):
+                    yield Label("arms", classes="field-name")
+                    yield Input(placeholder="A", id="arm-a", compact=True, classes="arm")
+                    yield Input(placeholder="B", id="arm-b", compact=True, classes="arm")
+                with Horizontal(classes="row"):
+                    yield Label("cases file", classes="field-name")
+                    yield Input(placeholder="cases.jsonl", id="plan-cases", compact=True)
+                with Horizontal(classes="row"):
+                    yield Label("design, seed", classes="field-name")
+                    yield Select([("abba", "abba"), ("ab", "ab")], value="abba", allow_blank=False,
+                                 id="design", compact=True)
+                    yield Input(value="0", id="seed", compact=True, type="integer")
+                with Horizontal(classes="row"):
+                    yield Label("save plan to", classes="field-name")
+                    yield Input(value="plan.json", id="plan-out", compact=True)
+                    yield Button("Register ^g", id="register", compact=True, variant="primary")
+                yield Static("", id="plan-result")
+
+    def on_mount(self) -> None:
+        self._fill_from_declaration()
+        self.action_refresh_scope()
+        self.watch(self.app, "identity_id", lambda *_: self.action_refresh_scope(), init=False)
+
+    def on_screen_resume(self) -> None:
+        self.action_refresh_scope()
+
+    def _fill_from_declaration(self) -> None:
+        cases = engine.declared(self.app.paths, "probe", "cases")
+        if cases:
+            self.query_one("#plan-cases", Input).value = str(cases)
+
+    # -- scope ---------------------------------------------------------------------
+    def action_refresh_scope(self) -> None:
+        self.compute(self.app.identity_id)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="scope")
+    def compute(self, identity_id: str | None) -> None:
+        report, contract = engine.scope_and_contract(self.app.paths, identity_id)
+        self.post_message(self.ScopeComputed(identity_id, report, contract))
+
+    @on(ScopeComputed)
+    def scope_computed(self, message: ScopeComputed) -> None:
+        chart = self.query_one("#chart", RateChart)
+        if message.report is None:
+            self.query_one("#statement", Static).update(
+                Text("– no pinned identity: pin one on the Identity step (2); a licence belongs to one identity.")
+            )
+            chart.rates = tuple(AxisRate(axis) for axis in engine.scope_axes())
+            self._contract = ""
+            self.query_one("#contract", Static).update(Text("(pin an identity first)", style="dim"))
+            return
+        report = message.report
+        self.query_one("#statement", Static).update(report.statement)
+        rates = []
+        for axis in engine.scope_axes():
+            measure = report.measured.get(axis)
+            if measure is None:
+                rates.append(AxisRate(axis))
+            else:
+                rates.append(AxisRate(axis, measure.m, measure.n, tuple(measure.ci95) if measure.ci95 else None))
+        chart.rates = tuple(rates)
+        self._contract = message.contract
+        self.query_one("#contract", Static).update(Text(message.contract))
+
+    # -- contract ---------------------------------------------------------------------
+    @on(Button.Pressed, "#save-contract")
+    def action_save_contract(self) -> None:
+        if not self._contract:
+            self.notify("Nothing to save yet: pin an identity first.", severity="warning")
+            return
+        path = self.query_one("#contract-path", Input).value.strip()
+        if not path:
+            self.notify("Give a file name for the contract.", severity="warning")
+            return
+        written = engine.save_text(path, self._contract)
+        self.notify(f"Saved the contract section to {written}", title="Contract")
+
+    # -- plan -----------------------------------------------------------------------
+    @on(Button.Pressed, "#register")
+    def action_register_plan(self) -> None:
+        arms = [self.query_one(f"#arm-{x}", Input).value.strip() for x in ("a", "b")]
+        cases = self.query_one("#plan-cases", Input).value.strip()
+        seed_text = self.query_one("#seed", Input).value.strip() or "0"
+        design = str(self.query_one("#design", Select).value)
+        out = self.query_one("#plan-out", Input).value.strip() or None
+        if not all(arms) or not cases:
+            self.notify("A plan needs two arm names and a cases file.", title="Not registered", severity="warning")
+            return
+        if arms[0] == arms[1]:
+            self.notify("The two arms need different names.", title="Not registered", severity="warning")
+            return
+        self.with_gate(lambda override: self.register(arms, cases, design, int(seed_text), out, override))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="plan")
+    def register(self, arms: list[str], cases: str, design: str, seed: int, out: str | None,
+                 override: dict[str, Any] | None) -> None:
+        plan, record_id = engine.register_plan(self.app.paths, arms=arms, cases=cases, design=design, seed=seed,
+                                               out=out, identity_id=self.app.identity_id, override=override)
+        self.post_message(self.PlanRegistered(plan, record_id, out))
+
+    @on(PlanRegistered)
+    def plan_registered(self, message: PlanRegistered) -> None:
+        plan = message.plan
+        order = plan.get("order") or []
+        firsts: dict[str, int] = {}
+        for item in order:
+            firsts[item.get("first")] = firsts.get(item.get("first"), 0) + 1
+        balance = ", ".join(f"{arm} first in {count}" for arm, count in sorted(firsts.items()))
+        text = Text()
+        text.append(f"✓ registered {message.record_id}", style="bold")
+        text.append(f"\n  digest {str(plan.get('digest', ''))[:16]} · {len(order)} cases · {balance}")
+        if message.out:
+            text.append(f"\n  written to {message.out}; run it with: execsys plan run {message.out} "
+                        f"--arm {plan['arms'][0]}=URL --arm {plan['arms'][1]}=URL")
+        self.query_one("#plan-result", Static).update(text)
+
+    def worker_failed(self, worker: Worker) -> None:
+        if worker.group == "plan":
+            self.query_one("#plan-result", Static).update(Text("✗ not registered (see the notification)"))

@@ -1,0 +1,113 @@
+"""Plain state shared by the TUI's steps: the gate, the header's facts, the paths in use.
+
+Nothing here imports textual: it is the small amount of bookkeeping the app keeps between
+steps (which hosts were checked, which hazards fail, whether the operator overrode the gate),
+kept apart from widgets so the rules read in one place and tests can reach them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEPS: tuple[tuple[str, str], ...] = (
+    ("doctor", "Doctor"),
+    ("identity", "Identity"),
+    ("probes", "Probes"),
+    ("scope", "Scope & plan"),
+)
+"""The four steps in order: (mode name, label). Key ``1``..``4`` opens each."""
+
+LOCAL = "local"
+"""Column name for this machine in the doctor's side-by-side view."""
+
+
+@dataclass
+class Paths:
+    """Where the declaration, the lock and the ledger live for this session."""
+
+    config: Path
+    lock: Path
+    ledger: Path | None
+
+    @classmethod
+    def resolve(cls, config: str | Path | None, ledger: str | Path | None) -> Paths:
+        config_path = Path(config) if config else Path("execsys.toml")
+        return cls(
+            config=config_path,
+            lock=config_path.with_name("execsys.lock.json"),
+            ledger=Path(ledger).expanduser() if ledger else None,
+        )
+
+
+@dataclass
+class DoctorState:
+    """Results as they arrive: ``results[host][hazard id] = result``; ``running`` while checks run."""
+
+    hosts: list[str] = field(default_factory=lambda: [LOCAL])
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    running: bool = False
+    finished_once: bool = False
+    report_ids: list[str] = field(default_factory=list)
+    hazard_ids: list[str] = field(default_factory=list)
+
+    host_errors: dict[str, str] = field(default_factory=dict)
+
+    def failing(self) -> list[tuple[str, str]]:
+        """(host, hazard id) pairs that keep the report from being clean, for the current hosts only.
+
+        The doctor's own rule decides which statuses block (``fail`` and ``error``: a check that
+        could not look is not evidence of a clean system); an unreachable host blocks as a whole.
+        """
+        from execsys.doctor.model import BLOCKING
+
+        found = []
+        for host in self.hosts:
+            if host in self.host_errors:
+                found.append((host, "unreachable"))
+            for hazard_id, result in self.results.get(host, {}).items():
+                if getattr(result, "status", None) in BLOCKING:
+                    found.append((host, f"{hazard_id} ({result.status})"))
+        return found
+
+    def verdict(self) -> str:
+        """``checking`` / ``not run`` / ``hazards`` / ``incomplete`` / ``clean`` for the header and the gate."""
+        if self.running:
+            return "checking"
+        if not self.finished_once:
+            return "not run"
+        if self.failing():
+            return "hazards"
+        return "incomplete" if self.unchecked() else "clean"
+
+    def gate_open(self) -> bool:
+        """The gate opens only when every current host was checked and nothing fails."""
+        if self.running or not self.finished_once:
+            return False
+        if self.unchecked():
+            return False
+        return not self.failing()
+
+    def unchecked(self) -> list[str]:
+        """Hosts with at least one hazard that has no result yet (a stopped or partial run)."""
+        return [
+            host for host in self.hosts
+            if any(hazard_id not in self.results.get(host, {}) for hazard_id in self.hazard_ids)
+            or host not in self.results
+        ]
+
+    def gate_reason(self) -> str:
+        if self.running:
+            return "the doctor is still checking"
+        if not self.finished_once:
+            return "the doctor has not finished a check of this environment"
+        failing = self.failing()
+        missing = self.unchecked()
+        if missing and not failing:
+            return f"not every hazard was checked on {', '.join(missing)}"
+        if failing:
+            listed = ", ".join(f"{hazard} on {host}" for host, hazard in failing[:4])
+            more = f" and {len(failing) - 4} more" if len(failing) > 4 else ""
+            return f"{len(failing)} blocking finding{'s' if len(failing) != 1 else ''}: {listed}{more}"
+        return "the doctor found no failing hazard"
