@@ -6,6 +6,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,17 +28,19 @@ def run_measured(argv: list[str], cwd: str | os.PathLike | None = None,
     return elapsed, proc.stdout
 
 
-def run_peak_rss(argv: list[str], cwd: str | os.PathLike | None = None) -> tuple[float, int]:
-    """(wall seconds, peak resident set size in bytes) of one run, via wait4's rusage for exactly that child."""
+def run_peak_rss(argv: list[str], cwd: str | os.PathLike | None = None, *, with_cpu: bool = False):
+    """(wall seconds, peak RSS bytes[, CPU seconds]) of one run, from wait4's rusage for exactly that child."""
     start = time.perf_counter()
     with open(os.devnull, "wb") as devnull:
         proc = subprocess.Popen(argv, stdout=devnull, stderr=subprocess.PIPE, cwd=cwd)
         _pid, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode})")
-    return elapsed, usage.ru_maxrss * 1024  # Linux reports KiB
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({os.waitstatus_to_exitcode(status)})")
+    rss = usage.ru_maxrss * 1024  # Linux reports KiB
+    if with_cpu:
+        return elapsed, rss, usage.ru_utime + usage.ru_stime
+    return elapsed, rss
 
 
 def best_of(n: int, argv: list[str], cwd: str | os.PathLike | None = None, warmup: int = 1) -> dict:
@@ -54,5 +57,5 @@ def need(tool: str) -> str:
     return path
 
 
-def row(*cells: object, widths: tuple[int, ...] = (34, 12, 12, 12, 14)) -> str:
+def row(*cells: object, widths: tuple[int, ...] = (30, 12, 12, 12, 12, 10)) -> str:
     return "".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False))

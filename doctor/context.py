@@ -193,8 +193,21 @@ class Context:
             return self._memo[key]
 
     def invoke(self, argv: list[str]) -> files.Invocation:
-        """A trivial invocation, run once per argv for all hazards (``python3 --version`` etc.)."""
-        return self.memo(("invoke", tuple(argv)), lambda: files.bounded_run(argv, self.timeout))
+        """A trivial invocation, run once per program for all hazards (``python3 --version`` etc.).
+
+        Two names for one file (``pip`` and ``pip3`` with identical content, or symlinks to one
+        binary) are started once: scripts are keyed by content digest, binaries by real path.
+        """
+        path = argv[0]
+        key: object = os.path.realpath(path)
+        try:
+            if files.shebang(files.read_head(path, 2)) is not None or files.entry_point(path):
+                key = files.digest(path)
+        except OSError:
+            pass
+        if argv[1:] == ["--version"]:
+            return self.memo(("version", key), lambda: files.version_invocation(path, self.timeout))
+        return self.memo(("invoke", key, tuple(argv[1:])), lambda: files.bounded_run(argv, self.timeout))
 
     # -- defaults ---------------------------------------------------------
     @property

@@ -53,10 +53,28 @@ class Identity:
             "schema": self.schema,
             "id": self.id,
             "recorded_at": self.recorded_at,
+            "summary": self.summary,
             "declaration": self.declaration,
             "components": self.components,
             "notes": self.notes,
         }
+
+    @property
+    def summary(self) -> str:
+        """One line for listings: artifact, engine, host."""
+        artifact = self.observed("artifact")
+        engine = self.observed("runtime").get("engine") or {}
+        hardware = self.observed("hardware")
+        gpus = hardware.get("gpus") or []
+        parts = []
+        if artifact.get("digest"):
+            parts.append(f"artifact {artifact['digest'][:12]} {artifact.get('format') or ''} "
+                         f"{artifact.get('quantization') or ''}".strip())
+        if engine.get("name"):
+            parts.append(f"{engine['name']} {engine.get('version') or '?'}")
+        host = hardware.get("hostname") or "?"
+        parts.append(f"{host} {len(gpus)}x {gpus[0]['name']}" if gpus else f"{host} no GPU")
+        return "; ".join(parts)
 
     @classmethod
     def from_json(cls, data: Any, *, where: str) -> Identity:
@@ -174,6 +192,17 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
     missing = components["environment"]["observed"].get("variables_not_holding") or []
     if missing:
         notes.append(f"declared environment variables that do not hold here: {', '.join(missing)}")
+    hardware = components["hardware"]
+    declared_host = hardware["declared"].get("host")
+    if declared_host and declared_host != hardware["observed"].get("hostname"):
+        notes.append(f"declared host {declared_host!r} but this is {hardware['observed'].get('hostname')!r}")
+    declared_gpu = hardware["declared"].get("gpu")
+    gpu_names = [g.get("name") or "" for g in hardware["observed"].get("gpus") or []]
+    if declared_gpu and not any(declared_gpu.lower() in name.lower() for name in gpu_names):
+        notes.append(f"declared GPU {declared_gpu!r} but this host has {', '.join(gpu_names) or 'no NVIDIA GPU'}")
+    declared_count = hardware["declared"].get("gpu_count")
+    if isinstance(declared_count, int) and declared_count != len(gpu_names):
+        notes.append(f"declared {declared_count} GPU(s) but this host has {len(gpu_names)}")
     if components["hardware"]["observed"].get("gpu_note"):
         notes.append(f"hardware: {components['hardware']['observed']['gpu_note']}")
     return notes

@@ -626,10 +626,14 @@ def run_plan(plan: Plan, endpoints: dict[str, str], ledger: Ledger, *,
              extract: str | None = None, cases_path: str | Path | None = None,
              artifact_path: str | None = None, expected_digest: str | None = None,
              placement_table: dict[str, Any] | None = None, log_path: str | Path | None = None,
-             timeout: float = 120.0, api_key_env: str | None = None,
+             timeout: float = 120.0, api_key_env: str | None = None, base_dir: str | Path | None = None,
+             lock_identity: str | None = None,
              on_event: Callable[[dict[str, Any]], None] | None = None,
              cancel: threading.Event | None = None) -> PlanRun:
     """Execute the registered order inside one window and report the paired difference.
+
+    ``lock_identity`` (the id of the lock given at run time) must match the identity the plan was
+    registered for, when both are known; ``base_dir`` resolves a relative cases path.
 
     ``on_event`` receives every log event as it happens (the TUI's progress); setting ``cancel``
     stops after the current case (the run is then labelled descriptive: the window is incomplete)."""
@@ -644,6 +648,8 @@ def run_plan(plan: Plan, endpoints: dict[str, str], ledger: Ledger, *,
     source = cases_path or plan.cases.get("file")
     if not source:
         raise UsageError("the plan was made from case ids, not a cases file: give --cases FILE")
+    if not cases_path and base_dir is not None and not Path(source).is_absolute() and not Path(source).exists():
+        source = Path(base_dir) / source  # a relative path registered from the plan's own directory
     cases = {c.id: c for c in load_cases(source)}
     planned_ids = [e["case"] for e in plan.order]
     missing = [cid for cid in planned_ids if cid not in cases]
@@ -723,6 +729,9 @@ def run_plan(plan: Plan, endpoints: dict[str, str], ledger: Ledger, *,
     checks = check_executed(plan, registered_at, log.header, log.events)
     if cancelled:
         checks.append(Check("complete", False, "cancelled before every case ran"))
+    if plan.identity and lock_identity and lock_identity != plan.identity:
+        checks.append(Check("pinned-identity", False, f"the plan was registered for identity {plan.identity[:12]}, "
+                            f"the lock given pins {lock_identity[:12]}"))
     a, b = plan.arms
     pairs = [(o[a]["correct"], o[b]["correct"]) for o in outcomes.values()
              if a in o and b in o and not o[a]["error"] and not o[b]["error"]]

@@ -167,6 +167,7 @@ class ScopeReport:
     licence: str | None  # the widest boundary licensed, or None
     host: str | None = None
     other_identities: dict[str, list[str]] = field(default_factory=dict)  # identity -> probe record ids
+    excluded: list[dict[str, str]] = field(default_factory=list)  # {record, reason}: this identity, not the axis
 
     @property
     def ignored_probes(self) -> int:
@@ -189,6 +190,7 @@ class ScopeReport:
                 "records": sum(len(v) for v in self.other_identities.values()),
                 "identities": sorted(self.other_identities),
             },
+            "excluded": self.excluded,
         }
 
 
@@ -208,6 +210,7 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
 
     per_axis: dict[str, list[Record]] = {}
     other: dict[str, list[str]] = {}
+    excluded: list[dict[str, str]] = []
     for record in ledger.iter(kind="probe"):
         body = record.body
         axis = body.get("axis")
@@ -218,6 +221,12 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
             owner = owner.get("id")
         if owner != identity_id:
             other.setdefault(str(owner or "none (probe taken without a pinned identity)"), []).append(record.id)
+            continue
+        scope_info = body.get("scope") if isinstance(body.get("scope"), dict) else {}
+        if scope_info.get("engine_changed"):
+            # The engine itself changed between the passes: the probe measured that change, not the axis.
+            excluded.append({"record": record.id, "reason": f"{axis} probe saw the engine change between passes: "
+                             "it measured the engine change, not the axis"})
             continue
         per_axis.setdefault(axis, []).append(record)
         if host is None:
@@ -249,7 +258,11 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         if axis in licensed:
             licence = axis
     statement = _statement(identity_id, measured, licensed, unstable, unmeasured, licence, host, other)
-    return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other)
+    if excluded:
+        statement += (f" {len(excluded)} probe record{'s' if len(excluded) != 1 else ''} of this identity measured "
+                      "an engine change rather than its axis and did not count.")
+    return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other,
+                       excluded)
 
 
 def _statement(identity_id: str, measured: dict[str, AxisMeasure], licensed: list[str], unstable: list[str],

@@ -214,3 +214,37 @@ def test_unreachable_host_cannot_verify(cli, tmp_path: Path, ssh_config_env) -> 
     assert site["status"] == "unavailable" and site["error"]
     assert data["verdict"] == "unverified"
     assert data["match_rate"] == {"m": 1, "n": 1, "rate": 1.0}
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path: Path, ledger_path: Path) -> None:
+    """A large artifact shows a progress bar when stderr is a terminal (a real pty), and none when piped."""
+    import pty
+    import select
+    import sys
+
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as fh:
+        fh.truncate(300 << 20)  # sparse: 300 MiB of zeros, above the progress threshold
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "execsys", "digest", str(big)], stdout=subprocess.PIPE,
+                            stderr=slave, env=dict(os.environ, TERM="xterm", COLUMNS="100"))
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO once the child has closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out = proc.communicate(timeout=60)[0].decode()
+    os.close(master)
+    assert proc.returncode == 0
+    assert out.split()[0] == b3sum("--no-names", str(big)).decode().strip()
+    assert b"hashing" in seen and b"MB" in seen  # the bar: description and transferred size
+    piped = subprocess.run([sys.executable, "-m", "execsys", "digest", str(big)], capture_output=True, timeout=60)
+    assert piped.stderr == b""

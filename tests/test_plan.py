@@ -346,3 +346,62 @@ def test_remote_placement_checks_over_loopback_sshd(cli, tmp_path, ledger_path, 
     assert inadmissible.returncode == 1
     checks = {c["name"]: c for c in inadmissible.json()["placement"][0]["checks"]}
     assert not checks["d-admissible"]["passed"] and "tier-3" in checks["d-admissible"]["detail"]
+
+
+def test_run_api_cancel_and_identity_mismatch(tmp_path, ledger_path, two_servers) -> None:
+    """The API the TUI uses: on_event sees every step; cancel stops the window (descriptive)."""
+    import threading
+
+    from execsys.plan import load_plan, register_plan, run_plan
+
+    cases = write_cases(tmp_path / "cases.jsonl", 6)
+    with Ledger.open(ledger_path) as ledger:
+        plan = register_plan(new_plan(["A", "B"], cases, "abba", 2, identity="f" * 64), ledger)
+        plan_path = tmp_path / "plan.json"
+        plan_path.write_text(json.dumps(plan.to_json()))
+        plan = load_plan(plan_path)
+        cancel = threading.Event()
+        seen: list[str] = []
+
+        def on_event(event: dict) -> None:
+            seen.append(event["event"])
+            if seen.count("case") == 2:
+                cancel.set()
+
+        endpoints = {"A": two_servers[0].base_url, "B": two_servers[1].base_url}
+        run = run_plan(plan, endpoints, ledger, on_event=on_event, cancel=cancel, lock_identity="e" * 64)
+    assert seen[:2] == ["placement", "placement"] and "window-start" in seen and seen[-1] == "window-end"
+    assert run.cancelled and run.stats.n == 1 and run.label == "descriptive"
+    failed = {c.name for c in run.checks if not c.passed}
+    assert {"complete", "pinned-identity", "order"} <= failed
+    assert run.record and run.to_json()["schema"] == "execsys.plan-run/1"
+
+
+def test_relative_cases_path_resolves_from_the_plan_directory(cli, tmp_path, ledger_path, two_servers) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    write_cases(project / "cases.jsonl", 4)
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", "cases.jsonl", "--out", "plan.json",
+               cwd=project).returncode == 0
+    result = cli("plan", "run", str(project / "plan.json"), "--arm", f"A={two_servers[0].base_url}",
+                 "--arm", f"B={two_servers[1].base_url}", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.json()["paired"]["n"] == 4
+    assert (project / "plan.json.executed.jsonl").exists()
+
+
+def test_sampling_settings_as_arms(cli, tmp_path, ledger_path, two_servers) -> None:
+    """One server, two sampling settings: the arm parameters are sent and recorded per arm."""
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    plan_path = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "greedy", "hot", "--cases", str(cases), "--out", str(plan_path))
+    url = two_servers[0].base_url
+    result = cli("plan", "run", str(plan_path), "--arm", f"greedy={url}", "--arm", f"hot={url}",
+                 "--arm-params", 'hot={"temperature": 1.5, "seed": 7}', "--json")
+    assert result.returncode == 0, result.stderr
+    arms = result.json()["arms"]
+    assert arms["greedy"]["params"]["temperature"] == 0
+    assert arms["hot"]["params"] == {"temperature": 1.5, "max_tokens": 32, "seed": 7}
+    bad = cli("plan", "run", str(plan_path), "--arm", f"greedy={url}", "--arm", f"hot={url}",
+              "--arm-params", "cold={}")
+    assert bad.returncode == 2 and "unknown arm 'cold'" in bad.stderr

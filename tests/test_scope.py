@@ -206,3 +206,14 @@ def test_real_probe_then_scope(cli, lock, tmp_path, llama_server) -> None:
     assert (session["m"], session["n"]) == (record["m"], record["n"])
     assert ("session" in data["licensed"]) == (record["m"] == record["n"])
     assert ("session" in data["unstable"]) == (record["m"] != record["n"])
+
+
+def test_a_probe_that_saw_the_engine_change_does_not_measure_the_axis(ledger_path, lock) -> None:
+    _path, ident = lock
+    with Ledger.open(ledger_path) as ledger:
+        rid = ledger.append("probe", {"schema": "execsys.probe/1", "axis": "restart", "identity": ident, "m": 3,
+                                      "n": 20, "scope": {"engine_changed": True}}, identity=ident)
+        report = compute_scope(ledger, ident)
+    assert "restart" in report.unmeasured and report.unstable == []
+    assert report.excluded[0]["record"] == rid
+    assert "engine change" in report.statement

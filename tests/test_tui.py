@@ -4,6 +4,7 @@ real pins of real files, a real llama.cpp server on loopback for the probe step.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from execsys.doctor.registry import IDS  # noqa: E402
 from execsys.ledger import Ledger  # noqa: E402
 from execsys.tui.app import DARK, LIGHT, ExecsysApp  # noqa: E402
 from execsys.tui.screens.dialogs import AddHostDialog, OverrideDialog  # noqa: E402
-from tests.tui_helpers import settle, text_of  # noqa: E402
+from tests.tui_helpers import settle, text_of, while_running  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -195,3 +196,306 @@ async def test_doctor_shows_a_remote_host_side_by_side(project: Path, ssh_config
                      ssh_config_env.unreachable_dest in app.doctor.results | app.doctor.host_errors, timeout=200)
         assert not app.doctor.gate_open()
         assert ssh_config_env.unreachable_dest in app.doctor.gate_reason()
+
+
+# -- step 2: identity --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def declared_project(project: Path) -> Path:
+    """A declaration with a real artifact file (hashed when pinned) and a decoding budget."""
+    artifact = project / "model.bin"
+    artifact.write_bytes(os.urandom(3 << 20))
+    (project / "execsys.toml").write_text(
+        '[model]\nname = "tiny-test"\n\n[artifact]\npath = "model.bin"\nquantization = "f16"\n\n'
+        '[budget]\ntemperature = 0.0\nmax_tokens = 16\n'
+    )
+    return project
+
+
+async def test_identity_form_shows_declared_and_observed_apart_and_pins_with_a_diff(
+        declared_project: Path, ledger_path: Path) -> None:
+    from execsys.digest import digest_path
+    from execsys.identity import load_lock
+
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        screen = app.screen
+        await settle(pilot, lambda: "observed:" in text_of(screen.query_one("#identity-status", Static)))
+        # declared values fill the form ...
+        assert screen.query_one("#f-model-name", Input).value == "tiny-test"
+        assert screen.query_one("#f-budget-max_tokens", Input).value == "16"
+        # ... and what this machine observes is shown apart, read-only: the artifact's real digest
+        observed = text_of(screen.query_one("#obs-artifact", Static))
+        assert digest_path(declared_project / "model.bin").digest in observed
+        assert "◇ digest:" in observed
+        options = screen.query_one("#components", OptionList)
+        assert str(options.get_option("model").prompt).startswith("●")  # declared
+        assert str(options.get_option("grader").prompt).startswith("○")  # not declared
+
+        # pin: the lock and the ledger record appear, the header shows the identity
+        await pilot.press("ctrl+l")
+        await settle(pilot, lambda: (declared_project / "execsys.lock.json").exists() and not screen.query_one("#pin").disabled)
+        first = load_lock(declared_project / "execsys.lock.json")
+        assert app.identity_id == first.id
+        assert f"identity {first.id[:12]}" in header_state(app)
+        assert [r.identity for r in records(ledger_path, "identity")] == [first.id]
+        status = text_of(screen.query_one("#identity-status", Static))
+        assert f"pinned {first.id[:12]}" in status and "no earlier lock" in status
+        bar = screen.query_one("#pin-progress", ProgressBar)
+        assert bar.percentage == 1.0
+
+        # change one component in the form, pin again: the diff isolates it
+        screen.query_one("#f-budget-temperature", Input).value = "0.7"
+        await pilot.press("ctrl+l")
+        await settle(pilot, lambda: load_lock(declared_project / "execsys.lock.json").id != first.id
+                     and not screen.query_one("#pin").disabled)
+        status = text_of(screen.query_one("#identity-status", Static))
+        assert "≠ against the previous lock: isolates budget" in status
+        assert "temperature = 0.7" in (declared_project / "execsys.toml").read_text()
+
+        # two components moved: descriptive only
+        screen.query_one("#f-budget-temperature", Input).value = "0.2"
+        screen.query_one("#f-model-name", Input).value = "another"
+        await pilot.press("ctrl+l")
+        await settle(pilot, lambda: "descriptive only" in text_of(screen.query_one("#identity-status", Static)))
+        assert "2 components moved (model, budget)" in text_of(screen.query_one("#identity-status", Static))
+
+
+async def test_identity_prefills_from_detection_and_saves_a_declaration_that_loads(project: Path) -> None:
+    import socket
+
+    from execsys import declaration
+
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        screen = app.screen
+        await settle(pilot, lambda: "observed:" in text_of(screen.query_one("#identity-status", Static)))
+        assert "pre-filled from what this machine shows" in text_of(screen.query_one("#identity-status", Static))
+        assert screen.query_one("#f-hardware-host", Input).value == socket.gethostname()
+        screen.query_one("#f-budget-stop", Input).value = '["\\n", "END"]'
+        screen.query_one("#f-model-name", Input).value = "m"
+        await pilot.press("ctrl+s")
+        await settle(pilot, lambda: (project / "execsys.toml").exists())
+        saved = declaration.load(project / "execsys.toml")
+        assert saved.get("budget", "stop") == ["\n", "END"]
+        assert saved.get("hardware", "host") == socket.gethostname()
+        assert saved.get("model", "name") == "m"
+        # a value that does not parse is refused, naming the field; nothing is written
+        before = (project / "execsys.toml").read_text()
+        screen.query_one("#f-budget-max_tokens", Input).value = "many"
+        await pilot.press("ctrl+s")
+        await settle(pilot, lambda: True)
+        assert (project / "execsys.toml").read_text() == before
+        assert any("budget.max_tokens" in n.message for n in app._notifications)
+
+
+# -- step 3: probes ------------------------------------------------------------------------------
+
+
+def _write_cases(path: Path, prompts: list[str], max_tokens: int = 8) -> Path:
+    from tests.tui_helpers import write_cases
+
+    return write_cases(path, [(f"c{i}", p) for i, p in enumerate(prompts)], max_tokens)
+
+
+async def _fill_probe_form(pilot, **values) -> None:
+    screen = pilot.app.screen
+    for field_id, value in values.items():
+        if field_id == "axis":
+            screen.query_one("#axis", Select).value = value
+        else:
+            screen.query_one(f"#{field_id}", Input).value = str(value)
+    await pilot.pause()
+
+
+async def test_probe_against_real_llama_server_behind_the_gate(failing_doctor: Path, ledger_path: Path,
+                                                                llama_server) -> None:
+    _write_cases(failing_doctor / "cases.jsonl", ["Hello", "The sky is", "1 2 3", "Once upon"])
+    app = ExecsysApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
+        assert not app.doctor.gate_open()
+        await pilot.press("3")
+        await pilot.pause()
+        await _fill_probe_form(pilot, endpoint=llama_server.base_url, cases="cases.jsonl", n=3)
+        # the gate asks; keeping it closed starts nothing
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        assert isinstance(app.screen, OverrideDialog)
+        await pilot.press("escape")
+        await settle(pilot, lambda: True)
+        assert records(ledger_path, "probe-run") == []
+        # an explicit override runs the probe, and the override is recorded with the run
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        await pilot.press("y")
+        screen = app.screen
+        await settle(pilot, lambda: not screen.running and records(ledger_path, "probe"), timeout=240)
+        [run] = records(ledger_path, "probe-run")
+        [probe] = records(ledger_path, "probe")
+        assert probe.body["n"] + probe.body["errored"] == 3 and probe.body["axis"] == "session"
+        with Ledger.open(ledger_path) as ledger:
+            override = ledger.child(run.id, "gate-override")
+        assert override is not None and override.kind == "gate-override"
+        assert override.body["verdict"] == "hazards" and override.body["run"] == run.id
+        assert {"host": "local", "hazard": "stub-executables (fail)"} in override.body["failing"]
+        assert "[overridden]" in header_state(app)
+        # the live view: a bar per pass, full; the rate and the engine's sentence
+        bars = list(screen.query(ProgressBar))
+        assert len(bars) == 2 and all(bar.percentage == 1.0 for bar in bars)
+        agreement = text_of(screen.query_one("#agreement", Static))
+        assert f"agreement {probe.body['m']}/{probe.body['n']}" in agreement
+        assert probe.body["sentence"] in text_of(screen.query_one("#probe-status", Static))
+        flipped = screen.query_one("#flipped", OptionList)
+        assert [flipped.get_option_at_index(i).id for i in range(flipped.option_count)] == probe.body["flipped"]
+
+
+async def test_probe_lists_flipped_cases_and_shows_the_divergence_side_by_side(project: Path, ledger_path: Path,
+                                                                               flip_endpoint) -> None:
+    # the purpose-built endpoint pins the arithmetic: two of four cases flip on their second call
+    _write_cases(project / "cases.jsonl", ["alpha", "beta [flip]", "gamma", "delta [flip]"])
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await _fill_probe_form(pilot, endpoint=flip_endpoint.base_url, cases="cases.jsonl")
+        await pilot.press("ctrl+g", "y")
+        screen = app.screen
+        await settle(pilot, lambda: not screen.running and records(ledger_path, "probe"))
+        [probe] = records(ledger_path, "probe")
+        assert (probe.body["m"], probe.body["n"]) == (2, 4)
+        assert "agreement 2/4 = 0.50" in text_of(screen.query_one("#agreement", Static))
+        flipped = screen.query_one("#flipped", OptionList)
+        assert [flipped.get_option_at_index(i).id for i in range(flipped.option_count)] == ["c1", "c3"]
+        flipped.highlighted = 0
+        await pilot.pause()
+        shown = text_of(screen.query_one("#outputs"))
+        first = flip_endpoint.answer("beta [flip]", 1)
+        second = flip_endpoint.answer("beta [flip]", 2)
+        offset = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+        assert f"▼ first divergence at character {offset}" in shown
+        assert first[:offset] in shown and second[offset:offset + 10] in shown
+
+
+async def test_escape_stops_a_probe_and_resume_finishes_it_without_double_counting(
+        project: Path, ledger_path: Path, flip_endpoint) -> None:
+    flip_endpoint.delay = 0.15
+    _write_cases(project / "cases.jsonl", [f"case {i}" for i in range(12)])
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("3")
+        await _fill_probe_form(pilot, endpoint=flip_endpoint.base_url, cases="cases.jsonl")
+        await pilot.press("ctrl+g", "y")
+        screen = app.screen
+        # the agreement rate updates live as pass B's cases complete
+        await while_running(pilot, lambda: len(records(ledger_path, "probe-case")) >= 15)
+        live = text_of(screen.query_one("#agreement", Static))
+        assert re.match(r"agreement so far (\d+)/\1 = 1\.00", live), live
+        await pilot.press("escape")  # a keypress is handled while the probe runs in its worker
+        await settle(pilot, lambda: not screen.running)
+        status = text_of(screen.query_one("#probe-status", Static))
+        assert status.startswith("! stopped") and "kept" in status
+        assert records(ledger_path, "probe") == []
+        kept = len(records(ledger_path, "probe-case"))
+        assert 15 <= kept < 24
+        assert screen.query_one("#run-mode", Select).value == "resume"
+        await pilot.press("ctrl+g")  # the override still holds for this verdict: no second question
+        await settle(pilot, lambda: not screen.running and records(ledger_path, "probe"), timeout=120)
+        [probe] = records(ledger_path, "probe")
+        assert (probe.body["m"], probe.body["n"]) == (12, 12)
+        assert len(records(ledger_path, "probe-case")) == 24  # nothing sent twice, nothing counted twice
+        assert len(records(ledger_path, "probe-run")) == 1
+
+
+# -- step 4: scope & plan ---------------------------------------------------------------------------
+
+
+def _probe_body(axis: str, m: int, n: int, identity: str) -> dict:
+    from execsys.stats import wilson
+
+    return {"schema": "execsys.probe/1", "axis": axis, "identity": identity, "n": n, "m": m,
+            "agreement_rate": m / n, "ci95": list(wilson(m, n)), "flipped": [], "cases": []}
+
+
+async def test_scope_states_the_licence_charts_rates_saves_the_contract_and_registers_a_plan(
+        declared_project: Path, ledger_path: Path, cli) -> None:
+    from execsys.scope import compute_scope
+
+    assert cli("pin").returncode == 0
+    lock = json_load(declared_project / "execsys.lock.json")
+    with Ledger.open(ledger_path) as ledger:
+        ledger.append("probe", _probe_body("session", 20, 20, lock["id"]), identity=lock["id"])
+        ledger.append("probe", _probe_body("restart", 12, 20, lock["id"]), identity=lock["id"])
+        expected = compute_scope(ledger, lock["id"])
+    _write_cases(declared_project / "cases.jsonl", [f"q{i}" for i in range(6)])
+
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        await settle(pilot, lambda: app.identity_id == lock["id"] and "Identity" in text_of(screen.query_one("#statement", Static)))
+        assert text_of(screen.query_one("#statement", Static)) == expected.statement
+        assert "licence session (20/20); unstable: restart" in header_state(app)
+        chart = text_of(screen.query_one("#chart"))
+        assert "20/20 = 1.00" in chart and "✓ licensed" in chart
+        assert "12/20 = 0.60" in chart and "✗ unstable" in chart
+        assert chart.count("– not probed: unlicensed") == 3
+
+        # the contract snippet, saved where asked
+        screen.query_one("#contract-path", Input).value = "contract.md"
+        await pilot.press("ctrl+s")
+        await settle(pilot, lambda: (declared_project / "contract.md").exists())
+        contract = (declared_project / "contract.md").read_text()
+        assert contract.startswith("## Comparability") and expected.statement in contract
+
+        # a paired plan: the gate asks first (the doctor has not run), the override is recorded with the plan
+        screen.query_one("#arm-a", Input).value = "base"
+        screen.query_one("#arm-b", Input).value = "tuned"
+        screen.query_one("#plan-cases", Input).value = "cases.jsonl"
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        assert isinstance(app.screen, OverrideDialog)
+        await pilot.press("y")
+        await settle(pilot, lambda: records(ledger_path, "plan"))
+        [plan] = records(ledger_path, "plan")
+        assert plan.body["arms"] == ["base", "tuned"] and plan.body["identity"] == lock["id"]
+        firsts = [entry["first"] for entry in plan.body["order"]]
+        assert firsts.count("base") == firsts.count("tuned") == 3
+        assert json_load(declared_project / "plan.json")["digest"] == plan.body["digest"]
+        with Ledger.open(ledger_path) as ledger:
+            override = ledger.child(plan.id, "gate-override")
+        assert override is not None and override.body["for"] == "plan" and override.body["verdict"] == "not run"
+        result = text_of(screen.query_one("#plan-result", Static))
+        assert f"registered {plan.id}" in result and "base first in 3, tuned first in 3" in result
+
+
+def json_load(path: Path):
+    import json
+
+    return json.loads(path.read_text())
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["tui"], []], ids=["execsys tui", "bare execsys"])
+def test_execsys_tui_opens_in_a_terminal_and_paints(project: Path, argv: list[str]) -> None:
+    """In a real pseudo-terminal, `execsys tui` (and bare `execsys`) starts, paints, and exits cleanly."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_tui_startup import time_in_pty
+
+    env = dict(os.environ, EXECSYS_TUI_EXIT_AFTER_PAINT="1", TERM="xterm-256color")
+    # time_in_pty raises unless the process exits 0 after writing its first-paint stamp
+    seconds = time_in_pty([sys.executable, "-m", "execsys", *argv], env, str(project), timeout=60)
+    assert seconds > 0
+
+
+def test_execsys_tui_refuses_without_a_terminal(cli, project: Path) -> None:
+    result = cli("tui", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("execsys tui: error: the TUI needs an interactive terminal")
+    assert "Traceback" not in result.stderr

@@ -46,3 +46,13 @@ def write_cases(path: Path, prompts: list[tuple[str, str]], max_tokens: int = 8)
     path.write_text("".join(json.dumps({"id": cid, "prompt": p, "max_tokens": max_tokens}) + "\n"
                             for cid, p in prompts))
     return path
+
+
+async def while_running(pilot, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``predicate`` while workers are still running (for conditions met mid-way through a run)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        await pilot.pause(0.05)

@@ -83,7 +83,7 @@ def check(ctx) -> HazardResult:
             evidence.append(f"{name} [{i + 1}] {path}{arrow}  {dig[:23]}")
         first = matches[0]
         version = ctx.invoke([first, "--version"])
-        evidence.append(f"{name} runs: {version.describe()}")
+        evidence.append(f"{name} runs: {version.describe(first)}")
         distinct = {d for d in digests if not d.startswith("unreadable")}
         if len(distinct) > 1:
             warnings.append(f"{name}: {len(distinct)} different programs on PATH")

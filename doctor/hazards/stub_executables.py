@@ -57,7 +57,7 @@ def inspect(path: str, ctx) -> tuple[str, list[str]]:
     if shim:
         notes.append(f"{path}: a version-manager shim")
     inv = ctx.invoke([path, "--version"])
-    said = inv.describe()
+    said = inv.describe(path)
     if inv.error:
         return "fail", [f"{path}: {said}", *notes]
     if inv.timed_out:

@@ -28,6 +28,8 @@ FIX = ("Restart the serving process from the declared environment (for systemd: 
        "systemctl restart UNIT`), or update the declaration to what is actually served; start engines with the "
        "declared artifact path.")
 
+# Process start times derive from the boot time, which the kernel reports in whole seconds.
+START_TIME_SLACK_S = 1.0
 _MODEL_FLAGS = ("--model", "-m", "--model-path", "--model-dir", "--model_path", "--model-id", "--served-model-path")
 _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".onnx", ".ggml")
 
@@ -181,7 +183,7 @@ def check(ctx) -> HazardResult:
                 mtime = os.stat(path).st_mtime
             except OSError:
                 continue
-            if proc.create_time and mtime > proc.create_time:
+            if proc.create_time and mtime > proc.create_time + START_TIME_SLACK_S:
                 warnings.append(f"{path} changed {_ago(mtime)}, after pid {proc.pid} started {_ago(proc.create_time)}"
                                 " -- it may serve the old config")
     if artifact:

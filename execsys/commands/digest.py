@@ -152,13 +152,13 @@ def match_report(path: str, local, local_error: str | None, hosts: list[str], ex
 
 
 def _print_human(result) -> None:
-    from execsys import console
-
+    # plain text, no rich: the digest line is data (b3sum's own shape) and start-up stays light
     if result.kind == "file":
-        console.out().print(f"{result.digest}  {result.path}", markup=False)
+        sys.stdout.write(f"{result.digest}  {result.path}\n")
     else:
-        console.out().print(f"{result.digest}  {result.path}/  ({result.files} files, {_size(result.size_bytes)}; "
-                            "--manifest lists them)", markup=False)
+        sys.stdout.write(f"{result.digest}  {result.path}/  ({result.files} files, {_size(result.size_bytes)}; "
+                         "--manifest lists them)\n")
+    sys.stdout.flush()
 
 
 def _print_sites(report: dict) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from execsys.cli import add_json
 from execsys.errors import ExitCode, UsageError
@@ -97,6 +98,13 @@ def _new(args: argparse.Namespace) -> int:
         plan = new_plan(args.arms, args.cases, args.design, _seed(args.seed), placement, identity=identity)
         register_plan(plan, ledger)
     data = plan.to_json()
+    if plan.cases.get("file"):
+        from execsys.probes.cases import load_cases
+
+        missing = [c.id for c in load_cases(plan.cases["file"]) if c.expected is None]
+        if missing:
+            console.warn(f"{len(missing)} case(s) have no \"expected\" answer (first: {missing[0]}); "
+                         "'plan run' needs one per case to score the arms")
     if args.out:
         atomic_write_json(args.out, data)
     if args.json or not args.out:
@@ -138,8 +146,11 @@ def _run(args: argparse.Namespace) -> int:
         if arm not in plan.arms:
             raise UsageError(f"--arm-params: unknown arm '{arm}' (arms: {', '.join(plan.arms)})")
         arm_params[arm] = _json_arg(text, f"--arm-params {arm}")
-    artifact, digest = args.artifact, None
+    artifact, digest, lock_identity = args.artifact, None, None
     if args.lock:
+        from execsys.identity import load_lock
+
+        lock_identity = load_lock(args.lock).id
         artifact_info = _lock_artifact(args.lock)
         artifact = artifact or artifact_info.get("path")
         digest = artifact_info.get("digest")
@@ -160,7 +171,8 @@ def _run(args: argparse.Namespace) -> int:
         result = run_plan(plan, endpoints, ledger, params=params, arm_params=arm_params, extract=args.extract,
                           cases_path=args.cases, artifact_path=artifact, expected_digest=digest,
                           placement_table=decl.tables.get("placement") or {}, log_path=log_path,
-                          timeout=args.timeout, api_key_env=args.api_key_env, on_event=progress)
+                          timeout=args.timeout, api_key_env=args.api_key_env, on_event=progress,
+                          base_dir=Path(args.plan).parent, lock_identity=lock_identity)
     if args.json:
         console.print_json(result.to_json())
     else:

@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("target")
     target.add_argument("--endpoint", action="append", default=[], metavar="URL",
                         help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (repeat for the hosts axis)")
-    target.add_argument("--command", metavar="CMD", help="a harness command: one case as JSON on stdin, output on stdout")
+    target.add_argument("--command", dest="target_command", metavar="CMD", help="a harness command: one case as JSON on stdin, output on stdout")
     target.add_argument("--model", metavar="NAME", help="model name to request (default: the one the endpoint lists)")
     target.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key (never recorded)")
     target.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
@@ -138,7 +138,7 @@ def build_options(args: argparse.Namespace):
     decl = load()
     probe_t, runtime_t = decl.tables.get("probe", {}), decl.tables.get("runtime", {})
     endpoints = list(args.endpoint)
-    if not endpoints and not args.command and runtime_t.get("endpoint"):
+    if not endpoints and not args.target_command and runtime_t.get("endpoint"):
         endpoints = [runtime_t["endpoint"]]
     cases = args.cases or probe_t.get("cases")
     if not cases:
@@ -153,7 +153,7 @@ def build_options(args: argparse.Namespace):
     return ProbeOptions(
         axis=args.axis,
         endpoints=endpoints,
-        command=args.command,
+        command=args.target_command,
         cases=cases,
         model=args.model,
         n=args.n if args.n is not None else probe_t.get("n"),

@@ -1,0 +1,88 @@
+"""The runner's promises: concurrent, fenced checks; a broken or hanging check never breaks the report."""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+
+import pytest
+
+from execsys.doctor import registry
+from execsys.doctor.model import DoctorReport, HazardResult
+from execsys.doctor.runner import DoctorOptions, run_doctor, run_hazard
+
+
+def test_run_doctor_streams_every_result_and_keeps_registry_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    seen: list[str] = []
+    report = run_doctor(DoctorOptions(), on_result=lambda host, r: seen.append(f"{host}:{r.id}"))
+    assert isinstance(report, DoctorReport)
+    assert sorted(seen) == sorted(f"local:{h.id}" for h in registry.HAZARDS)
+    assert [r.id for r in report.local.hazards] == list(registry.IDS)
+    assert report.verdict in ("clean", "hazards")
+    assert report.to_json()["schema"] == "execsys.doctor/1"
+
+
+def test_an_exception_in_a_check_becomes_status_error(monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("disk on fire")
+
+    real_load = registry.load
+    monkeypatch.setattr(registry, "load", lambda hid: types.SimpleNamespace(check=boom)
+                        if hid == "clock-skew" else real_load(hid))
+    report = run_doctor(DoctorOptions(only=["clock-skew", "interop-mangling"]))
+    broken = report.local.result("clock-skew")
+    assert broken.status == "error" and "RuntimeError: disk on fire" in broken.summary
+    assert report.local.result("interop-mangling").status == "skip"
+    assert report.exit_code == 1  # a check that could not look is not a clean bill
+
+
+def test_a_check_that_hangs_is_abandoned_at_its_deadline(monkeypatch):
+    release = threading.Event()
+
+    def hang(ctx):
+        release.wait(60)
+        return HazardResult("clock-skew", "ok", "late")
+
+    real_load = registry.load
+    monkeypatch.setattr(registry, "load", lambda hid: types.SimpleNamespace(check=hang)
+                        if hid == "clock-skew" else real_load(hid))
+    start = time.monotonic()
+    report = run_doctor(DoctorOptions(only=["clock-skew"], timeout=0.5))
+    release.set()
+    assert report.local.result("clock-skew").status == "error"
+    assert "did not finish" in report.local.result("clock-skew").summary
+    assert time.monotonic() - start < 30
+
+
+def test_cancel_stops_waiting(monkeypatch):
+    cancel = threading.Event()
+    cancel.set()
+    report = run_doctor(DoctorOptions(only=["clock-skew"]), cancel=cancel)
+    assert report.local.result("clock-skew").status in ("error", "ok", "warn")
+
+
+def test_unknown_only_id_and_run_hazard():
+    with pytest.raises(KeyError):
+        run_doctor(DoctorOptions(only=["nope"]))
+    result = run_hazard("interop-mangling", DoctorOptions(layers=["env"]))
+    assert result.status == "ok" and result.duration_s > 0
+
+
+def test_options_from_declaration(tmp_path):
+    from execsys import declaration
+
+    decl = declaration.parse(
+        '[runtime]\nengine = "vllm"\nendpoint = "http://127.0.0.1:8011/v1"\nenv_file = "engine.env"\n'
+        '[environment]\nvariables = { CUDA_VISIBLE_DEVICES = "0" }\nlayers = ["ssh gpu1"]\n'
+        '[artifact]\npath = "models/m.gguf"\n[doctor]\ntimeout = 7\nclock_skew_threshold_ms = 100\n',
+        tmp_path / "execsys.toml")
+    opts = DoctorOptions.from_declaration(decl, layers=["env"])
+    assert opts.ports == [8011] and opts.endpoint_port == 8011 and opts.engine == "vllm"
+    assert opts.env_file == str(tmp_path / "engine.env")
+    assert opts.artifact_path == str(tmp_path / "models" / "m.gguf")
+    assert opts.declared_env == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert opts.layers == ["env"]  # the override wins
+    assert opts.timeout == 7 and opts.clock_skew_threshold_ms == 100
+    assert DoctorOptions.from_payload(opts.to_payload()) == opts

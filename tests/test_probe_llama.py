@@ -1,0 +1,205 @@
+"""Every probe axis against llama.cpp's real OpenAI-compatible server on loopback.
+
+The models are generated random-weight GGUFs (``tests/fixtures/llama.py``). What these tests
+assert about llama.cpp was measured here first (2026-11-30, llama-cpp-python 0.3.36, CPU):
+
+* at temperature 0 text is byte-identical within a session (shuffled second pass), across a
+  restart with the same flags, across repeats and under --load 4 (the server serialises);
+* with the "tie" model, a prompt sent right after itself reuses the cached prefix and its text
+  flips (14 of 20 agreed with adjacent duplicates), and a server started with
+  ``--n_batch 8 --n_ubatch 8`` disagrees with a default one (16 of 20 agreed).
+
+Exact counts depend on the CPU's instruction set, so the tests assert the direction (m == n,
+or m < n) and the mechanism, not the count.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from execsys.ledger import Ledger
+from execsys.probes.cases import load_cases, pass_order
+
+from .fixtures.llama import start_llama_server
+
+pytest.importorskip("llama_cpp")
+
+SMALL_BATCH = ["--n_batch", "8", "--n_ubatch", "8"]
+
+
+def write_prompts(path: Path, n: int = 20, *, duplicate_adjacent: bool = False) -> Path:
+    with path.open("w") as handle:
+        if duplicate_adjacent:
+            for i in range(n // 2):
+                for twin in "ab":
+                    handle.write(json.dumps({"id": f"c{i:02d}{twin}", "prompt": f"Case {i}: what is {i}+{i}?",
+                                             "max_tokens": 32}) + "\n")
+        else:
+            for i in range(n):
+                handle.write(json.dumps({"id": f"c{i:02d}", "prompt": f"Case {i}: what is {i}+{i}?",
+                                         "max_tokens": 32}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tie_servers(tie_gguf):
+    """Two tie-model servers: default flags, and a small physical batch."""
+    with start_llama_server(tie_gguf) as default, start_llama_server(tie_gguf, extra_args=SMALL_BATCH) as small:
+        yield default, small
+
+
+def test_session_is_stable_on_llama_cpp(cli, tmp_path, llama_server):
+    cases = write_prompts(tmp_path / "cases.jsonl")
+    result = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases), "--json")
+    assert result.returncode == 0, result.stderr
+    record = result.json()
+    assert (record["m"], record["n"], record["errored"]) == (20, 20, 0)
+    assert record["target"]["models"] == ["tiny"]  # the one model the server lists
+    assert [p["order"] for p in record["passes"]] == ["file", "shuffled"]
+    assert record["passes"][1]["order_seed"] == 0
+    assert record["passes"][0]["system_fingerprints"] == []  # llama.cpp sends none
+    assert record["scope"]["holds"] is True
+    assert record["sentence"].startswith("session agreement 20/20 = 1.00 (95% CI 0.84–1.00)")
+
+
+def test_repeats_on_llama_cpp_give_one_distinct_output_per_case(cli, tmp_path, llama_server):
+    cases = write_prompts(tmp_path / "cases.jsonl", n=8)
+    record = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases), "--json",
+                 "--repeats", "3").json()
+    assert (record["m"], record["n"], record["repeats"]) == (8, 8, 3)
+    assert all(c["distinct"] == 1 and len(c["passes"]) == 3 for c in record["cases"])
+
+
+def test_prompt_sent_right_after_itself_flips_on_the_tie_model(cli, tmp_path, tie_gguf):
+    """The probe's own order is part of what it measures: llama.cpp reuses the cached prefix of a prompt
+    sent twice in a row, and with near-tied logits that moves greedy choices."""
+    cases = write_prompts(tmp_path / "cases.jsonl", duplicate_adjacent=True)
+    with start_llama_server(tie_gguf) as server:  # fresh: its cache state is part of the measurement
+        result = cli("probe", "session", "--endpoint", server.base_url, "--cases", str(cases), "--json")
+    record = result.json()
+    assert result.returncode == 1, result.stderr
+    assert record["n"] == 20 and 0 < record["m"] < 20
+    loaded = load_cases(cases)
+    followed_its_twin = set()
+    for index in (0, 1):
+        order = [c.id for c in pass_order(loaded, 0, index)]
+        for before, after in zip(order, order[1:]):
+            if before[:3] == after[:3]:
+                followed_its_twin.add((index, after))
+    for case_id in record["flipped"]:
+        assert any(cid == case_id for _, cid in followed_its_twin), f"{case_id} flipped without prefix reuse"
+
+
+def test_restart_with_a_real_restart_command(cli, tmp_path, tie_gguf, restart_script, ledger_path):
+    server = restart_script(tie_gguf)
+    pid_before = server.pid
+    cases = write_prompts(tmp_path / "cases.jsonl")
+    result = cli("probe", "restart", "--endpoint", server.base_url, "--cases", str(cases), "--json",
+                 "--restart", server.command, "--ready-timeout", "60")
+    assert result.returncode == 0, result.stderr
+    record = result.json()
+    assert server.pid != pid_before  # it really restarted
+    assert (record["m"], record["n"]) == (20, 20)  # measured: byte-identical across a restart
+    assert record["engine_changed"] is False
+    assert record["sentence"].startswith("restart agreement 20/20 = 1.00")
+    step = record["target"]["observed"]["restart:1"]
+    assert step["changed"] == [] and step["restart_s"] >= 0
+    assert step["after"]["runtime"]["process_argv"] == step["before"]["runtime"]["process_argv"]
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.count(kind="probe-step") == 2  # observe:0 and restart:1
+
+
+def test_restart_that_changes_the_engine_is_not_called_a_restart_effect(cli, tmp_path, tie_gguf, restart_script):
+    server = restart_script(tie_gguf, restart_extra_args=SMALL_BATCH)
+    cases = write_prompts(tmp_path / "cases.jsonl")
+    result = cli("probe", "restart", "--endpoint", server.base_url, "--cases", str(cases), "--json",
+                 "--restart", server.command)
+    record = result.json()
+    assert record["engine_changed"] is True
+    assert "the engine changed across the restart" in record["sentence"]
+    assert "not a restart effect" in " ".join(record["notes"])
+    assert "+--n_batch" in record["target"]["observed"]["restart:1"]["changed"][0]
+    assert record["scope"]["engine_changed"] is True
+
+
+def test_restart_command_failing_keeps_pass_a(cli, tmp_path, llama_server, ledger_path):
+    cases = write_prompts(tmp_path / "cases.jsonl", n=6)
+    result = cli("probe", "restart", "--endpoint", llama_server.base_url, "--cases", str(cases),
+                 "--restart", "echo no permission >&2; exit 3")
+    assert result.returncode == 2
+    assert "restart command failed (exit 3: no permission)" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]  # progress lines above it, then the one error line
+    assert last.startswith("execsys probe: error: restart command failed") and "--resume probe-run-" in last
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.count(kind="probe-case") == 6  # pass A is kept
+        assert ledger.count(kind="probe") == 0
+
+
+def test_restart_never_ready_ends_with_a_clear_message(cli, tmp_path, llama_server):
+    cases = write_prompts(tmp_path / "cases.jsonl", n=3)
+    result = cli("probe", "restart", "--endpoint", llama_server.base_url, "--cases", str(cases),
+                 "--restart", "true", "--ready", "exit 1", "--ready-timeout", "1")
+    assert result.returncode == 2
+    assert "did not become ready within 1s after the restart" in result.stderr
+
+
+def test_concurrency_under_load(cli, tmp_path, llama_server):
+    cases = write_prompts(tmp_path / "cases.jsonl", n=12)
+    result = cli("probe", "concurrency", "--endpoint", llama_server.base_url, "--cases", str(cases), "--json",
+                 "--load", "4")
+    record = result.json()
+    assert result.returncode == 0, result.stderr
+    assert (record["m"], record["n"]) == (12, 12)  # measured: the server serialises concurrent requests
+    a, b = record["passes"]
+    assert (a["concurrency"], a["load"], b["concurrency"], b["load"]) == (1, 0, 4, 4)
+    assert b["fillers"] >= 0 and b["completed"] == 12
+    assert record["sentence"].startswith("concurrency agreement 12/12")
+
+
+def test_hosts_same_engine_agree(cli, tmp_path, llama_server, tiny_gguf):
+    cases = write_prompts(tmp_path / "cases.jsonl", n=10)
+    with start_llama_server(tiny_gguf) as other:
+        result = cli("probe", "hosts", "--endpoint", llama_server.base_url, "--endpoint", other.base_url,
+                     "--cases", str(cases), "--json")
+    record = result.json()
+    assert result.returncode == 0 and (record["m"], record["n"]) == (10, 10)
+    assert [p["label"] for p in record["passes"]] == ["host 1", "host 2"]
+    assert record["target"]["endpoints"] == [llama_server.base_url, other.base_url]
+
+
+def test_hosts_with_a_different_batch_size_disagree(cli, tmp_path, tie_servers):
+    default, small = tie_servers
+    cases = write_prompts(tmp_path / "cases.jsonl")
+    result = cli("probe", "hosts", "--endpoint", default.base_url, "--endpoint", small.base_url,
+                 "--cases", str(cases), "--json", "--tokens")
+    record = result.json()
+    assert result.returncode == 1
+    assert record["n"] == 20 and record["m"] < 20  # measured 16-17 of 20 here
+    for case in record["cases"]:
+        div = case["first_divergence"]
+        if case["id"] in record["flipped"]:
+            assert div["char"] is not None and div["token"] is not None
+            assert div["token"] <= div["char"]  # every token is at least one character here
+        else:
+            assert div is None
+
+
+def test_redeploy_against_a_stored_baseline(cli, tmp_path, tie_servers):
+    default, small = tie_servers
+    cases = write_prompts(tmp_path / "cases.jsonl")
+    baseline = cli("probe", "session", "--endpoint", default.base_url, "--cases", str(cases), "--json").json()
+    same = cli("probe", "redeploy", "--endpoint", default.base_url, "--cases", str(cases), "--json",
+               "--baseline", baseline["id"])
+    record = same.json()
+    assert record["baseline"]["id"] == baseline["id"]
+    assert [p["source"] for p in record["passes"]] == ["baseline", "send"]
+    assert record["n"] == 20 and record["m"] == 20, record["flipped"]
+    assert any("system_fingerprint" in note for note in record["notes"])
+    moved = cli("probe", "redeploy", "--endpoint", small.base_url, "--cases", str(cases), "--json",
+                "--baseline", baseline["id"]).json()
+    assert moved["n"] == 20 and moved["m"] < 20
+    flipped = {c["id"]: c for c in moved["cases"]}[moved["flipped"][0]]
+    assert flipped["first_divergence"]["char"] is not None  # texts of the baseline run come from the ledger
