@@ -195,13 +195,14 @@ class Context:
     def invoke(self, argv: list[str]) -> files.Invocation:
         """A trivial invocation, run once per program for all hazards (``python3 --version`` etc.).
 
-        Two names for one file (``pip`` and ``pip3`` with identical content, or symlinks to one
-        binary) are started once: scripts are keyed by content digest, binaries by real path.
+        Two names for one program are started once: symlinks to one file by real path, and pip-style
+        console scripts (``pip``/``pip3``) by content, since they never look at their own name. Other
+        scripts with equal content are not merged: pyenv/asdf shims and busybox dispatch on ``$0``.
         """
         path = argv[0]
         key: object = os.path.realpath(path)
         try:
-            if files.shebang(files.read_head(path, 2)) is not None or files.entry_point(path):
+            if files.entry_point(path):
                 key = files.digest(path)
         except OSError:
             pass

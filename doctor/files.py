@@ -173,8 +173,8 @@ def elf_info(path: str) -> ElfInfo | None:
         from elftools.common.exceptions import ELFError
         from elftools.elf.dynamic import DynamicSection
         from elftools.elf.elffile import ELFFile
-    except ImportError:  # pragma: no cover - remote hosts without pyelftools
-        return info
+    except ImportError:  # remote hosts without pyelftools
+        return elf_info_stdlib(path, info)
     try:
         with open(path, "rb") as fh:
             elf = ELFFile(fh)
@@ -251,6 +251,74 @@ def version_invocation(path: str, timeout: float) -> Invocation:
     inv = bounded_run([ep.interpreter, "-c", ENTRY_CHECK, ep.module], timeout)
     inv.argv = [f"{path} (entry point {ep.module}:{ep.function}, resolved by {ep.interpreter})"]
     return inv
+
+
+_PT_LOAD, _PT_DYNAMIC, _PT_INTERP = 1, 2, 3
+_DT_NULL, _DT_STRTAB, _DT_RPATH, _DT_RUNPATH = 0, 5, 15, 29
+
+
+def elf_info_stdlib(path: str, info: ElfInfo | None = None) -> ElfInfo | None:
+    """PT_INTERP and DT_RPATH/DT_RUNPATH with ``struct`` alone, for hosts without pyelftools.
+
+    Reads the program headers only (what the dynamic loader itself reads): the dynamic
+    string table's address is mapped to a file offset through the PT_LOAD segments.
+    """
+    info = info or elf_header(read_head(path, 64))
+    if info is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            ident = fh.read(64)
+            end = ">" if ident[5] == 2 else "<"
+            if info.bits == 64:
+                phoff, = struct.unpack(end + "Q", ident[32:40])
+                phentsize, phnum = struct.unpack(end + "HH", ident[54:58])
+                ph_fmt, dyn_fmt = end + "IIQQQQQQ", end + "qQ"
+            else:
+                phoff, = struct.unpack(end + "I", ident[28:32])
+                phentsize, phnum = struct.unpack(end + "HH", ident[42:46])
+                ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
+            loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
+            dynamic: tuple[int, int] | None = None
+            for index in range(min(phnum, 256)):
+                fh.seek(phoff + index * phentsize)
+                raw = fh.read(struct.calcsize(ph_fmt))
+                if info.bits == 64:
+                    p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _align = struct.unpack(ph_fmt, raw)
+                else:
+                    p_type, p_offset, p_vaddr, _paddr, p_filesz, _memsz, _flags, _align = struct.unpack(ph_fmt, raw)
+                if p_type == _PT_INTERP:
+                    fh.seek(p_offset)
+                    info.interpreter = fh.read(min(p_filesz, 4096)).split(b"\0", 1)[0].decode("utf-8", "replace")
+                elif p_type == _PT_LOAD:
+                    loads.append((p_vaddr, p_offset, p_filesz))
+                elif p_type == _PT_DYNAMIC:
+                    dynamic = (p_offset, p_filesz)
+            if dynamic is not None:
+                fh.seek(dynamic[0])
+                data = fh.read(min(dynamic[1], 1 << 20))
+                size = struct.calcsize(dyn_fmt)
+                strtab = None
+                wanted: list[tuple[int, int]] = []
+                for pos in range(0, len(data) - size + 1, size):
+                    tag, value = struct.unpack(dyn_fmt, data[pos:pos + size])
+                    if tag == _DT_NULL:
+                        break
+                    if tag == _DT_STRTAB:
+                        strtab = value
+                    elif tag in (_DT_RPATH, _DT_RUNPATH):
+                        wanted.append((tag, value))
+                if strtab is not None:
+                    base = next((off + strtab - va for va, off, sz in loads if va <= strtab < va + sz), None)
+                    for tag, value in wanted if base is not None else []:
+                        fh.seek(base + value)
+                        text = fh.read(4096).split(b"\0", 1)[0].decode("utf-8", "replace")
+                        target = info.runpath if tag == _DT_RUNPATH else info.rpath
+                        target += [p for p in text.split(":") if p]
+        info.dynamic_read = True
+    except (OSError, struct.error, ValueError):
+        pass
+    return info
 
 
 def expand_origin(entry: str, binary: str) -> str:

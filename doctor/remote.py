@@ -143,8 +143,10 @@ def _describe(returncode: int | None, stderr: str, timed_out: bool, elapsed: flo
         return f"no answer within {elapsed:.0f}s"
     if returncode == 255:
         return f"ssh failed: {last or 'connection error'}"
-    if returncode == 127 or "python3: not found" in last or "command not found" in last:
-        return f"remote has no usable python3 ({last or 'exit 127'})"
+    missing = next((line.strip() for line in lines if "python3" in line and (
+        "not found" in line or "No such file" in line)), None)
+    if returncode == 127 or missing:
+        return f"remote has no usable python3 ({missing or last or 'exit 127'})"
     if returncode == 3 and "needs python3" in last:
         return last
     return f"remote doctor exited {returncode}: {last or 'no output'}"
@@ -253,8 +255,8 @@ def run_remote_doctor(dest: str, options: DoctorOptions, *,
                 elif line == "END":
                     finished = True
                     break
-    if not finished:
-        _kill(proc)
+    if not finished and not eof:
+        _kill(proc)  # timed out or cancelled; after EOF the remote is exiting by itself with its reason
     try:
         returncode = proc.wait(timeout=5)
     except subprocess.TimeoutExpired:

@@ -37,9 +37,12 @@ def host_heading(report: HostReport) -> str:
 
 
 def count_line(counts: dict[str, int], duration_s: float, verdict: str) -> str:
-    parts = [f"{counts[s]} {label}" for s, label in zip(STATUSES, ("ok", "warning", "failed", "skipped", "error"), strict=False)
-             if counts[s]]
-    parts = [p + ("s" if p.split()[0] != "1" and p.endswith(("warning", "error")) else "") for p in parts]
+    labels = {"ok": "ok", "warn": "warning", "fail": "failed", "skip": "skipped", "error": "error"}
+    parts = []
+    for status in STATUSES:
+        if counts[status]:
+            plural = "s" if counts[status] != 1 and status in ("warn", "error") else ""
+            parts.append(f"{counts[status]} {labels[status]}{plural}")
     tail = "no blocking hazards" if verdict == "clean" else "hazards found"
     return f"Doctor summary: {', '.join(parts) or 'nothing checked'} in {duration_s:.1f}s -- {tail}."
 

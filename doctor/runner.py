@@ -121,7 +121,12 @@ def run_doctor(options: DoctorOptions, *, on_result: OnResult | None = None,
 
         def _one(index: int, dest: str) -> None:
             with gate:
-                remote_reports[index] = remote.run_remote_doctor(dest, options, on_result=on_result, cancel=cancel)
+                try:
+                    remote_reports[index] = remote.run_remote_doctor(dest, options, on_result=on_result,
+                                                                     cancel=cancel)
+                except Exception as exc:  # noqa: BLE001 - one host's trouble must not sink the others
+                    remote_reports[index] = remote.unreachable_report(
+                        dest, options, f"the doctor failed for this host: {type(exc).__name__}: {exc}")
 
         for index, dest in enumerate(options.hosts):
             t = threading.Thread(target=_one, args=(index, dest), name=f"doctor-host-{index}", daemon=True)

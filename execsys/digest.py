@@ -25,7 +25,6 @@ import os
 import shutil
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 try:  # absent only when this file runs alone on a remote host
@@ -46,27 +45,34 @@ WINDOW = 64 << 20
 SMALL_FILE = 1 << 20
 
 
-@dataclass
+# Plain classes rather than dataclasses: `execsys digest` start-up is part of its throughput on
+# real weights, and importing dataclasses (and inspect with it) costs about 10 ms.
+
+
 class ManifestEntry:
-    relpath: bytes  # raw bytes of the '/'-separated path under the root (names need not be UTF-8)
-    digest: str
-    size: int
+    __slots__ = ("relpath", "digest", "size")
+
+    def __init__(self, relpath: bytes, digest: str, size: int) -> None:
+        self.relpath = relpath  # raw bytes of the '/'-separated path under the root (need not be UTF-8)
+        self.digest = digest
+        self.size = size
 
     @property
     def line(self) -> str:
         return manifest_line(self.digest, self.relpath)
 
 
-@dataclass
 class DigestResult:
     """What was hashed and what came out."""
 
-    path: str
-    kind: str  # "file" or "tree"
-    digest: str
-    size_bytes: int
-    files: int
-    entries: list[ManifestEntry] = field(default_factory=list)  # trees only
+    def __init__(self, path: str, kind: str, digest: str, size_bytes: int, files: int,
+                 entries: list[ManifestEntry] | None = None) -> None:
+        self.path = path
+        self.kind = kind  # "file" or "tree"
+        self.digest = digest
+        self.size_bytes = size_bytes
+        self.files = files
+        self.entries = entries or []  # trees only
 
     @property
     def manifest(self) -> str:
@@ -113,7 +119,7 @@ def _hasher():
 def hash_file(path: str | bytes | os.PathLike, *, progress: ProgressFn | None = None,
               done_before: int = 0, total: int | None = None) -> str:
     """BLAKE3 hex of one file's bytes, hashed window by window from a memory mapping."""
-    display = os.fsdecode(path)
+    display = shown(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -130,6 +136,8 @@ def hash_file(path: str | bytes | os.PathLike, *, progress: ProgressFn | None = 
                     break
                 data += chunk
             hasher.update(data)
+            if progress is not None:
+                progress(done_before + size, total)
         else:
             offset = 0
             while offset < size:
@@ -144,6 +152,11 @@ def hash_file(path: str | bytes | os.PathLike, *, progress: ProgressFn | None = 
         raise _input_error(display, exc) from exc
     finally:
         os.close(fd)
+
+
+def shown(path: str | bytes | os.PathLike) -> str:
+    """A path as text for messages and JSON: bytes that are not UTF-8 become U+FFFD, as b3sum shows them."""
+    return os.fsencode(path).decode("utf-8", "replace")
 
 
 def _input_error(display: str, exc: OSError) -> InputError:
@@ -178,7 +191,7 @@ def _walk(directory: bytes, prefix: bytes, ancestors: set[tuple[int, int]],
         with os.scandir(directory) as it:
             entries = list(it)
     except OSError as exc:
-        raise _input_error(os.fsdecode(directory), exc) from exc
+        raise _input_error(shown(directory), exc) from exc
     for entry in entries:
         full = entry.path
         rel = prefix + entry.name
@@ -186,13 +199,13 @@ def _walk(directory: bytes, prefix: bytes, ancestors: set[tuple[int, int]],
             st = os.stat(full)  # follows symlinks
         except OSError as exc:
             if exc.errno == errno.ENOENT and os.path.islink(full):
-                raise InputError(f"{os.fsdecode(full)}: dangling symlink (points at "
-                                 f"{os.fsdecode(os.readlink(full))}, which does not exist)") from exc
-            raise _input_error(os.fsdecode(full), exc) from exc
+                raise InputError(f"{shown(full)}: dangling symlink (points at "
+                                 f"{shown(os.readlink(full))}, which does not exist)") from exc
+            raise _input_error(shown(full), exc) from exc
         if stat.S_ISDIR(st.st_mode):
             key = (st.st_dev, st.st_ino)
             if key in ancestors:
-                raise InputError(f"{os.fsdecode(full)}: symlink loop (leads back to a directory that contains it)")
+                raise InputError(f"{shown(full)}: symlink loop (leads back to a directory that contains it)")
             _walk(full, rel + b"/", ancestors | {key}, found)
         elif stat.S_ISREG(st.st_mode):
             found.append((rel, full, st.st_size))
@@ -203,7 +216,7 @@ def _walk(directory: bytes, prefix: bytes, ancestors: set[tuple[int, int]],
 
 def digest_path(path: str | os.PathLike, *, progress: ProgressFn | None = None) -> DigestResult:
     """Digest a file or a directory tree. Raises InputError (one line) for anything unusable."""
-    display = os.fspath(path)
+    display = shown(path)
     raw = os.fsencode(path)
     try:
         st = os.stat(raw)
@@ -321,7 +334,7 @@ def _main():
     try:
         st = os.stat(path)
     except OSError as exc:
-        return {"error": f"{os.fsdecode(path)}: {exc.strerror}"}
+        return {"error": f"{shown(path)}: {exc.strerror}"}
     if os.path.isdir(path):
         files = walk_tree(path)
         digests = many([f[1] for f in files]) if files else []
@@ -347,18 +360,23 @@ print("EXECSYS-DIGEST " + _json.dumps(_result))
 '''
 
 
-@dataclass
 class RemoteDigest:
     """The digest of ``path`` as computed on host ``host`` (or why it could not be)."""
 
-    host: str
-    path: str
-    digest: str | None
-    method: str | None = None  # b3sum, python-blake3, execsys
-    kind: str | None = None
-    size_bytes: int | None = None
-    files: int | None = None
-    error: str | None = None
+    def __init__(self, host: str, path: str, digest: str | None, method: str | None = None,
+                 kind: str | None = None, size_bytes: int | None = None, files: int | None = None,
+                 error: str | None = None) -> None:
+        self.host = host
+        self.path = path
+        self.digest = digest
+        self.method = method  # b3sum, python-blake3, execsys
+        self.kind = kind
+        self.size_bytes = size_bytes
+        self.files = files
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"RemoteDigest({self.to_json()!r})"
 
     @property
     def ok(self) -> bool:
@@ -377,21 +395,13 @@ def remote_digest(dest: str, path: str, timeout: float = 600.0) -> RemoteDigest:
     so a tree digest computed there is byte-for-byte the one computed here. Never raises for a
     host problem: the reason lands in ``error``.
     """
-    import inspect
-    import sys
-
     from execsys import ssh
 
     try:
         destination = ssh.Destination.parse(dest)
     except ValueError as exc:
         return RemoteDigest(dest, path, None, error=str(exc))
-    # exec(compile(...)) keeps this module's `from __future__` import first in its own unit,
-    # after the PAYLOAD prelude run_python puts in front.
-    module_source = inspect.getsource(sys.modules[__name__])
-    program = f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
-    result = ssh.run_python(destination, program, {"path": path, "timeout": timeout},
-                            timeout=timeout)
+    result = ssh.run_python(destination, remote_program(), {"path": path, "timeout": timeout}, timeout=timeout)
     marker = "EXECSYS-DIGEST "
     for line in result.text().splitlines():
         if line.startswith(marker):
@@ -403,6 +413,18 @@ def remote_digest(dest: str, path: str, timeout: float = 600.0) -> RemoteDigest:
     if result.returncode == 127 or "python3" in result.text("stderr") and "not found" in result.text("stderr"):
         return _remote_b3sum_only(destination, dest, path, timeout)
     return RemoteDigest(dest, path, None, error=ssh.describe_failure(result))
+
+
+def remote_program() -> str:
+    """The Python program :func:`remote_digest` runs on the host (it reads ``PAYLOAD = {path, timeout}``)
+    and which prints one ``EXECSYS-DIGEST {json}`` line."""
+    import inspect
+    import sys
+
+    # exec(compile(...)) keeps this module's `from __future__` import first in its own unit,
+    # after the PAYLOAD prelude that run_python puts in front.
+    module_source = inspect.getsource(sys.modules[__name__])
+    return f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
 
 
 def _remote_b3sum_only(destination, dest: str, path: str, timeout: float) -> RemoteDigest:

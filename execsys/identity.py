@@ -192,6 +192,10 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
     missing = components["environment"]["observed"].get("variables_not_holding") or []
     if missing:
         notes.append(f"declared environment variables that do not hold here: {', '.join(missing)}")
+    endpoint = components["runtime"]["observed"].get("endpoint") or {}
+    if endpoint.get("models_status") in (401, 403):
+        notes.append(f"the endpoint refused /v1/models ({endpoint['models_status']}): name the variable holding "
+                     "its key in [runtime] api_key_env")
     hardware = components["hardware"]
     declared_host = hardware["declared"].get("host")
     if declared_host and declared_host != hardware["observed"].get("hostname"):

@@ -167,6 +167,35 @@ class Ledger:
             raise
         return rid
 
+    def append_many(self, kind: str, entries: list[tuple[dict[str, Any], str | None, str | None]], *,
+                    identity: str | None = None) -> list[str]:
+        """Append several ``(body, parent, key)`` records of one kind in one transaction (same rules as
+        :meth:`append`, including the no-op repeat of a parent+key); returns their ids in order.
+        For high-rate writers (a probe's per-case results): one commit instead of one per record."""
+        rows = [(new_id(kind), json.dumps(scrub(body), ensure_ascii=False, sort_keys=True), parent, key)
+                for body, parent, key in entries]
+        ids: list[str] = []
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            for rid, text, parent, key in rows:
+                if parent is not None and key is not None:
+                    existing = self._conn.execute(
+                        "SELECT id FROM records WHERE parent = ? AND key = ?", (parent, key)
+                    ).fetchone()
+                    if existing:
+                        ids.append(existing[0])
+                        continue
+                self._conn.execute(
+                    "INSERT INTO records (id, kind, identity, parent, key, created_at, body) VALUES (?,?,?,?,?,?,?)",
+                    (rid, kind, identity, parent, key, now_iso(), text),
+                )
+                ids.append(rid)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return ids
+
     # -- reading ---------------------------------------------------------
     def get(self, record_id: str) -> Record:
         """Exact id, or a unique prefix of one."""

@@ -111,11 +111,23 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
+_live_cache: tuple[dict, list[str]] | None = None
+
+
 def live_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret-named variables in the environment, longest first (so overlaps scrub fully)."""
+    global _live_cache
+    raw = getattr(os.environ, "_data", None) if environ is None else None
+    # Every ledger append scrubs every string: re-scan os.environ only when it actually changed
+    # (an exact dict comparison at C speed instead of a regex per variable per string).
+    if raw is not None and _live_cache is not None and _live_cache[0] == raw:
+        return list(_live_cache[1])
     env = os.environ if environ is None else environ
-    values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= _MIN_SCRUB_LEN}
-    return sorted(values, key=len, reverse=True)
+    values = sorted({v for k, v in env.items() if is_secret_name(k) and len(v) >= _MIN_SCRUB_LEN},
+                    key=len, reverse=True)
+    if raw is not None:
+        _live_cache = (dict(raw), values)
+    return list(values)
 
 
 _extra_secrets: set[str] = set()

@@ -25,6 +25,7 @@ counted twice, because a second append of the same parent+key is a no-op.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ class ProbeAborted(InputError):
         self.run_id = run_id
 
 
-@dataclass
+@dataclass(slots=True)
 class _Result:
     digest: str | None
     outcome: str | None
@@ -390,6 +391,11 @@ def _open_run(ledger: Ledger, options: ProbeOptions, parameters: dict[str, Any],
     return run_id, started_at
 
 
+def _intern(value: str | None) -> str | None:
+    """Served model names and fingerprints repeat on every case: keep one copy of each."""
+    return sys.intern(value) if isinstance(value, str) else None
+
+
 def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, results: dict[str, list[_Result | None]],
                    extractor: Extractor | None) -> None:
     for row in ledger.iter(parent=run_id):
@@ -404,7 +410,7 @@ def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, results: dict[s
         if slots is None or not isinstance(index, int) or not 0 <= index < len(slots):
             continue
         slots[index] = _Result(body.get("digest"), body.get("outcome"), body.get("error"),
-                               body.get("system_fingerprint"), body.get("model"))
+                               _intern(body.get("system_fingerprint")), _intern(body.get("model")))
         ctx.pass_counts[index] = ctx.pass_counts.get(index, 0) + 1
 
 
@@ -423,32 +429,32 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
         text = completion.text or ""
         return case, completion, digest(text), extractor(text) if extractor else None
 
-    def record(case: Case, completion: Completion, output_digest: str | None, outcome: str | None) -> None:
+    def record(batch: list[tuple[Case, Completion, str | None, str | None]]) -> None:
+        """Write the results that are ready (one transaction), then account for them and report."""
         nonlocal done
-        body: dict[str, Any] = {
-            "pass": plan.index, "case": case.id, "text": completion.text, "digest": output_digest,
-            "outcome": outcome, "error": completion.error, "attempts": completion.attempts,
-            "elapsed_s": round(completion.elapsed_s, 4), "system_fingerprint": completion.system_fingerprint,
-            "model": completion.model, "finish_reason": completion.finish_reason,
-        }
-        if completion.tokens is not None:
-            body["tokens"] = completion.tokens
-        ledger.append("probe-case", body, parent=run_id, key=f"{plan.index}:{case.id}")
-        results[case.id][plan.index] = _Result(output_digest, outcome, completion.error,
-                                               completion.system_fingerprint, completion.model)
-        ctx.pass_counts[plan.index] = ctx.pass_counts.get(plan.index, 0) + 1
-        done += 1
-        emit(CaseDone(plan.index, case.id, done, total, completion.error))
+        entries = []
+        for case, completion, output_digest, outcome in batch:
+            body: dict[str, Any] = {
+                "pass": plan.index, "case": case.id, "text": completion.text, "digest": output_digest,
+                "outcome": outcome, "error": completion.error, "attempts": completion.attempts,
+                "elapsed_s": round(completion.elapsed_s, 4), "system_fingerprint": completion.system_fingerprint,
+                "model": completion.model, "finish_reason": completion.finish_reason,
+            }
+            if completion.tokens is not None:
+                body["tokens"] = completion.tokens
+            entries.append((body, run_id, f"{plan.index}:{case.id}"))
+        ledger.append_many("probe-case", entries)
+        for case, completion, output_digest, outcome in batch:
+            results[case.id][plan.index] = _Result(output_digest, outcome, completion.error,
+                                                   _intern(completion.system_fingerprint), _intern(completion.model))
+            ctx.pass_counts[plan.index] = ctx.pass_counts.get(plan.index, 0) + 1
+            done += 1
+            emit(CaseDone(plan.index, case.id, done, total, completion.error))
 
-    if plan.concurrency <= 1 and not plan.load:
-        for case in todo:
-            if cancel.is_set():
-                return
-            record(*measure(case))
-        return
-
+    # Requests go out from worker threads and results are recorded here, so even at concurrency 1 the
+    # ledger write of one case overlaps the next request instead of adding to it.
     workers = max(plan.concurrency, plan.load)
-    outbox: queue.Queue = queue.Queue(maxsize=workers * 4)
+    outbox: queue.Queue = queue.Queue(maxsize=max(64, workers * 8))
     source = iter(todo)
     source_lock = threading.Lock()
     all_received = threading.Event()
@@ -477,14 +483,25 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
         thread.start()
     running, received = len(threads), 0
     while running:
+        # Block for one result, then take whatever else is already waiting: one commit for all of them.
+        batch = []
         item = outbox.get()
-        if item is finished:
-            running -= 1
-            continue
-        record(*item)
-        received += 1
-        if received == len(todo):
-            all_received.set()
+        while True:
+            if item is finished:
+                running -= 1
+            else:
+                batch.append(item)
+            if len(batch) >= 256:
+                break
+            try:
+                item = outbox.get_nowait()
+            except queue.Empty:
+                break
+        if batch:
+            record(batch)
+            received += len(batch)
+            if received == len(todo):
+                all_received.set()
     all_received.set()
     for thread in threads:
         thread.join(timeout=5)
@@ -545,10 +562,13 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
     per_pass_fp: list[set[str]] = [set() for _ in plans]
     per_pass_models: list[set[str]] = [set() for _ in plans]
     per_pass_errors = [0] * len(plans)
+    per_pass_completed = [0] * len(plans)
     for case in cases:
-        slots = results[case.id]
+        slots = results.pop(case.id)  # released as the record takes its place: one copy at a time
         for i, slot in enumerate(slots):
             if slot is not None:
+                if not slot.error:
+                    per_pass_completed[i] += 1
                 if slot.fingerprint:
                     per_pass_fp[i].add(slot.fingerprint)
                 if slot.model:
@@ -595,7 +615,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
         info["target"] = clients[plan.target].display if plan.source == "send" else f"baseline {baseline.id if baseline else ''}"
         info["model"] = models[plan.target] if plan.source == "send" else None
         info["order_seed"] = options.order_seed if plan.shuffled else None
-        info["completed"] = sum(1 for r in results.values() if r[i] is not None and not r[i].error)
+        info["completed"] = per_pass_completed[i]
         info["errored"] = per_pass_errors[i]
         info["system_fingerprints"] = sorted(per_pass_fp[i])
         info["models"] = sorted(per_pass_models[i])

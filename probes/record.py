@@ -14,7 +14,7 @@ from typing import Any
 SCHEMA = "execsys.probe/1"
 
 
-@dataclass
+@dataclass(slots=True)
 class CaseResult:
     id: str
     passes: list[dict[str, Any]]  # per pass: {"digest", "outcome", "error"} (None when not run)

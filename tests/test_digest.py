@@ -248,3 +248,44 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path, ledger_path: Path) -> N
     assert b"hashing" in seen and b"MB" in seen  # the bar: description and transferred size
     piped = subprocess.run([sys.executable, "-m", "execsys", "digest", str(big)], capture_output=True, timeout=60)
     assert piped.stderr == b""
+
+
+def _run_remote_program(path: Path, argv: list[str], env: dict) -> dict:
+    """Run the exact program remote_digest sends, on this machine, the way run_python feeds it (stdin)."""
+    import json
+
+    from execsys.digest import remote_program
+
+    payload = {"path": str(path), "timeout": 60}
+    prelude = f"import json as _j\nPAYLOAD = _j.loads({json.dumps(json.dumps(payload))})\n"
+    proc = subprocess.run(argv, input=(prelude + remote_program()).encode(), capture_output=True, env=env, timeout=60)
+    line = next(x for x in proc.stdout.decode().splitlines() if x.startswith("EXECSYS-DIGEST "))
+    return json.loads(line[len("EXECSYS-DIGEST "):])
+
+
+def test_remote_program_without_b3sum_uses_python_blake3(tree: Path) -> None:
+    """A host with no b3sum on PATH but the blake3 module computes the same tree digest."""
+    import sys
+
+    result = _run_remote_program(tree, [sys.executable, "-"], {"PATH": "/nonexistent", "HOME": "/root"})
+    assert result["method"] == "python-blake3"
+    assert result["digest"] == digest_path(tree).digest and result["files"] == digest_path(tree).files
+
+
+def test_remote_program_with_nothing_to_hash_says_so(tree: Path) -> None:
+    """No b3sum, no blake3 module (isolated interpreter without site-packages), no execsys: a clear reason."""
+    import sys
+
+    result = _run_remote_program(tree, [sys.executable, "-I", "-S", "-"], {"PATH": "/nonexistent"})
+    assert "cannot be computed on this host" in result["error"]
+
+
+def test_non_utf8_path_argument_gives_valid_json(cli, tmp_path: Path) -> None:
+    raw = os.path.join(os.fsencode(tmp_path), NON_UTF8)
+    with open(raw, "wb") as fh:
+        fh.write(b"w")
+    result = cli("digest", os.fsdecode(raw), "--json")
+    assert result.returncode == 0
+    data = result.json()  # valid UTF-8 JSON: the undecodable byte is shown as U+FFFD, as b3sum shows it
+    assert data["path"].endswith("caf\ufffd-latin1.bin")
+    assert data["digest"] == b3sum("--no-names", raw).decode().strip()

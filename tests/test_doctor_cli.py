@@ -7,7 +7,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from execsys.doctor.registry import IDS
 
 HAZARD_IDS = ["binary-aliasing", "interop-mangling", "stub-executables", "unread-env-config", "baked-paths",
@@ -132,3 +131,36 @@ def test_no_secret_in_output_or_ledger(cli, ledger_path, tmp_path):
     blob = result.stdout + result.stderr + Path(ledger_path).read_bytes().decode("utf-8", "replace")
     assert secret not in blob and "another-secret-value" not in blob
     assert "OPENAI_API_KEY: declared <redacted>" in result.stdout
+
+
+def test_the_doctor_changes_nothing_it_inspects(cli, tmp_path):
+    """A default run plus every path flag over a real repo and venv-like tree: nothing written there."""
+    import os
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+
+    def snapshot() -> dict[str, tuple[int, int, int]]:
+        out = {}
+        for root, _dirs, names in os.walk(tmp_path):
+            for name in names:
+                st = os.lstat(os.path.join(root, name))
+                out[os.path.join(root, name)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+        return out
+
+    # git status may refresh .git/index itself: ask it before taking the snapshot
+    status_before = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True,
+                                   text=True).stdout
+    before = snapshot()
+    result = cli("doctor", "--json", "--repo", str(repo), "--path", str(repo), "--layer", "env", cwd=repo,
+                 env={"EXECSYS_LEDGER": str(tmp_path.parent / f"{tmp_path.name}-ledger.sqlite3")})
+    assert result.returncode in (0, 1), result.stderr
+    after = snapshot()
+    assert after == before
+    assert subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True,
+                          text=True).stdout == status_before

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from execsys.doctor.runner import DoctorOptions, run_hazard
 
 
@@ -87,20 +86,22 @@ def test_binary_aliasing_ok_with_one_program(tmp_path, monkeypatch):
     assert result.status == "ok", result.evidence
 
 
-def test_binary_aliasing_sees_a_shell_alias(tmp_path, monkeypatch):
+def test_binary_aliasing_sees_a_shell_alias(tmp_path):
+    """A real interactive bash (the doctor's parent shell, found by shellingham) with an alias in ~/.bashrc."""
     tool = _script(tmp_path / "only" / "mytool", "#!/bin/sh\necho 'mytool 1.0'\n")
-    _prepend_path(monkeypatch, tool.parent)
     home = tmp_path / "home"
     home.mkdir()
     (home / ".bashrc").write_text("alias mytool='echo not the binary'\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("SHELL", "/bin/bash")
-    import shellingham
+    env = {**os.environ, "HOME": str(home), "SHELL": "/bin/bash", "PATH": f"{tool.parent}:{os.environ['PATH']}",
+           "EXECSYS_LEDGER": str(tmp_path / "ledger.sqlite3")}
+    # `; exit $?` keeps bash alive as the doctor's parent (no exec optimisation).
+    command = (f"{sys.executable} -m execsys doctor --json --only binary-aliasing --cmd mytool; exit $?")
+    proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    import json
 
-    monkeypatch.setattr(shellingham, "detect_shell", lambda: ("bash", "/bin/bash"))
-    result = run_hazard("binary-aliasing", DoctorOptions(commands=["mytool"]))
-    assert result.status == "warn"
-    assert "mytool: a shell alias shadows the binary" in result.summary
+    result = json.loads(proc.stdout)["hazards"][0]
+    assert result["status"] == "warn", result
+    assert result["summary"] == "mytool: a shell alias shadows the binary in interactive shells"
 
 
 # -- interop-mangling ------------------------------------------------------------------------
@@ -135,6 +136,14 @@ def test_interop_ssh_re_splits_arguments(ssh_config_env):
     assert result.status == "fail", result.evidence
     text = "\n".join(result.evidence)
     assert 'arg 0: sent "two words"' in text  # split in two by the remote shell
+
+
+def test_interop_a_layer_that_does_not_run_is_an_error_not_a_finding(tmp_path):
+    no_stdin = _script(tmp_path / "no-stdin", '#!/bin/sh\nexec "$@" < /dev/null\n')
+    result = run_hazard("interop-mangling", DoctorOptions(layers=[str(no_stdin), "false"]))
+    assert result.status == "error"
+    text = "\n".join(result.evidence)
+    assert "did not pass stdin through" in text and "layer 'false': the reporter did not run" in text
 
 
 def test_interop_skips_without_layers():
@@ -190,6 +199,20 @@ def test_stub_executables_a_hang_is_a_finding_within_the_timeout(tmp_path, monke
     text = "\n".join(result.evidence)
     assert "no answer within" in text and "flooded its output" in text
     assert elapsed < 15  # bounded by the 1 s timeout, not by sleep 60
+
+
+def test_stub_executables_pyenv_shim_for_a_version_not_selected(monkeypatch):
+    shims = Path.home() / ".pyenv" / "shims"
+    versions = sorted(p.name for p in (Path.home() / ".pyenv" / "versions").glob("3.*"))
+    if not (shims / "python3.12").exists() or "3.12.1" not in versions or len(versions) < 2:
+        pytest.skip("needs pyenv with a python3.12 shim and another version to select")
+    other = next(v for v in versions if not v.startswith("3.12"))
+    monkeypatch.setenv("PYENV_VERSION", other)
+    _prepend_path(monkeypatch, shims)
+    result = run_hazard("stub-executables", DoctorOptions(commands=["python3.12"], timeout=10))
+    assert result.status == "fail"
+    text = "\n".join(result.evidence)
+    assert "shim for an uninstalled version" in text and "python3.12: command not found" in text
 
 
 def test_stub_executables_ok_for_working_programs(tmp_path, monkeypatch):
@@ -258,11 +281,29 @@ def test_unread_env_config_fails_on_another_artifact_on_argv(tmp_path, serving_p
     assert same.status == "ok", same.evidence
 
 
-def test_unread_env_config_finds_the_process_by_name(tmp_path, serving_process):
-    proc = serving_process({"A": "2"}, "/models/x.gguf")
-    result = run_hazard("unread-env-config", DoctorOptions(pid=proc.pid, declared_env={"A": "1"}))
+def test_unread_env_config_finds_the_process_by_name(tmp_path):
+    engine = tmp_path / "fake-engine"
+    engine.symlink_to(sys.executable)  # the process is then called fake-engine
+    proc = subprocess.Popen([str(engine), "-c", "import time; time.sleep(60)"],
+                            env={"PATH": os.environ["PATH"], "A": "2"})
+    try:
+        time.sleep(0.3)
+        result = run_hazard("unread-env-config", DoctorOptions(process="fake-engine", declared_env={"A": "1"}))
+    finally:
+        proc.kill()
+        proc.wait()
     assert result.status == "fail"
-    assert "A: declared '1'" in result.summary
+    assert result.summary == f"A: declared '1', pid {proc.pid} has '2'"
+
+
+def test_unread_env_config_finds_the_listener_of_the_declared_endpoint(listen, monkeypatch):
+    monkeypatch.setenv("SERVED_BY", "listener")
+    port = _free_port()
+    proc = listen("4", "plain", port)
+    result = run_hazard("unread-env-config", DoctorOptions(endpoint_port=port, declared_env={"SERVED_BY": "engine"}))
+    assert result.status == "fail"
+    assert f"process: pid {proc.pid}, the listener on port {port}" in result.evidence
+    assert "SERVED_BY: declared 'engine'" in result.summary
 
 
 # -- baked-paths -----------------------------------------------------------------------------
@@ -317,11 +358,21 @@ def test_baked_paths_elf_runpath_to_a_missing_dir(tmp_path):
     subprocess.run(["gcc", str(src), "-o", str(out / "tool"), "-Wl,-rpath,/opt/missing-cuda/lib64",
                     "-Wl,--enable-new-dtags"], check=True, timeout=60)
     subprocess.run(["gcc", str(src), "-o", str(out / "fine"), "-Wl,-rpath,$ORIGIN"], check=True, timeout=60)
+    subprocess.run(["gcc", str(src), "-o", str(out / "noloader"), "-Wl,--dynamic-linker=/opt/old-glibc/ld.so"],
+                   check=True, timeout=60)
     result = run_hazard("baked-paths", DoctorOptions(paths=[str(out)], venvs=[]))
     assert result.status == "fail"
     text = "\n".join(result.evidence)
     assert "tool: RUNPATH /opt/missing-cuda/lib64 does not exist" in text
+    assert "noloader: ELF interpreter /opt/old-glibc/ld.so does not exist" in text
     assert "fine:" not in text  # $ORIGIN expands to a directory that exists
+    # remote hosts without pyelftools read the same facts with struct alone
+    from execsys.doctor import files
+
+    for name in ("tool", "fine", "noloader"):
+        full, bare = files.elf_info(str(out / name)), files.elf_info_stdlib(str(out / name))
+        assert (bare.interpreter, bare.rpath, bare.runpath) == (full.interpreter, full.rpath, full.runpath)
+    assert files.elf_info_stdlib(str(out / "tool")).runpath == ["/opt/missing-cuda/lib64"]
 
 
 def test_baked_paths_dead_shebang_under_path(tmp_path):
@@ -383,6 +434,17 @@ def test_package_prefixes_user_site_shadow(tmp_path, monkeypatch):
         pytest.skip("user site is disabled inside a venv")
     assert result.status == "fail"
     assert result.summary.startswith("rich: user site 0.0.2 shadows the environment's")
+
+
+def test_package_prefixes_global_pip_target(tmp_path, monkeypatch):
+    _clean_python_env(monkeypatch)
+    _prepend_path(monkeypatch, Path(sys.executable).parent)
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[install]\ntarget = /opt/elsewhere\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    assert result.status == "warn"
+    assert f"{conf}: [install] target = /opt/elsewhere" in result.evidence
 
 
 def test_package_prefixes_pythonpath_alone_warns(tmp_path, monkeypatch):

@@ -101,3 +101,68 @@ def test_unreachable_host_does_not_delay_the_others(ssh_config_env):
                                       only=["clock-skew"]))
     assert report.hosts[1].error and not report.hosts[2].error
     assert time.monotonic() - start < 30
+
+
+def _old_python(version: str) -> str | None:
+    import shutil
+
+    path = os.path.expanduser(f"~/.pyenv/versions/{version}/bin/python3")
+    return path if os.path.exists(path) else shutil.which(f"python{version.rsplit('.', 1)[0]}")
+
+
+def _run_agent(python: str, options: DoctorOptions):
+    import subprocess
+
+    stdin = remote.program_line(options) + b"T\n" * remote.CLOCK_SAMPLES + b"GO\n"
+    return subprocess.run([python, "-u", "-c", remote.BOOTSTRAP], input=stdin, capture_output=True, timeout=120)
+
+
+def test_the_remote_program_runs_on_python_3_9():
+    import json
+
+    import pytest
+
+    python = _old_python("3.9.18")
+    if python is None:
+        pytest.skip("no python 3.9 here to stand in for an old remote")
+    proc = _run_agent(python, DoctorOptions(layers=None))
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = proc.stdout.decode().splitlines()
+    assert [line.split()[0] for line in lines[:5]] == ["T"] * 5 and lines[-1] == "END"
+    results = [json.loads(line[2:]) for line in lines if line.startswith("R ")]
+    assert sorted(r["id"] for r in results) == sorted(HAZARD_IDS)
+    assert not [r for r in results if r["status"] == "error"], results
+    assert json.loads(next(line[2:] for line in lines if line.startswith("H ")))["python"].startswith("3.9")
+
+
+def test_a_too_old_remote_python_is_named():
+    import pytest
+
+    python = _old_python("3.6.15")
+    if python is None:
+        pytest.skip("no python 3.6 here to stand in for a too-old remote")
+    proc = _run_agent(python, DoctorOptions())
+    assert proc.returncode == 3
+    assert "execsys doctor needs python3 >= 3.9 on the remote, found 3.6" in proc.stderr.decode()
+
+
+def test_refused_key_and_missing_python3_are_reported_per_host(ssh_config_env):
+    report = run_doctor(DoctorOptions(hosts=[ssh_config_env.badkey_dest, ssh_config_env.nopython_dest,
+                                             ssh_config_env.dest], only=["clock-skew"]))
+    refused, nopython, fine = report.hosts[1:]
+    assert "Permission denied" in refused.error and refused.result("clock-skew").status == "error"
+    assert "remote has no usable python3" in nopython.error
+    assert fine.error is None and fine.result("clock-skew").status in ("ok", "warn")
+    assert report.exit_code == 1
+
+
+def test_human_output_has_one_section_per_host(cli, ssh_config_env, tmp_path):
+    result = cli("doctor", "--only", "clock-skew", "--host", ssh_config_env.dest, "--host",
+                 ssh_config_env.unreachable_dest, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    headings = [line for line in lines if not line.startswith(("[", " ")) and line.strip()]
+    assert headings[0].startswith("local: ")
+    assert headings[1].startswith(f"{ssh_config_env.dest}: ")
+    assert headings[2].startswith(f"{ssh_config_env.unreachable_dest}: ") and "not inspected" in headings[2]
+    assert lines[-1].startswith("Doctor summary: ") and "1 error" in lines[-1]

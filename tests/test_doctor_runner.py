@@ -7,7 +7,6 @@ import time
 import types
 
 import pytest
-
 from execsys.doctor import registry
 from execsys.doctor.model import DoctorReport, HazardResult
 from execsys.doctor.runner import DoctorOptions, run_doctor, run_hazard

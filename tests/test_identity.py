@@ -332,3 +332,34 @@ def test_init_writes_a_template_that_loads_clean_and_refuses_overwrite(cli, tmp_
     assert cli("init", "--force", cwd=repo).returncode == 0
     assert (repo / "execsys.toml").read_text() == text
     assert cli("pin", cwd=repo).returncode == 0  # the template pins as written
+
+
+def test_python_api_round_trip(project: Path, engine: FakeEngine, ledger_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API the probes, plans and TUI call: pin -> write_lock/record -> load -> verify/diff."""
+    from execsys import declaration, identity
+    from execsys.ledger import Ledger
+
+    monkeypatch.chdir(project)
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    decl = declaration.load(project / "execsys.toml")
+    calls: list[tuple[int, int]] = []
+    pinned = identity.pin(decl, progress=lambda done, total: calls.append((done, total)))
+    size = (project / "model.gguf").stat().st_size
+    assert calls and calls[-1] == (size, size)
+    lock = identity.write_lock(pinned, project / "execsys.lock.json")
+    with Ledger.open() as ledger:
+        record_id = identity.record_identity(pinned, ledger)
+        assert identity.load_identity_ref(record_id, ledger).id == pinned.id
+        assert identity.load_identity_ref(pinned.id[:8], ledger).id == pinned.id
+    loaded = identity.load_lock(lock)
+    assert loaded.to_json() == pinned.to_json()
+    report = identity.verify(loaded)
+    assert report.verdict == "same-system" and report.to_json()["observed_id"] == pinned.id
+    engine.models = ["org/model-7b", "org/other"]
+    runtime = identity.observe_runtime(decl.component("runtime"))
+    assert runtime["endpoint"]["models"] == ["org/model-7b", "org/other"]
+    moved = identity.diff_identities(loaded, identity.pin(decl))
+    assert moved.moved == ["runtime"] and moved.sentence == "isolates runtime"
+    assert moved.to_json()["changes"]["runtime"][0]["field"] == "observed.endpoint.models"

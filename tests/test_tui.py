@@ -9,16 +9,13 @@ import stat
 from pathlib import Path
 
 import pytest
+from execsys.doctor.registry import IDS
+from execsys.tui.app import DARK, LIGHT, ExecsysApp
+from execsys.tui.screens.dialogs import AddHostDialog, OverrideDialog
+from textual.widgets import DataTable, Input, OptionList, ProgressBar, Select, Static
 
-pytest.importorskip("textual")
-
-from textual.widgets import DataTable, Input, OptionList, ProgressBar, Select, Static  # noqa: E402
-
-from execsys.doctor.registry import IDS  # noqa: E402
-from execsys.ledger import Ledger  # noqa: E402
-from execsys.tui.app import DARK, LIGHT, ExecsysApp  # noqa: E402
-from execsys.tui.screens.dialogs import AddHostDialog, OverrideDialog  # noqa: E402
-from tests.tui_helpers import settle, text_of, while_running  # noqa: E402
+from execsys.ledger import Ledger
+from tests.tui_helpers import settle, text_of, while_running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -374,7 +371,7 @@ async def test_probe_lists_flipped_cases_and_shows_the_divergence_side_by_side(p
         shown = text_of(screen.query_one("#outputs"))
         first = flip_endpoint.answer("beta [flip]", 1)
         second = flip_endpoint.answer("beta [flip]", 2)
-        offset = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+        offset = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
         assert f"▼ first divergence at character {offset}" in shown
         assert first[:offset] in shown and second[offset:offset + 10] in shown
 
@@ -499,3 +496,26 @@ def test_execsys_tui_refuses_without_a_terminal(cli, project: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().startswith("execsys tui: error: the TUI needs an interactive terminal")
     assert "Traceback" not in result.stderr
+
+
+async def test_an_unreachable_endpoint_is_one_line_in_a_notification_not_a_crash(project: Path,
+                                                                                  ledger_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    _write_cases(project / "cases.jsonl", ["x"])
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("3")
+        await _fill_probe_form(pilot, endpoint=f"http://127.0.0.1:{port}/v1", cases="cases.jsonl")
+        await pilot.press("ctrl+g", "y")
+        screen = app.screen
+        await settle(pilot, lambda: not screen.running)
+        assert app.is_running and app.current_mode == "probes"
+        [note] = [n for n in app._notifications if n.severity == "error"]
+        assert note.title == "probe failed" and "\n" not in note.message and f"127.0.0.1:{port}" in note.message
+        assert "Traceback" not in note.message
+        assert text_of(screen.query_one("#probe-status", Static)).startswith("✗ the probe stopped with an error")
+        assert not screen.query_one("#start").disabled  # ready to try again

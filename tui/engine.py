@@ -34,6 +34,17 @@ def hazard_list() -> list[tuple[str, str]]:
     return pairs
 
 
+def declared_doctor_hosts(paths: Paths) -> list[str]:
+    """The remote hosts the declaration asks the doctor to check ([doctor] hosts or [environment] hosts)."""
+    from execsys.doctor.runner import DoctorOptions
+
+    try:
+        decl = load_declaration(paths)
+    except Exception:  # a broken declaration is reported when the checks run, not here
+        return []
+    return list(DoctorOptions.from_declaration(decl).hosts)
+
+
 def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None):
     """The options `execsys doctor --config ... --host ... --only ...` would build."""
     from execsys.doctor.runner import DoctorOptions
@@ -103,6 +114,8 @@ def licence_line(report: Any) -> str:
     if report.licence:
         m = report.measured[report.licence]
         parts.append(f"{report.licence} ({m.m}/{m.n})")
+    elif report.licensed:
+        parts.append("no boundary (agreed: " + ", ".join(report.licensed) + ")")
     elif report.measured:
         parts.append("none (no axis agreed fully)")
     else:
@@ -323,22 +336,38 @@ def record_line(record: Any) -> str:
     return text
 
 
+def probe_argv(paths: Paths, form: dict[str, Any]) -> list[str]:
+    """The `execsys probe` command line the form stands for (flags are the CLI's public names)."""
+    argv = [form["axis"]]
+    for endpoint in (e.strip() for e in (form.get("endpoint") or "").split(",")):
+        if endpoint:
+            argv += ["--endpoint", endpoint]
+    for flag, key in (("--command", "command"), ("--cases", "cases"), ("--n", "n"), ("--restart", "restart"),
+                      ("--ready", "ready"), ("--load", "load"), ("--baseline", "baseline")):
+        if form.get(key) not in (None, ""):
+            argv += [flag, str(form[key])]
+    if paths.lock.exists():
+        argv += ["--lock", str(paths.lock)]
+    if form.get("resume"):
+        argv.append("--resume")
+    return argv
+
+
 def probe_options(paths: Paths, form: dict[str, Any]):
-    """The ProbeOptions `execsys probe AXIS ...` builds from the same flags (the CLI's own builder)."""
+    """The ProbeOptions `execsys probe ...` builds: the CLI's own parser and option builder, fed the form."""
     import argparse
 
-    from execsys.commands.probe import build_options
+    from execsys.commands import probe as probe_command
 
-    endpoints = [e.strip() for e in (form.get("endpoint") or "").split(",") if e.strip()]
-    args = argparse.Namespace(
-        axis=form["axis"], records=[], endpoint=endpoints, command=form.get("command"), model=None,
-        api_key_env=None, timeout=None, retries=3, cases=form.get("cases"), n=form.get("n"), sample=None,
-        compare=None, extract=None, tokens=False, lock=str(paths.lock) if paths.lock.exists() else None,
-        repeats=None, concurrency=1, order_seed=0, resume=bool(form.get("resume")),
-        restart=form.get("restart"), ready=form.get("ready"), ready_timeout=None, load=form.get("load"),
-        baseline=form.get("baseline"),
-    )
-    return build_options(args)
+    parser = argparse.ArgumentParser(prog="execsys probe", exit_on_error=False)
+    probe_command.add_arguments(parser)
+    try:
+        args = parser.parse_args(probe_argv(paths, form))
+    except (argparse.ArgumentError, SystemExit) as exc:
+        from execsys.errors import UsageError
+
+        raise UsageError(f"the probe form does not make a valid command: {exc}") from None
+    return probe_command.build_options(args)
 
 
 class ProbeWatcher:

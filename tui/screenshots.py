@@ -97,8 +97,8 @@ def demo_identity() -> Any:
 def prepare_project(root: Path, ledger_path: Path) -> str:
     """Write the declaration, the harness, the cases and the lock into ``root``; seed the ledger.
 
-    The ledger gets the identity record and two earlier probe records for it (a restart probe that
-    disagreed, a concurrency probe that agreed), so the Scope step has boundaries to chart.
+    The ledger gets the identity record and three earlier probe records for it (session and
+    concurrency probes that agreed, a restart probe that did not), so the Scope step has boundaries.
     Returns the identity id.
     """
     from execsys.identity import record_identity, write_lock
@@ -114,7 +114,7 @@ def prepare_project(root: Path, ledger_path: Path) -> str:
     write_lock(identity, root / "execsys.lock.json")
     with Ledger.open(ledger_path) as ledger:
         record_identity(identity, ledger)
-        for axis, m, n in (("restart", 17, 20), ("concurrency", 20, 20)):
+        for axis, m, n in (("session", 30, 30), ("restart", 17, 20), ("concurrency", 20, 20)):
             body = {"schema": "execsys.probe/1", "axis": axis, "identity": identity.id, "n": n, "m": m,
                     "agreement_rate": m / n, "ci95": list(wilson(m, n)), "flipped": [], "cases": []}
             ledger.append("probe", body, identity=identity.id)
@@ -153,9 +153,9 @@ async def doctor_scene(pilot, recorded: list[Any] | None = None) -> None:
     else:
         from execsys.doctor.model import DoctorReport, HostReport
 
-        screen._start([], None)
-        screen.workers.cancel_group(screen, "doctor")
+        screen._run += 1
         run = screen._run
+        app.doctor.running = True
         for result in recorded:
             screen.post_message(screen.HazardChecked(run, "local", result))
         report = DoctorReport([HostReport("local", {}, list(recorded))])

@@ -39,7 +39,9 @@ def _shell_shadows(ctx, names: list[str]) -> tuple[dict[str, str], str | None]:
         script = 'for n in "$@"; do printf "%s\\t%s\\n" "$n" "$(type -t -- "$n" 2>/dev/null)"; done'
     else:
         script = 'for n in "$@"; do printf "%s\\t%s\\n" "$n" "$(whence -w -- "$n" 2>/dev/null)"; done'
-    inv = files.bounded_run([shell_path, "-ic", script, "execsys-doctor", *names], min(ctx.timeout, 3.0))
+    # HISTFILE=/dev/null: the interactive shell must not append to the operator's history (read-only doctor).
+    env = {**os.environ, "HISTFILE": "/dev/null"}
+    inv = files.bounded_run([shell_path, "-ic", script, "execsys-doctor", *names], min(ctx.timeout, 3.0), env=env)
     if inv.timed_out or inv.error:
         return {}, f"{shell} -i did not answer ({inv.describe()}); aliases not checked"
     kinds: dict[str, str] = {}
@@ -58,8 +60,11 @@ def check(ctx) -> HazardResult:
     failures: list[str] = []
     warnings: list[str] = []
     shadow_box: dict = {}
-    shell_thread = threading.Thread(target=lambda: shadow_box.update(zip(("kinds", "note"), _shell_shadows(ctx, names), strict=False)),
-                                    daemon=True)
+    def _ask_shell() -> None:
+        kinds, note = _shell_shadows(ctx, names)
+        shadow_box.update(kinds=kinds, note=note)
+
+    shell_thread = threading.Thread(target=_ask_shell, daemon=True)
     shell_thread.start()
     checked = 0
     for name in names:

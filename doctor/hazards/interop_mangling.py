@@ -79,11 +79,13 @@ def probe_layer(layer: str, timeout: float) -> tuple[str, list[str]]:
     inv = files.bounded_run(argv, timeout, input=REPORTER.encode())
     received = _received(inv.output)
     if received is None:
-        if inv.error or inv.timed_out:
-            return "error", [f"layer {layer!r}: {inv.describe()}"]
-        return "fail", [f"layer {layer!r}: the reporter never ran intact ({inv.describe()})",
-                        f"sent:     {json.dumps(CANARY, ensure_ascii=False)}",
-                        "received: nothing -- the layer broke the command line itself"]
+        # python3 never reported: the layer itself did not run (password prompt, no python3 on the far
+        # side, no stdin passed through). That is not evidence of mangling either way.
+        hint = ""
+        if inv.returncode == 0 and not inv.output.strip():
+            hint = " -- the layer did not pass stdin through (docker exec needs -i)"
+        return "error", [f"layer {layer!r}: the reporter did not run: {inv.describe()}{hint}",
+                         f"sent: {json.dumps(CANARY, ensure_ascii=False)}"]
     diffs = compare(CANARY, received)
     if not diffs:
         return "ok", [f"layer {layer!r}: all {len(CANARY)} canary arguments arrived intact"]
@@ -108,8 +110,8 @@ def check(ctx) -> HazardResult:
     with cf.ThreadPoolExecutor(max_workers=min(8, len(layers))) as pool:
         outcomes = list(pool.map(lambda layer: probe_layer(layer, ctx.timeout), layers))
     evidence = [line for _, ev in outcomes for line in ev] + wsl_note
-    failed = [layer for layer, (status, _) in zip(layers, outcomes, strict=False) if status == "fail"]
-    broken = [layer for layer, (status, _) in zip(layers, outcomes, strict=False) if status == "error"]
+    failed = [layers[i] for i, (status, _) in enumerate(outcomes) if status == "fail"]
+    broken = [layers[i] for i, (status, _) in enumerate(outcomes) if status == "error"]
     if failed:
         return HazardResult(ID, "fail", f"arguments altered crossing {', '.join(repr(x) for x in failed)}",
                             evidence, FIX)

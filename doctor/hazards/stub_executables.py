@@ -86,8 +86,9 @@ def check(ctx) -> HazardResult:
     with cf.ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
         outcomes = list(pool.map(lambda t: inspect(t[1], ctx), targets))
     evidence = [line for _, ev in outcomes for line in ev]
-    bad = [name for (name, _), (status, _) in zip(targets, outcomes, strict=False) if status == "fail"]
-    odd = [name for (name, _), (status, _) in zip(targets, outcomes, strict=False) if status == "warn"]
+    # (no zip(strict=...): this module also runs on python 3.9 remotes)
+    bad = [targets[i][0] for i, (status, _) in enumerate(outcomes) if status == "fail"]
+    odd = [targets[i][0] for i, (status, _) in enumerate(outcomes) if status == "warn"]
     if bad:
         return HazardResult(ID, "fail", f"cannot run: {', '.join(bad)}", evidence, FIX)
     if odd:

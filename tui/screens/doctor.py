@@ -68,6 +68,9 @@ class DoctorScreen(StepScreen):
 
     def on_mount(self) -> None:
         self._hazards = engine.hazard_list()
+        for host in engine.declared_doctor_hosts(self.app.paths):
+            if host not in self.state.hosts:
+                self.state.hosts.append(host)
         self.state.hazard_ids = [hazard_id for hazard_id, _ in self._hazards]
         self._build_table()
         self.query_one("#hazards", DataTable).focus()

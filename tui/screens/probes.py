@@ -69,20 +69,23 @@ class ProbesScreen(GatedStep):
                 yield Label("axis", classes="field-name")
                 yield Select([(a, a) for a in engine.probe_axes()], value="session", allow_blank=False,
                              id="axis", compact=True)
-                yield Label("endpoint (OpenAI base URL)", classes="field-name")
-                yield Input(placeholder="http://127.0.0.1:8000/v1", id="endpoint", compact=True)
-                yield Label("or command (one case on stdin)", classes="field-name")
+                yield Label("endpoint (base URL)", classes="field-name")
+                yield Input(placeholder="http://127.0.0.1:8000/v1", id="endpoint", compact=True,
+                            tooltip="OpenAI base URL; for the hosts axis, several separated by commas")
+                yield Label("or command (stdin)", classes="field-name")
                 yield Input(placeholder="python harness.py", id="command", compact=True)
-                yield Label("cases file (JSON Lines)", classes="field-name")
+                yield Label("cases file (JSONL)", classes="field-name")
                 yield Input(placeholder="cases.jsonl", id="cases", compact=True)
-                yield Label("n (first n cases; empty = all)", classes="field-name")
+                yield Label("n (empty = all cases)", classes="field-name")
                 yield Input(id="n", compact=True, type="integer")
-                yield Label("restart command (restart axis)", classes="field-name")
+                yield Label("restart command", classes="field-name")
                 yield Input(id="restart", compact=True)
                 yield Label("ready URL or command", classes="field-name")
                 yield Input(id="ready", compact=True)
-                yield Label("load K (concurrency axis)", classes="field-name")
+                yield Label("load K (concurrency)", classes="field-name")
                 yield Input(id="load", compact=True, type="integer")
+                yield Label("baseline record (redeploy)", classes="field-name")
+                yield Input(id="baseline", compact=True)
                 yield Label("run", classes="field-name")
                 yield Select([("new probe", "new"), ("resume the stopped run", "resume")], value="new",
                              allow_blank=False, id="run-mode", compact=True)
@@ -116,6 +119,7 @@ class ProbesScreen(GatedStep):
             "restart": text("restart") or None,
             "ready": text("ready") or None,
             "load": int(text("load")) if text("load") else None,
+            "baseline": text("baseline") or None,
             "resume": self.query_one("#run-mode", Select).value == "resume",
         }
 

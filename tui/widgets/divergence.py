@@ -53,10 +53,12 @@ class SideBySide(Static):
             return
         if offset is None:
             offset = first_divergence(a, b)
-        table = Table(box=None, expand=True, show_edge=False, pad_edge=False, padding=(0, 1))
-        where = "identical" if offset is None else f"▼ first divergence at character {offset}"
-        table.add_column(Text(f"{labels[0]}  ({where})", style="bold"), ratio=1)
-        table.add_column(Text(labels[1], style="bold"), ratio=1)
+        table = Table(box=None, expand=True, show_edge=False, pad_edge=False, padding=(0, 1),
+                      title=Text(f"{case_id}: " + ("outputs identical" if offset is None else
+                                                   f"▼ first divergence at character {offset} (marked from there on)"),
+                                 style="bold"), title_justify="left")
+        table.add_column(Text(labels[0], style="bold underline"), ratio=1)
+        table.add_column(Text(labels[1], style="bold underline"), ratio=1)
         table.add_row(marked(a, offset), marked(b, offset))
         self.update(table)
 

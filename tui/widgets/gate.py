@@ -51,8 +51,8 @@ class GateBanner(Static):
             text.append(f"the doctor found no failing hazard on {', '.join(doctor.hosts)}")
         elif app.gate_override is not None:
             text.append(f"{SYMBOLS['warn']} gate overridden: ", style="bold")
-            text.append(f"{app.gate_override['reason']} (at {app.gate_override['at']}); "
-                        f"the override is recorded with each {self.what}")
+            text.append(f"{app.gate_override['reason']}; the override (verdict and time) is recorded "
+                        f"with each {self.what}")
         else:
             text.append(f"{SYMBOLS['fail']} gate closed: ", style="bold")
             text.append(f"{doctor.gate_reason()}. Fix and re-run the doctor (1), or override with ctrl+o.")

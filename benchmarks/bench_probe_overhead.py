@@ -1,0 +1,92 @@
+"""Probe overhead: `execsys probe session` over 200 cases against a real llama.cpp server, beside a
+bare httpx loop sending the same 400 requests in the same order (target: <= 1.05x).
+
+Both sides are fresh Python processes talking to the same server (a generated tiny GGUF on
+loopback), run alternately; the best of --runs is compared. The probe's extra work is the
+ledger (one SQLite append per case), digests, the shuffled order and the record.
+
+Run: python benchmarks/bench_probe_overhead.py [--cases 200] [--runs 3] [--max-tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _util import execsys_argv, row
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+BARE_LOOP = r'''
+import json, sys, httpx
+url, bodies = sys.argv[1], json.load(open(sys.argv[2]))
+with httpx.Client(timeout=120) as client:
+    for body in bodies:
+        response = client.post(url + "/completions", json=body)
+        response.raise_for_status()
+        response.json()["choices"][0]["text"]
+'''
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+
+    from execsys.probes.cases import load_cases, pass_order
+    from tests.fixtures.llama import make_tiny_gguf, start_llama_server
+
+    work = Path(tempfile.mkdtemp(prefix="bench-probe-"))
+    model = make_tiny_gguf(work / "tiny.gguf")
+    cases_path = work / "cases.jsonl"
+    with cases_path.open("w") as fh:
+        for i in range(args.cases):
+            fh.write(json.dumps({"id": f"c{i:04d}", "prompt": f"Case {i}: what is {i}+{i}?",
+                                 "max_tokens": args.max_tokens}) + "\n")
+    cases = load_cases(cases_path)
+    bodies = [
+        {"temperature": 0, "model": "tiny", "max_tokens": case.max_tokens, "stream": False, "prompt": case.prompt}
+        for index in (0, 1) for case in pass_order(cases, 0, index)
+    ]
+    (work / "bodies.json").write_text(json.dumps(bodies))
+    (work / "bare.py").write_text(BARE_LOOP)
+
+    with start_llama_server(model) as server:
+        probe_argv = [*execsys_argv(), "probe", "session", "--endpoint", server.base_url, "--cases", str(cases_path),
+                      "--json"]
+        bare_argv = [sys.executable, str(work / "bare.py"), server.base_url, str(work / "bodies.json")]
+        probe_times, bare_times = [], []
+        for run in range(args.runs):
+            env = dict(os.environ, EXECSYS_LEDGER=str(work / f"ledger-{run}.sqlite3"))
+            for argv, times in ((bare_argv, bare_times), (probe_argv, probe_times)):
+                start = time.perf_counter()
+                proc = subprocess.run(argv, capture_output=True, env=env)
+                times.append(time.perf_counter() - start)
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"{argv[:4]} failed: {proc.stderr.decode(errors='replace')[-400:]}")
+            record = json.loads(proc.stdout)
+            assert record["n"] == args.cases, record["n"]
+
+    bare, probe = min(bare_times), min(probe_times)
+    requests = len(bodies)
+    print(f"{args.cases} cases x 2 passes = {requests} requests, max_tokens {args.max_tokens}, best of {args.runs}")
+    print(row("", "wall s", "req/s", widths=(34, 10, 10)))
+    print(row("bare httpx loop (reference)", f"{bare:.2f}", f"{requests / bare:.0f}", widths=(34, 10, 10)))
+    print(row("execsys probe session", f"{probe:.2f}", f"{requests / probe:.0f}", widths=(34, 10, 10)))
+    ratio = probe / bare
+    print(f"ratio execsys/bare = {ratio:.3f}x (target <= 1.05x): {'met' if ratio <= 1.05 else 'NOT met'}")
+    print(f"all runs: bare {[round(t, 2) for t in bare_times]}, probe {[round(t, 2) for t in probe_times]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

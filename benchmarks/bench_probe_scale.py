@@ -1,0 +1,109 @@
+"""Probe scale: 10,000 and 50,000 cases against a fast fixture endpoint at concurrency 32.
+
+Checks that no result is lost or duplicated (every case recorded once per pass in the ledger,
+n equal to the number of cases) and that memory stays flat in n (peak RSS at 10k vs 50k).
+The endpoint is the tests' flip endpoint in its own process (stdlib HTTP server, loopback).
+
+Run: python benchmarks/bench_probe_scale.py [--sizes 10000 50000] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _util import execsys_argv, row
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(url: str, timeout: float = 20) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/models", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"fixture endpoint {url} never answered")
+
+
+def probe(n: int, url: str, work: Path, concurrency: int) -> dict:
+    cases = work / f"cases-{n}.jsonl"
+    with cases.open("w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"c{i:06d}", "prompt": f"question {i}", "max_tokens": 8}) + "\n")
+    ledger = work / f"ledger-{n}.sqlite3"
+    out = work / f"record-{n}.json"
+    env = dict(os.environ, EXECSYS_LEDGER=str(ledger))
+    argv = [*execsys_argv(), "probe", "session", "--endpoint", url, "--cases", str(cases), "--json",
+            "--concurrency", str(concurrency)]
+    start = time.perf_counter()
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL, env=env)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"probe of {n} cases failed ({os.waitstatus_to_exitcode(status)})")
+    record = json.loads(out.read_text())
+    with sqlite3.connect(ledger) as db:
+        rows, keys = db.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT key) FROM records WHERE kind = 'probe-case' AND parent = ?",
+            (record["run"],),
+        ).fetchone()
+    return {"n": n, "wall": wall, "rss": usage.ru_maxrss * 1024, "record": record, "rows": rows, "keys": keys}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000])
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-probe-scale-"))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tests.fixtures.llama", "fake", str(port)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_ready(url)
+        results = [probe(n, url, work, args.concurrency) for n in args.sizes]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    widths = (10, 10, 10, 12, 14, 12, 10)
+    print(f"session probe, concurrency {args.concurrency}, 2 passes, fixture endpoint in its own process")
+    print(row("cases", "wall s", "req/s", "peak RSS", "ledger rows", "distinct", "lost/dup", widths=widths))
+    ok = True
+    for r in results:
+        expected = 2 * r["n"]
+        bad = r["record"]["n"] != r["n"] or r["rows"] != expected or r["keys"] != expected or r["record"]["m"] != r["n"]
+        ok = ok and not bad
+        print(row(r["n"], f"{r['wall']:.1f}", f"{expected / r['wall']:.0f}", f"{r['rss'] / 2**20:.0f} MiB",
+                  r["rows"], r["keys"], "NONE" if not bad else "MISMATCH", widths=widths))
+    if len(results) >= 2:
+        small, large = results[0], results[-1]
+        print(f"peak RSS {large['n']} vs {small['n']} cases: {large['rss'] / small['rss']:.2f}x "
+              f"(+{(large['rss'] - small['rss']) / 2**20:.0f} MiB for {large['n'] - small['n']} more cases; "
+              f"n grew {large['n'] / small['n']:.0f}x)")
+    print("no lost or duplicated results" if ok else "LOST OR DUPLICATED RESULTS")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
