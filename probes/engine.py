@@ -27,6 +27,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -461,9 +462,11 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
     fillers = [0]
     finished = object()
 
+    stop = threading.Event()  # set when recording fails: workers must not keep sending
+
     def worker() -> None:
         try:
-            while not cancel.is_set():
+            while not cancel.is_set() and not stop.is_set():
                 with source_lock:
                     case = next(source, None)
                 if case is None:
@@ -471,7 +474,7 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
                 outbox.put(measure(case))
             # Keep K requests in flight until the last case answered: the tail is under load too.
             i = 0
-            while plan.load and not all_received.is_set() and not cancel.is_set():
+            while plan.load and not all_received.is_set() and not cancel.is_set() and not stop.is_set():
                 client.complete(todo[i % len(todo)], params)
                 fillers[0] += 1
                 i += 1
@@ -482,26 +485,39 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
     for thread in threads:
         thread.start()
     running, received = len(threads), 0
-    while running:
-        # Block for one result, then take whatever else is already waiting: one commit for all of them.
-        batch = []
-        item = outbox.get()
-        while True:
-            if item is finished:
-                running -= 1
-            else:
-                batch.append(item)
-            if len(batch) >= 256:
-                break
+    try:
+        while running:
+            # Block for one result, then take whatever else is already waiting: one commit for all of them.
+            batch = []
+            item = outbox.get()
+            while True:
+                if item is finished:
+                    running -= 1
+                else:
+                    batch.append(item)
+                if len(batch) >= 256:
+                    break
+                try:
+                    item = outbox.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                record(batch)
+                received += len(batch)
+                if received == len(todo):
+                    all_received.set()
+    except BaseException:
+        # Recording failed (a full disk, a locked ledger): stop the workers and let them finish, so no
+        # thread is left blocked on the queue; what was recorded stays recorded and resumable.
+        stop.set()
+        deadline = time.monotonic() + 10
+        while running and time.monotonic() < deadline:
             try:
-                item = outbox.get_nowait()
+                if outbox.get(timeout=0.5) is finished:
+                    running -= 1
             except queue.Empty:
-                break
-        if batch:
-            record(batch)
-            received += len(batch)
-            if received == len(todo):
-                all_received.set()
+                pass
+        raise
     all_received.set()
     for thread in threads:
         thread.join(timeout=5)

@@ -94,7 +94,7 @@ def render_record(record: ProbeRecord, console: Console) -> None:
         labels = [p.get("label", str(i)) for i, p in enumerate(record.passes)] or ["A", "B"]
         by_id = {case.id: case for case in record.cases}
         table.add_column(f"pass {labels[0]}", overflow="fold")
-        table.add_column("other pass", overflow="fold")
+        table.add_column(f"pass {labels[1]}" if len(labels) == 2 else "first differing pass", overflow="fold")
         for case_id in record.flipped[:MAX_FLIPS_SHOWN]:
             case = by_id.get(case_id)
             div = (case.first_divergence if case else None) or {}

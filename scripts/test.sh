@@ -11,6 +11,10 @@ command -v b3sum >/dev/null 2>&1 || need_debs+=(b3sum)
 command -v git >/dev/null 2>&1 || need_debs+=(git)
 command -v cmake >/dev/null 2>&1 || need_debs+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_debs+=(g++)
+command -v gcc >/dev/null 2>&1 || need_debs+=(gcc)
+# libfaketime gives the loopback sshd a host whose clock runs 5 s ahead (clock-skew tests).
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_debs+=(libfaketime)
+command -v runuser >/dev/null 2>&1 || need_debs+=(util-linux)
 if [ ${#need_debs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_debs[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -85,3 +85,51 @@ def test_options_from_declaration(tmp_path):
     assert opts.layers == ["env"]  # the override wins
     assert opts.timeout == 7 and opts.clock_skew_threshold_ms == 100
     assert DoctorOptions.from_payload(opts.to_payload()) == opts
+
+
+def test_partial_sight_as_an_unprivileged_user_is_a_warning_not_ok(tmp_path):
+    """Run the real checks as 'nobody' (the in-memory bundle needs no files): root's listener and
+    root's process environment are invisible, and the doctor must say so rather than claim ok."""
+    import json
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    from execsys.doctor import remote
+
+    if os.geteuid() != 0 or shutil.which("runuser") is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root, runuser and /usr/bin/python3 to drop privileges")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={"A": "1"})
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        options = DoctorOptions(ports=[port], pid=holder.pid, declared_env={"A": "1"},
+                                only=["port-collisions", "unread-env-config"])
+        try:
+            proc = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-u", "-c", remote.BOOTSTRAP],
+                                  input=remote.program_line(options) + b"T\n" * 5 + b"GO\n",
+                                  capture_output=True, timeout=60, cwd="/")
+        finally:
+            holder.kill()
+            holder.wait()
+    assert proc.returncode == 0, proc.stderr.decode()
+    results = {r["id"]: r for r in (json.loads(line[2:]) for line in proc.stdout.decode().splitlines()
+                                    if line.startswith("R "))}
+    ports = results["port-collisions"]
+    assert ports["status"] == "warn"
+    assert "whose process is not visible" in ports["summary"]
+    env = results["unread-env-config"]
+    assert env["status"] == "warn" and "cannot read the environment" in env["summary"]
+
+
+def test_a_venv_on_top_of_conda_warns(monkeypatch):
+    from execsys.doctor.runner import run_hazard
+
+    monkeypatch.setenv("CONDA_PREFIX", "/opt/conda")
+    monkeypatch.setenv("VIRTUAL_ENV", "/srv/venv")
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
+    assert result.status in ("warn", "fail")
+    assert "a venv (/srv/venv) is active on top of conda (/opt/conda): two package worlds" in result.evidence

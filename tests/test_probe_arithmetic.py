@@ -193,3 +193,26 @@ def test_api_key_is_sent_but_never_recorded(cli, tmp_path, ledger_path):
     assert secret not in result.stdout and secret not in result.stderr
     assert result.json()["target"]["api_key_env"] == "PROBE_TEST_KEY"
     assert secret.encode() not in ledger_path.read_bytes()
+
+
+RESTARTABLE_HARNESS = r'''
+import json, os, sys
+case = json.load(sys.stdin)
+restarted = os.path.exists(sys.argv[1])
+print(case["prompt"].upper() + ("!" if restarted and case["id"] in ("c01", "c04") else ""))
+'''
+
+
+def test_restart_axis_arithmetic_with_a_command_target(cli, tmp_path):
+    harness = tmp_path / "harness.py"
+    harness.write_text(RESTARTABLE_HARNESS)
+    marker = tmp_path / "restarted"
+    cases = write_cases(tmp_path / "cases.jsonl", n=5)
+    result = cli("probe", "restart", "--command", f"python3 {harness} {marker}", "--cases", str(cases), "--json",
+                 "--restart", f"touch {marker}")
+    record = result.json()
+    assert result.returncode == 1, result.stderr
+    assert (record["m"], record["n"]) == (3, 5) and record["flipped"] == ["c01", "c04"]
+    assert record["sentence"].startswith("restart agreement 3/5 = 0.60")
+    assert "unstable across restarts: scope comparisons to one session" in record["sentence"]
+    assert record["cases"][1]["first_divergence"]["char"] == len("QUESTION 1")

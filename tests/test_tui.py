@@ -339,7 +339,7 @@ async def test_probe_against_real_llama_server_behind_the_gate(failing_doctor: P
         assert override is not None and override.kind == "gate-override"
         assert override.body["verdict"] == "hazards" and override.body["run"] == run.id
         assert {"host": "local", "hazard": "stub-executables (fail)"} in override.body["failing"]
-        assert "[overridden]" in header_state(app)
+        assert "(gate overridden)" in header_state(app)
         # the live view: a bar per pass, full; the rate and the engine's sentence
         bars = list(screen.query(ProgressBar))
         assert len(bars) == 2 and all(bar.percentage == 1.0 for bar in bars)
@@ -378,7 +378,7 @@ async def test_probe_lists_flipped_cases_and_shows_the_divergence_side_by_side(p
 
 async def test_escape_stops_a_probe_and_resume_finishes_it_without_double_counting(
         project: Path, ledger_path: Path, flip_endpoint) -> None:
-    flip_endpoint.delay = 0.15
+    flip_endpoint.delay = 0.25
     _write_cases(project / "cases.jsonl", [f"case {i}" for i in range(12)])
     app = ExecsysApp(autostart=False)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +17,11 @@ async def settle(pilot, predicate: Callable[[], bool], timeout: float = 120.0) -
     app = pilot.app
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    from textual.worker import WorkerFailed
+
     while True:
-        await app.workers.wait_for_complete()
+        with contextlib.suppress(WorkerFailed):  # the app reports it (a notification); tests check that
+            await app.workers.wait_for_complete()
         await pilot.pause()
         if predicate():
             return

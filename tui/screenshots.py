@@ -2,8 +2,8 @@
 
 Writes ``screenshots/<n>-<step>.svg`` at 120x40 (``--size 80x24`` for the small-terminal view).
 Each step is driven the way an operator would drive it, in a throw-away project directory with
-its own ledger: the Doctor runs the real checks on this machine (or shows a recorded report,
-``--recorded FILE``, for pictures that do not depend on the machine); Identity shows a pinned
+its own ledger: the Doctor first runs the real checks on this machine (or replays a recorded
+report, ``--recorded FILE``, for pictures that do not depend on the machine); Identity shows a pinned
 lock; Probes runs a real probe (a small harness command as the target, two cases flipping on
 their second call, so the flipped list and the side-by-side view have something to show);
 Scope & plan reads the probe records of that identity. The same scenes feed the snapshot tests.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -127,8 +128,11 @@ def prepare_project(root: Path, ledger_path: Path) -> str:
 async def _settle(pilot, predicate: Callable[[], bool], timeout: float = 120.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    from textual.worker import WorkerFailed
+
     while True:
-        await pilot.app.workers.wait_for_complete()
+        with contextlib.suppress(WorkerFailed):  # already reported by the app as a notification
+            await pilot.app.workers.wait_for_complete()
         await pilot.pause()
         if predicate() or loop.time() > deadline:
             return
@@ -238,12 +242,12 @@ async def capture(step: str, size: tuple[int, int], out: Path, recorded: Path | 
         previous = os.getcwd()
         os.chdir(project)
         try:
-            app = ExecsysApp(ledger=ledger, autostart=step == "doctor" and recorded is None)
+            app = ExecsysApp(ledger=ledger, autostart=recorded is None)
             async with app.run_test(size=size) as pilot:
                 await pilot.pause()
-                if step == "doctor":
-                    await doctor_scene(pilot, recorded_results(recorded) if recorded else None)
-                else:
+                # every picture shows the session after a doctor run (live, or the recorded report)
+                await doctor_scene(pilot, recorded_results(recorded) if recorded else None)
+                if step != "doctor":
                     await SCENES[step](pilot)
                 await pilot.pause()
                 target = out / f"{number}-{step}.svg"

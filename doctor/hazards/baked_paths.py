@@ -167,7 +167,7 @@ def check_tree(root: str) -> tuple[list[str], list[str]]:
                     problems.append(f"{path}: {kind} {entry} does not exist")
     evidence = [f"{root}: {count} executable/shared files read"]
     if elf_unread:
-        evidence.append(f"{root}: {elf_unread} ELF files not read (pyelftools not installed on this host)")
+        evidence.append(f"{root}: {elf_unread} ELF file(s) could not be parsed")
     return problems, evidence
 
 

@@ -91,6 +91,8 @@ def wait_ready(ctx: RunContext, target: int, spec: str | None, timeout: float) -
     deadline = time.monotonic() + timeout
     url = spec if spec and spec.startswith(("http://", "https://")) else None
     if spec is None:
+        if not ctx.target_url(target):
+            return True, "a command target is ready when the restart command has exited 0"
         url = ctx.target_url(target) + "/models"
     last = "not polled yet"
     while time.monotonic() < deadline:

@@ -252,6 +252,8 @@ class IdentityScreen(StepScreen):
             moved = list(getattr(message.diff, "moved", []) or [])
             symbol = "=" if not moved else "≠"
             text.append(f"\n{symbol} against the previous lock: {message.diff.sentence}")
+        for note in getattr(message.identity, "notes", None) or []:
+            text.append(f"\n! {note}")  # declared and observed disagree (e.g. the quantization)
         self.query_one("#identity-status", Static).update(text)
 
     def worker_failed(self, worker: Worker) -> None:

@@ -73,12 +73,14 @@ class StateHeader(Vertical):
         verdict = getattr(app, "doctor_verdict", "not run")
         symbol, look = VERDICT_LOOK.get(verdict, ("?", "warning"))
         detail = getattr(app, "doctor_detail", "")
-        line.append("  doctor ", style="dim")
+        line.append(" │ ", style="dim")
+        line.append("doctor ", style="dim")
         line.append(f"{symbol} {verdict}" + (f" ({detail})" if detail else ""), style=f"bold {_colour(look)}")
         if getattr(app, "gate_override", None):
-            line.append(" [overridden]", style="bold")
+            line.append(" (gate overridden)", style="bold")
         licence = getattr(app, "licence", "")
-        line.append("  licence ", style="dim")
+        line.append(" │ ", style="dim")
+        line.append("licence ", style="dim")
         line.append(licence or "—")
         self.query_one("#state-line", Static).update(line)
 

@@ -63,10 +63,13 @@ def from_field(text: str, expected: Any) -> Any:
             return int(text)
         except ValueError:
             return text
+    expected_words = {bool: "must be true or false", int: "must be an integer", list: 'must be a list, e.g. ["a", "b"]',
+                      dict: 'must be a table, e.g. { KEY = "value" }'}
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"not a TOML value ({exc})") from None
+        words = expected_words.get(expected, "must be a number" if expected == (int, float) else "must be a TOML value")
+        raise ValueError(f"{words} ({exc})") from None
     if expected is bool and not isinstance(value, bool):
         raise ValueError("must be true or false")
     if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
