@@ -43,6 +43,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from execsys.probes.cases import load_cases, pass_order
+
     from tests.fixtures.llama import make_tiny_gguf, start_llama_server
 
     work = Path(tempfile.mkdtemp(prefix="bench-probe-"))
@@ -84,6 +85,9 @@ def main() -> int:
     print(row("execsys probe session", f"{probe:.2f}", f"{requests / probe:.0f}", widths=(34, 10, 10)))
     ratio = probe / bare
     print(f"ratio execsys/bare = {ratio:.3f}x (target <= 1.05x): {'met' if ratio <= 1.05 else 'NOT met'}")
+    paired = sorted(p / b for p, b in zip(probe_times, bare_times, strict=True))
+    print(f"paired run ratios (each probe run vs the bare run just before it): median {paired[len(paired) // 2]:.3f}x, "
+          f"range {paired[0]:.3f}-{paired[-1]:.3f}x")
     print(f"all runs: bare {[round(t, 2) for t in bare_times]}, probe {[round(t, 2) for t in probe_times]}")
     return 0
 

@@ -54,10 +54,37 @@ def probe(n: int, url: str, work: Path, concurrency: int) -> dict:
     env = dict(os.environ, EXECSYS_LEDGER=str(ledger))
     argv = [*execsys_argv(), "probe", "session", "--endpoint", url, "--cases", str(cases), "--json",
             "--concurrency", str(concurrency)]
+    import threading
+
+    import psutil
+
+    sending_rss = [0]
+    done = threading.Event()
+
+    def sample(pid: int) -> None:
+        """Peak RSS while requests are still going out (fewer than 2n case rows in the ledger)."""
+        process = psutil.Process(pid)
+        while not done.is_set():
+            try:
+                rss = process.memory_info().rss
+                rows = 0
+                if ledger.exists():
+                    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=1) as db:
+                        rows = db.execute("SELECT COUNT(*) FROM records WHERE kind = 'probe-case'").fetchone()[0]
+                if rows < 2 * n:
+                    sending_rss[0] = max(sending_rss[0], rss)
+            except (psutil.Error, sqlite3.Error):
+                pass
+            done.wait(0.5)
+
     start = time.perf_counter()
     with out.open("wb") as stdout:
         proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL, env=env)
+        sampler = threading.Thread(target=sample, args=(proc.pid,), daemon=True)
+        sampler.start()
         _pid, status, usage = os.wait4(proc.pid, 0)
+        done.set()
+        sampler.join()
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise SystemExit(f"probe of {n} cases failed ({os.waitstatus_to_exitcode(status)})")
@@ -67,7 +94,8 @@ def probe(n: int, url: str, work: Path, concurrency: int) -> dict:
             "SELECT COUNT(*), COUNT(DISTINCT key) FROM records WHERE kind = 'probe-case' AND parent = ?",
             (record["run"],),
         ).fetchone()
-    return {"n": n, "wall": wall, "rss": usage.ru_maxrss * 1024, "record": record, "rows": rows, "keys": keys}
+    return {"n": n, "wall": wall, "rss": usage.ru_maxrss * 1024, "record": record, "rows": rows, "keys": keys,
+            "sending_rss": sending_rss[0]}
 
 
 def main() -> int:
@@ -86,18 +114,22 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=10)
-    widths = (10, 10, 10, 12, 14, 12, 10)
+    widths = (10, 10, 10, 14, 12, 14, 12, 10)
     print(f"session probe, concurrency {args.concurrency}, 2 passes, fixture endpoint in its own process")
-    print(row("cases", "wall s", "req/s", "peak RSS", "ledger rows", "distinct", "lost/dup", widths=widths))
+    print(row("cases", "wall s", "req/s", "RSS sending", "peak RSS", "ledger rows", "distinct", "lost/dup",
+              widths=widths))
     ok = True
     for r in results:
         expected = 2 * r["n"]
         bad = r["record"]["n"] != r["n"] or r["rows"] != expected or r["keys"] != expected or r["record"]["m"] != r["n"]
         ok = ok and not bad
-        print(row(r["n"], f"{r['wall']:.1f}", f"{expected / r['wall']:.0f}", f"{r['rss'] / 2**20:.0f} MiB",
+        print(row(r["n"], f"{r['wall']:.1f}", f"{expected / r['wall']:.0f}", f"{r['sending_rss'] / 2**20:.0f} MiB",
+                  f"{r['rss'] / 2**20:.0f} MiB",
                   r["rows"], r["keys"], "NONE" if not bad else "MISMATCH", widths=widths))
     if len(results) >= 2:
         small, large = results[0], results[-1]
+        print(f"RSS while sending {large['n']} vs {small['n']} cases: {large['sending_rss'] / small['sending_rss']:.2f}x; "
+              "the final record lists every case, so the peak at the end grows with n")
         print(f"peak RSS {large['n']} vs {small['n']} cases: {large['rss'] / small['rss']:.2f}x "
               f"(+{(large['rss'] - small['rss']) / 2**20:.0f} MiB for {large['n'] - small['n']} more cases; "
               f"n grew {large['n'] / small['n']:.0f}x)")

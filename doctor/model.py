@@ -43,21 +43,20 @@ class HazardResult:
                    duration_s=float(data.get("duration_s", 0.0) or 0.0))
 
 
+def headline(findings: list[str]) -> str:
+    """A hazard's one-line summary from its findings: the first, and how many more the evidence lists."""
+    return findings[0] + (f" (+{len(findings) - 1} more)" if len(findings) > 1 else "")
+
+
 def blocking(results: list[HazardResult], strict: bool = False) -> list[HazardResult]:
     statuses = BLOCKING + (("warn",) if strict else ())
     return [r for r in results if r.status in statuses]
 
 
-@dataclass
-class HostReport:
-    """All hazard results for one host (``name`` is ``local`` or the SSH destination)."""
+class _ByStatus:
+    """The hazards of a host or a whole report, by status."""
 
-    name: str
-    host: dict[str, Any] = field(default_factory=dict)
-    hazards: list[HazardResult] = field(default_factory=list)
-    duration_s: float = 0.0
-    error: str | None = None  # set when the host could not be inspected at all
-    strict: bool = False
+    hazards: list[HazardResult]
 
     @property
     def failed(self) -> list[HazardResult]:
@@ -71,15 +70,27 @@ class HostReport:
     def errors(self) -> list[HazardResult]:
         return [r for r in self.hazards if r.status == "error"]
 
-    @property
-    def verdict(self) -> str:
-        return "hazards" if self.error or blocking(self.hazards, self.strict) else "clean"
-
     def counts(self) -> dict[str, int]:
         counts = {status: 0 for status in STATUSES}
         for r in self.hazards:
             counts[r.status] += 1
         return counts
+
+
+@dataclass
+class HostReport(_ByStatus):
+    """All hazard results for one host (``name`` is ``local`` or the SSH destination)."""
+
+    name: str
+    host: dict[str, Any] = field(default_factory=dict)
+    hazards: list[HazardResult] = field(default_factory=list)
+    duration_s: float = 0.0
+    error: str | None = None  # set when the host could not be inspected at all
+    strict: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return "hazards" if self.error or blocking(self.hazards, self.strict) else "clean"
 
     def result(self, hazard_id: str) -> HazardResult | None:
         return next((r for r in self.hazards if r.id == hazard_id), None)
@@ -94,7 +105,7 @@ class HostReport:
 
 
 @dataclass
-class DoctorReport:
+class DoctorReport(_ByStatus):
     """The local host first, then each ``--host`` in the order given."""
 
     hosts: list[HostReport]
@@ -111,18 +122,6 @@ class DoctorReport:
         return [r for h in self.hosts for r in h.hazards]
 
     @property
-    def failed(self) -> list[HazardResult]:
-        return [r for r in self.hazards if r.status == "fail"]
-
-    @property
-    def warnings(self) -> list[HazardResult]:
-        return [r for r in self.hazards if r.status == "warn"]
-
-    @property
-    def errors(self) -> list[HazardResult]:
-        return [r for r in self.hazards if r.status == "error"]
-
-    @property
     def unreachable(self) -> list[HostReport]:
         return [h for h in self.hosts if h.error]
 
@@ -133,12 +132,6 @@ class DoctorReport:
     @property
     def exit_code(self) -> int:
         return 0 if self.verdict == "clean" else 1
-
-    def counts(self) -> dict[str, int]:
-        counts = {status: 0 for status in STATUSES}
-        for r in self.hazards:
-            counts[r.status] += 1
-        return counts
 
     def to_json(self) -> dict[str, Any]:
         for h in self.hosts:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from execsys.doctor.model import STATUSES, DoctorReport, HazardResult, HostReport
 
-SYMBOLS = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "–", "error": "?"}
-STYLES = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim", "error": "magenta"}
+from execsys.console import STYLES, SYMBOLS
+from execsys.redact import redact_text
 
 
 def hazard_lines(result: HazardResult, verbose: bool = False) -> list[tuple[str, str]]:
@@ -48,7 +48,11 @@ def count_line(counts: dict[str, int], duration_s: float, verdict: str) -> str:
 
 
 def render(report: DoctorReport, console, verbose: bool = False) -> None:
-    from rich.markup import escape
+    from rich.markup import escape as rich_escape
+
+    def escape(text: str) -> str:
+        # a host given as ssh://user:password@host must not print its password (JSON is scrubbed too)
+        return rich_escape(redact_text(text))
 
     many = len(report.hosts) > 1
     for index, host in enumerate(report.hosts):

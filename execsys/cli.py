@@ -50,6 +50,48 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
 
 
+def _add_common_to_actions(parser: argparse.ArgumentParser) -> None:
+    """`execsys plan new ... --ledger X` as well as `execsys plan --ledger X new ...`.
+
+    A command with actions (plan new, quant check, ledger list) parses the words after the action
+    with the action's own parser, which must know the common options too. SUPPRESS keeps the action
+    parser from overwriting a value given before the action with its default."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in set(action.choices.values()):
+            sub.set_defaults(_parser=sub)
+            if "--ledger" not in sub._option_string_actions:
+                sub.add_argument("--ledger", metavar="PATH", default=argparse.SUPPRESS,
+                                 help="ledger file (default: $EXECSYS_LEDGER or the user data dir)")
+            if "--debug" not in sub._option_string_actions:
+                sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                 help="show tracebacks for internal errors")
+            _add_common_to_actions(sub)
+
+
+def positive_float(text: str) -> float:
+    """argparse type for timeouts and thresholds: a number greater than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be greater than 0: {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type for counts and limits: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text}")
+    return value
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the documented JSON on stdout and nothing else")
 
@@ -85,7 +127,8 @@ def build_parser() -> Parser:
         )
         module.add_arguments(cmd)
         add_common(cmd)
-        cmd.set_defaults(_module=module)
+        _add_common_to_actions(cmd)
+        cmd.set_defaults(_module=module, _parser=cmd)
     return parser
 
 
@@ -111,7 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("execsys: error: no command given (see 'execsys --help')\n")
         return ExitCode.USAGE
-    args = parser.parse_args(args_list)
+    args, extras = parser.parse_known_args(args_list)
+    if extras:
+        # name the command (and its help) rather than the top-level parser: 'execsys pin: error: ...'
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return ExitCode.USAGE

@@ -224,12 +224,9 @@ def pin(decl: Declaration, *, progress: ProgressFn | None = None, exclude: list[
 
 def write_lock(identity: Identity, path: str | os.PathLike[str]) -> Path:
     """Write the lock atomically (temp file + rename), scrubbed."""
-    from execsys.fsutil import atomic_write_json
+    from execsys.fsutil import write_output
 
-    try:
-        return atomic_write_json(path, scrub(identity.to_json()))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the lock ({exc.strerror or exc})") from exc
+    return write_output(path, scrub(identity.to_json()), "the lock")
 
 
 def record_identity(identity: Identity, ledger: Any) -> str:

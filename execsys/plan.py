@@ -166,14 +166,31 @@ def plan_from_json(data: Any, where: str = "plan") -> Plan:
     """Parse an ``execsys.plan/1`` document; a malformed one is an input error naming the field."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise InputError(f"{where}: not an {SCHEMA} plan")
-    try:
-        arms = [str(a) for a in data["arms"]]
-        order = [{"case": str(e["case"]), "first": str(e["first"])} for e in data["order"]]
-        plan = Plan(arms, order, str(data["design"]), data["seed"], dict(data.get("placement") or {}),
-                    dict(data.get("cases") or {}), data.get("identity"), str(data["digest"]),
-                    data.get("registered_at"))
-    except (KeyError, TypeError) as exc:
-        raise InputError(f"{where}: malformed plan (missing or wrong field {exc})") from None
+    def field_of(name: str, expected: str, parse: Any, default: Any = ...) -> Any:
+        if name not in data and default is not ...:
+            return default
+        try:
+            return parse(data[name])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InputError(f"{where}: malformed plan: field '{name}' is missing or not {expected}") from None
+
+    def typed(kind: type) -> Any:
+        def parse(value: Any) -> Any:
+            if not isinstance(value, kind):
+                raise TypeError(f"expected {kind.__name__}")
+            return value
+        return parse
+
+    arms = field_of("arms", "a list of two arm names", lambda v: [str(a) for a in typed(list)(v)])
+    order = field_of("order", 'a list of {"case": ID, "first": ARM} objects',
+                     lambda v: [{"case": str(e["case"]), "first": str(e["first"])} for e in typed(list)(v)])
+    design = field_of("design", "a design name", typed(str))
+    seed = field_of("seed", "a seed", lambda v: v)
+    placement = field_of("placement", "an object of ARM: HOST", lambda v: dict(v or {}), default={})
+    cases = field_of("cases", "an object", lambda v: dict(v or {}), default={})
+    digest = field_of("digest", "a digest", typed(str))
+    plan = Plan(arms, order, design, seed, placement, cases, data.get("identity"), digest,
+                data.get("registered_at"))
     if len(arms) != 2:
         raise InputError(f"{where}: a plan has exactly two arms")
     for entry in order:
@@ -592,7 +609,11 @@ class _Log:
     def __init__(self, path: str | Path | None, header: dict[str, Any]):
         self.events: list[dict[str, Any]] = []
         self.header = header
-        self._fh = open(path, "w", encoding="utf-8") if path else None  # noqa: SIM115 - closed in close()
+        try:
+            self._fh = open(path, "w", encoding="utf-8") if path else None  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            reason = "is a directory" if Path(path).is_dir() else (exc.strerror or str(exc))
+            raise InputError(f"{path}: cannot write the executed log ({reason})") from None
         self._write(header)
 
     def _write(self, row: dict[str, Any]) -> None:

@@ -146,16 +146,27 @@ _SM = re.compile(r"^(?:sm_?|compute_?)(\d+)(\d)[af]?$")
 _CC = re.compile(r"^(\d+)\.(\d+)$")
 
 
+# Compute capabilities NVIDIA has shipped (Maxwell onwards). A typed sm_XX outside this set is a typo
+# or a future part the support table cannot speak for: refused rather than answered from the
+# nearest rule. A capability read from a real GPU (--target auto) is taken as it is.
+KNOWN_CAPABILITIES: tuple[tuple[int, int], ...] = (
+    (5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9),
+    (9, 0), (10, 0), (10, 1), (10, 3), (11, 0), (12, 0), (12, 1),
+)
+
+
 def parse_target(text: str) -> Target:
     """``sm_90``, ``sm90a``, ``9.0`` or a GPU name such as ``H100`` / ``NVIDIA L40S`` / ``RTX 4090``."""
     raw = text.strip()
     low = raw.lower()
-    found = _SM.match(low)
+    found = _SM.match(low) or _CC.match(low)
     if found:
-        return Target(raw, (int(found.group(1)), int(found.group(2))))
-    found = _CC.match(low)
-    if found:
-        return Target(raw, (int(found.group(1)), int(found.group(2))))
+        capability = (int(found.group(1)), int(found.group(2)))
+        if capability not in KNOWN_CAPABILITIES:
+            known = ", ".join(f"sm_{major}{minor}" for major, minor in KNOWN_CAPABILITIES)
+            raise InputError(f"unknown target '{text}': no NVIDIA GPU has compute capability "
+                             f"{capability[0]}.{capability[1]} (known: {known})")
+        return Target(raw, capability)
     capability = gpu_capability(raw)
     if capability is None:
         raise InputError(

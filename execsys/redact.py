@@ -27,11 +27,30 @@ _HEADER_SECRET = re.compile(
     r"(?i)\b(authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(\s*[:=]\s*)([^\r\n,;]+)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=\-]{8,}")
+_FLAG_VALUE = re.compile(r"""(?<![\w-])(--?[A-Za-z][\w.-]*)(=|\s+)('[^']*'|"[^"]*"|[^\s'"]+)""")
 _QUERY_SECRET = re.compile(r"(?i)([?&][^=&\s]*(?:key|token|secret|password|passwd|auth|sig)[^=&\s]*=)([^&\s#]+)")
 
 
 def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name))
+
+
+# A flag is secret when one of its words ends in a secret word: --api-key, --hf-token, --apikey,
+# --db-password. Word-wise, so vLLM's --max-num-batched-tokens and --tokenizer (they change numerics
+# and must stay visible in an identity) and --keyboard are not.
+_SECRET_FLAG_WORD = re.compile(
+    r"(key|keys|token|secret|secrets|password|passwd|credential|credentials|auth|authorization|cookie|cookies"
+    r"|private)$"
+)
+
+
+def is_secret_flag(flag: str) -> bool:
+    """``--api-key``, ``--hf-token=``, ``--db-password``: yes; ``--max-num-batched-tokens``, ``--tokenizer``,
+    ``--api-key-env`` (it names a variable, it holds no secret): no."""
+    words = [w for w in re.split(r"[-_.]+", flag.lstrip("-").lower()) if w]
+    if words and words[-1] == "env":
+        return False
+    return any(_SECRET_FLAG_WORD.search(w) for w in words)
 
 
 def redact_url(url: str) -> str:
@@ -73,6 +92,9 @@ def redact_text(text: str) -> str:
     text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    # a command line written as one string: 'python eval.py --api-key sk-...'
+    text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_flag(m.group(1))
+                           and not m.group(3).startswith("-") else m.group(0), text)
     return scrub_known_secrets(text)
 
 
@@ -97,7 +119,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        if arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
+        if arg.startswith("-") and is_secret_flag(arg.split("=", 1)[0]):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=" + REDACTED)
             else:

@@ -13,6 +13,7 @@ crossed an axis since found unstable need re-evaluation or a paired control.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,6 +367,20 @@ def _summarise_component(value: Any) -> str:
         text = ", ".join(items) or json.dumps(value, sort_keys=True)[:120]
         return text[:160]
     return str(value)[:160]
+
+
+def merge_contract(existing: str, section: str) -> str:
+    """The contract ``existing`` with its ``## Comparability`` section replaced by ``section`` (or
+    ``section`` appended when it has none): the rest of the operator's contract is never lost."""
+    if not existing.strip():
+        return section
+    lines = existing.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == "## Comparability"), None)
+    if start is None:
+        return existing.rstrip("\n") + "\n\n" + section
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"#{1,2} ", lines[i])), len(lines))
+    tail = "".join(lines[end:])
+    return "".join(lines[:start]) + section.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
 
 
 def _md_cell(text: str) -> str:

@@ -20,7 +20,7 @@ import blake3
 from execsys.errors import InputError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Case:
     id: str
     prompt: str | None = None

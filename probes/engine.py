@@ -106,6 +106,7 @@ class PassStarted:
     label: str
     total: int
     done: int
+    run_id: str | None = None  # the probe-run this pass appends to (what --resume takes)
 
 
 @dataclass
@@ -295,7 +296,7 @@ def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any]
                 continue
             todo = [case for case in pass_order(cases, options.order_seed, plan.index) if results[case.id][plan.index] is None]
             done_before = len(cases) - len(todo)
-            emit(PassStarted(plan.index, plan.label, len(cases), done_before))
+            emit(PassStarted(plan.index, plan.label, len(cases), done_before, run_id))
             if todo:
                 if cancel.is_set():
                     break

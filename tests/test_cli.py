@@ -155,3 +155,55 @@ def test_usage_errors(cli, args: tuple[str, ...]) -> None:
     result = cli(*args)
     assert result.returncode == 2
     assert "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [(("pin", "--no-such-flag"), "pin"), (("plan", "check", "plan.json", "--bogus"), "plan check"),
+     (("ledger", "list", "--bogus"), "ledger list")],
+)
+def test_unknown_flag_names_the_command(cli, args: tuple[str, ...], command: str) -> None:
+    line = one_line_error(cli(*args), command)
+    assert "unrecognized arguments" in line and f"execsys {command} --help" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("plan", "new", "--arms", "A", "B", "--cases", "cases.jsonl", "--out", "plan.json"),
+     ("ledger", "list"), ("quant", "check", "gguf", "--engine", "llamacpp", "--target", "sm_80")],
+)
+def test_common_options_after_an_action(cli, tmp_path: Path, args: tuple[str, ...]) -> None:
+    # `execsys plan new ... --ledger X` must work like `execsys plan --ledger X new ...`
+    (tmp_path / "cases.jsonl").write_text('{"id": "c1", "prompt": "1+1?", "expected": "2"}\n')
+    ledger = tmp_path / "other.sqlite3"
+    result = cli(*args, "--ledger", str(ledger), "--debug", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    if args[0] == "plan":
+        listed = cli("ledger", "list", "--json", "--ledger", str(ledger)).json()
+        assert [r["kind"] for r in listed] == ["plan"]
+
+
+@pytest.mark.parametrize(
+    ("args", "command"),
+    [(("ledger", "list", "--limit", "-5"), "ledger list"),
+     (("digest", "x", "--timeout", "-5"), "digest"),
+     (("quant", "check", "fp8", "--target", "sm_80", "--timeout", "0"), "quant check"),
+     (("plan", "run", "plan.json", "--arm", "A=http://127.0.0.1:9/v1", "--timeout", "nan"), "plan run")],
+)
+def test_negative_counts_and_timeouts_are_refused(cli, args: tuple[str, ...], command: str) -> None:
+    line = one_line_error(cli(*args), command)
+    assert "--limit" in line or "--timeout" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "needle"),
+    [(("plan", "new", "--arms", "A", "B", "--cases", "cases.jsonl", "--out", "adir"), "plan", "cannot write the plan"),
+     (("init", "--config", "adir"), "init", "is a directory"),
+     (("pin", "--out", "adir"), "pin", "cannot write the lock")],
+)
+def test_a_directory_where_an_output_file_belongs(cli, tmp_path: Path, args, command: str, needle: str) -> None:
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "cases.jsonl").write_text('{"id": "c1", "prompt": "1+1?", "expected": "2"}\n')
+    line = one_line_error(cli(*args, cwd=tmp_path), command)
+    assert needle in line
+    assert list((tmp_path / "adir").iterdir()) == [] and not list(tmp_path.glob(".adir.*"))

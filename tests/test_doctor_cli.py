@@ -133,6 +133,17 @@ def test_no_secret_in_output_or_ledger(cli, ledger_path, tmp_path):
     assert "OPENAI_API_KEY: declared <redacted>" in result.stdout
 
 
+def test_a_password_in_a_host_url_is_not_printed(cli, ledger_path, tmp_path):
+    # ssh:// destinations may carry user:password; the human report names the host, never the password
+    host = "ssh://alice:hunter2-not-printed@127.0.0.1:1"
+    for args in (("-v",), ("--json",)):
+        result = cli("doctor", *args, "--only", "clock-skew", "--host", host, "--timeout", "2", cwd=tmp_path)
+        assert result.returncode == 1, result.stderr  # the unreachable host is an error
+        assert "hunter2-not-printed" not in result.stdout + result.stderr
+        assert "127.0.0.1" in result.stdout
+    assert b"hunter2-not-printed" not in Path(ledger_path).read_bytes()
+
+
 def test_the_doctor_changes_nothing_it_inspects(cli, tmp_path):
     """A default run plus every path flag over a real repo and venv-like tree: nothing written there."""
     import os

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -195,6 +196,18 @@ def test_same_system_same_id_and_verify_passes(cli, project: Path) -> None:
     assert all(c["status"] == "same" for c in report["components"].values())
 
 
+def test_same_interpreter_under_another_name_is_the_same_system(cli, project: Path, tmp_path: Path) -> None:
+    # `execsys` (shebang python3.11) and `python -m execsys` run one interpreter under two names
+    alias = tmp_path / "python-alias"
+    alias.symlink_to(sys.executable)
+    pinned = subprocess.run([str(alias), "-m", "execsys", "pin", "--json"], cwd=project, capture_output=True,
+                            text=True, env={**os.environ, **ENV}, timeout=120)
+    assert pinned.returncode == 0, pinned.stderr
+    result = cli("verify", "--json", cwd=project, env=ENV)
+    assert result.returncode == 0, result.stdout
+    assert result.json()["components"]["environment"]["status"] == "same"
+
+
 def test_verify_catches_swapped_artifact_and_upgraded_engine(cli, project: Path, engine: FakeEngine) -> None:
     assert cli("pin", cwd=project, env=ENV).returncode == 0
     # what the launch script intends to load is still called model.gguf ...
@@ -363,3 +376,17 @@ def test_python_api_round_trip(project: Path, engine: FakeEngine, ledger_path: P
     moved = identity.diff_identities(loaded, identity.pin(decl))
     assert moved.moved == ["runtime"] and moved.sentence == "isolates runtime"
     assert moved.to_json()["changes"]["runtime"][0]["field"] == "observed.endpoint.models"
+
+
+def test_lock_is_readable_like_any_file_the_user_writes(cli, project: Path) -> None:
+    # mkstemp makes 0600 files: a lock on a shared GPU box must not become private to its writer
+    old = os.umask(0o022)
+    try:
+        assert cli("pin", cwd=project, env=ENV).returncode == 0
+        lock = project / "execsys.lock.json"
+        assert lock.stat().st_mode & 0o777 == 0o644
+        lock.chmod(0o664)  # a group-writable lock stays group-writable when re-pinned
+        assert cli("pin", cwd=project, env=ENV).returncode == 0
+        assert lock.stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(old)

@@ -119,6 +119,36 @@ def test_a_plan_edited_after_registration_is_rejected(cli, tmp_path, ledger_path
     assert run.returncode == 2
 
 
+@pytest.mark.parametrize(("field", "value"), [("order", "c1"), ("order", [1, 2]), ("arms", None),
+                                              ("digest", 5), ("placement", [1]), ("seed", ...)])
+def test_a_hand_mangled_plan_names_the_field(cli, tmp_path, ledger_path, field: str, value) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    out = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(out))
+    plan = json.loads(out.read_text())
+    if value is ...:
+        del plan[field]
+    else:
+        plan[field] = value
+    out.write_text(json.dumps(plan))
+    result = cli("plan", "check", str(out))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"malformed plan: field '{field}'" in result.stderr and "object is not" not in result.stderr
+
+
+def test_an_unwritable_executed_log_is_an_input_error(cli, tmp_path, ledger_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 2)
+    out = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(out))
+    (tmp_path / "logdir").mkdir()
+    result = cli("plan", "run", str(out), "--arm", "A=http://127.0.0.1:9/v1", "--arm", "B=http://127.0.0.1:9/v1",
+                 "--log", str(tmp_path / "logdir"), "--timeout", "2")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "cannot write the executed log" in result.stderr
+
+
 def test_an_unregistered_plan_is_rejected(cli, tmp_path) -> None:
     cases = write_cases(tmp_path / "cases.jsonl", 4)
     out = tmp_path / "plan.json"

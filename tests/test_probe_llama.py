@@ -19,9 +19,9 @@ import json
 from pathlib import Path
 
 import pytest
+from execsys.probes.cases import load_cases, pass_order
 
 from execsys.ledger import Ledger
-from execsys.probes.cases import load_cases, pass_order
 
 from .fixtures.llama import start_llama_server
 
@@ -86,7 +86,7 @@ def test_prompt_sent_right_after_itself_flips_on_the_tie_model(cli, tmp_path, ti
     followed_its_twin = set()
     for index in (0, 1):
         order = [c.id for c in pass_order(loaded, 0, index)]
-        for before, after in zip(order, order[1:]):
+        for before, after in zip(order, order[1:], strict=False):
             if before[:3] == after[:3]:
                 followed_its_twin.add((index, after))
     for case_id in record["flipped"]:

@@ -148,6 +148,8 @@ def test_cli_all_engines_is_a_list(cli) -> None:
     ("args", "needle"),
     [(["fp9", "--target", "sm_90"], "unknown quantization format"),
      (["fp8", "--target", "sm_9x"], "unknown target"),
+     (["fp8", "--target", "sm_999"], "no NVIDIA GPU has compute capability 99.9"),
+     (["fp8", "--target", "13.7"], "unknown target"),
      (["fp8", "--target", "Voodoo 5"], "unknown target"),
      (["fp8", "--engine", "ollama", "--target", "sm_90"], "unknown engine"),
      (["fp8", "--scheme", "W3A3", "--target", "sm_90"], "unknown scheme")],

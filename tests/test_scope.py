@@ -140,6 +140,39 @@ def test_contract_section_is_written(cli, lock, ledger_path, tmp_path) -> None:
     assert "| runtime | engine=vllm |" in text
 
 
+def test_contract_keeps_the_rest_of_an_existing_contract(cli, lock, ledger_path, tmp_path) -> None:
+    # --contract names the experiment contract; only its comparability section is execsys's to write
+    path, ident = lock
+    add_probe(ledger_path, ident, "session", 20, 20)
+    contract = tmp_path / "contract.md"
+    contract.write_text("# Contract\n\n## Hypothesis\nA beats B.\n\n## Comparability\nstale text\n\n"
+                        "### stale subsection\n\n## Analysis\nMcNemar on discordant pairs.\n")
+    assert cli("scope", "--lock", str(path), "--contract", str(contract)).returncode == 0
+    assert cli("scope", "--lock", str(path), "--contract", str(contract)).returncode == 0  # idempotent
+    text = contract.read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## Hypothesis", "## Comparability", "## Analysis"]
+    assert "A beats B." in text and "McNemar on discordant pairs." in text
+    assert "stale" not in text and ident in text
+    appended = tmp_path / "plain.md"
+    appended.write_text("# Contract\n\n## Hypothesis\nH.\n")
+    cli("scope", "--lock", str(path), "--contract", str(appended))
+    assert appended.read_text().startswith("# Contract\n\n## Hypothesis\nH.\n\n## Comparability\n")
+
+
+@pytest.mark.parametrize("where", ["dir", "binary", "missing-parent"])
+def test_unwritable_contract_is_one_line_exit_2(cli, lock, tmp_path, where: str) -> None:
+    path, _ident = lock
+    target = {"dir": tmp_path, "binary": tmp_path / "bin.md", "missing-parent": Path("/proc/no/such/c.md")}[where]
+    if where == "binary":
+        target.write_bytes(b"\xff\xfe\x00")
+    result = cli("scope", "--lock", str(path), "--contract", str(target))
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "internal error" not in result.stderr
+    if where == "binary":
+        assert target.read_bytes() == b"\xff\xfe\x00"
+
+
 def test_audit_flags_comparisons_crossing_an_axis_found_unstable(cli, lock, ledger_path) -> None:
     _path, ident = lock
     with Ledger.open(ledger_path) as ledger:

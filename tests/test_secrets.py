@@ -33,6 +33,7 @@ TOML_ONLY = {
     "git_remote_password": "s3cret-planted-remote-0008",
     "process_argv_key": "sk-planted-process-argv-0009",
     "process_env_key": "planted-process-env-0010",
+    "harness_command_key": "sk-planted-harness-command-0011",
 }
 ALL = list(SECRETS.values()) + list(TOML_ONLY.values())
 
@@ -100,8 +101,12 @@ path = "model.bin"
 engine = "vllm"
 endpoint = "http://svc:{TOML_ONLY['endpoint_password']}@127.0.0.1:{serving_process}/v1"
 api_key_env = "OPENAI_API_KEY"
-flags = ["--api-key", "{TOML_ONLY['flag_key']}", "--max-model-len=4096"]
+flags = ["--api-key", "{TOML_ONLY['flag_key']}", "--max-model-len=4096", "--max-num-batched-tokens", "8192",
+         "--tokenizer", "org/tok"]
 restart = "curl -H 'Authorization: Bearer {TOML_ONLY['restart_bearer']}' http://127.0.0.1/restart"
+
+[harness]
+commands = ["python eval.py --api-key {TOML_ONLY['harness_command_key']} --max-tokens 64"]
 
 [environment]
 variables = {{ DB_PASSWORD = "{SECRETS['DB_PASSWORD']}", SERVICE_PASSWORD = "{TOML_ONLY['declared_password']}", OMP_NUM_THREADS = "2" }}
@@ -140,6 +145,13 @@ variables = {{ DB_PASSWORD = "{SECRETS['DB_PASSWORD']}", SERVICE_PASSWORD = "{TO
     assert "--api-key" in lock_text and "DB_PASSWORD" in lock_text and "SERVICE_PASSWORD" in lock_text
     assert "https://git.example.org/evals.git" in lock_text
     assert '"VLLM_API_KEY": "<redacted>"' in lock_text  # the serving process's env was read, value hidden
+    # over-redaction is a defect too: flags that change numerics stay visible in the identity
+    import json
+
+    declared = json.loads(lock_text)["components"]
+    assert declared["runtime"]["declared"]["flags"][2:] == [
+        "--max-model-len=4096", "--max-num-batched-tokens", "8192", "--tokenizer", "org/tok"]
+    assert declared["harness"]["declared"]["commands"] == ["python eval.py --api-key <redacted> --max-tokens 64"]
 
     files = [repo / "execsys.lock.json", repo / "b.lock.json", repo / "other.toml"]
     files += sorted(ledger_path.parent.glob(ledger_path.name + "*"))  # the database, -wal, -shm

@@ -519,3 +519,14 @@ async def test_an_unreachable_endpoint_is_one_line_in_a_notification_not_a_crash
         assert "Traceback" not in note.message
         assert text_of(screen.query_one("#probe-status", Static)).startswith("✗ the probe stopped with an error")
         assert not screen.query_one("#start").disabled  # ready to try again
+
+
+async def test_hosts_from_the_command_line_and_the_declaration_get_their_own_columns(project: Path) -> None:
+    (project / "execsys.toml").write_text('[doctor]\nhosts = ["declared-gpu"]\n')
+    app = ExecsysApp(autostart=False, hosts=["flag-gpu"])
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#hazards", DataTable)
+        assert [str(c.label) for c in table.columns.values()] == ["Hazard", "local", "flag-gpu", "declared-gpu"]
+        assert all(table.get_cell(h, "flag-gpu").plain.startswith("– not checked") for h in IDS)
+        assert not app.doctor.gate_open()

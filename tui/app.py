@@ -78,10 +78,11 @@ class ExecsysApp(App[int]):
         self.theme = self._initial_theme
         self.switch_mode("doctor")
         self.call_after_refresh(self._first_paint)
-        if not self._exit_after_paint:
-            self.refresh_session_facts()
 
     def _first_paint(self) -> None:
+        """Paint first, then read the ledger: the first screen never waits on disk or a check."""
+        if not self._exit_after_paint:
+            self.refresh_session_facts()
         stamp = os.environ.get(PAINT_STAMP_ENV)
         if stamp:
             import time

@@ -21,17 +21,7 @@ def hazard_list() -> list[tuple[str, str]]:
     """The nine hazards in the doctor's own order, as (id, title)."""
     from execsys.doctor.registry import HAZARDS
 
-    pairs = []
-    for item in HAZARDS:
-        if isinstance(item, str):
-            pairs.append((item, item))
-        elif isinstance(item, tuple):
-            pairs.append((str(item[0]), str(item[1] if len(item) > 1 else item[0])))
-        else:
-            hazard_id = getattr(item, "id", None) or getattr(item, "ID", None) or str(item)
-            title = getattr(item, "title", None) or getattr(item, "TITLE", None) or hazard_id
-            pairs.append((str(hazard_id), str(title)))
-    return pairs
+    return [(hazard.id, hazard.title) for hazard in HAZARDS]
 
 
 def declared_doctor_hosts(paths: Paths) -> list[str]:
@@ -49,9 +39,7 @@ def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None
     """The options `execsys doctor --config ... --host ... --only ...` would build."""
     from execsys.doctor.runner import DoctorOptions
 
-    from execsys import declaration
-
-    decl = declaration.load(paths.config if paths.config.exists() else None)
+    decl = load_declaration(paths)
     overrides: dict[str, Any] = {"hosts": list(hosts)}
     if only:
         overrides["only"] = list(only)
@@ -77,23 +65,11 @@ def record_doctor(paths: Paths, report) -> str:
 
 def current_identity_id(paths: Paths) -> str | None:
     """The identity this session speaks for: the lock beside the declaration, if there is one."""
-    if not paths.lock.exists():
-        return None
     try:
-        from execsys.identity import load_lock
-
-        lock = load_lock(paths.lock)
+        lock = last_lock(paths)
     except Exception:  # an unreadable lock is shown as "not pinned"; the Identity step says why
         return None
-    return _identity_id(lock)
-
-
-def _identity_id(identity: Any) -> str | None:
-    if identity is None:
-        return None
-    if isinstance(identity, dict):
-        return identity.get("id")
-    return getattr(identity, "id", None)
+    return lock.id if lock is not None else None
 
 
 # -- scope ---------------------------------------------------------------------
@@ -103,8 +79,11 @@ def licence_for(paths: Paths, identity_id: str | None) -> str:
     """A few words for the header: the widest boundary licensed under this identity, and what is unstable."""
     if not identity_id:
         return "none (no pinned identity)"
-    report, _ = scope_and_contract(paths, identity_id)
-    return licence_line(report)
+    from execsys.ledger import Ledger
+    from execsys.scope import compute_scope
+
+    with Ledger.open(paths.ledger) as ledger:
+        return licence_line(compute_scope(ledger, identity_id))
 
 
 def licence_line(report: Any) -> str:
@@ -125,16 +104,10 @@ def licence_line(report: Any) -> str:
     return "; ".join(parts)
 
 
-def read_text(path: Path) -> str:
-    return path.read_text(encoding="utf-8")
-
-
 def declared(paths: Paths, table: str, key: str) -> Any:
     """One declared setting, or None (no declaration, or not declared)."""
-    from execsys import declaration
-
     try:
-        decl = declaration.load(paths.config if paths.config.exists() else None)
+        decl = load_declaration(paths)
     except Exception:  # a broken declaration is reported on the Identity step, not here
         return None
     return decl.get(table, key)
@@ -176,7 +149,7 @@ def save_text(path: str | Path, text: str) -> Path:
 
 
 def identity_id_of(identity: Any) -> str | None:
-    return _identity_id(identity)
+    return getattr(identity, "id", None)
 
 
 def load_declaration(paths: Paths):
@@ -276,12 +249,16 @@ def probe_axes() -> tuple[str, ...]:
 
 def probe_defaults(paths: Paths) -> dict[str, Any]:
     """Form defaults from the declaration: endpoint, cases, n, restart and ready commands."""
+    try:
+        decl = load_declaration(paths)
+    except Exception:  # a broken declaration is reported by the steps that use it
+        return {}
     return {
-        "endpoint": declared(paths, "runtime", "endpoint"),
-        "cases": declared(paths, "probe", "cases"),
-        "n": declared(paths, "probe", "n"),
-        "restart": declared(paths, "runtime", "restart"),
-        "ready": declared(paths, "runtime", "ready"),
+        "endpoint": decl.get("runtime", "endpoint"),
+        "cases": decl.get("probe", "cases"),
+        "n": decl.get("probe", "n"),
+        "restart": decl.get("runtime", "restart"),
+        "ready": decl.get("runtime", "ready"),
     }
 
 

@@ -18,7 +18,7 @@ import re
 import sys
 
 from execsys.doctor import files
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import HazardResult, headline
 
 ID = "baked-paths"
 TITLE = "Absolute paths baked into files"
@@ -198,7 +198,7 @@ def check(ctx) -> HazardResult:
         problems += p
         evidence += e
     if problems:
-        return HazardResult(ID, "fail", problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+        return HazardResult(ID, "fail", headline(problems),
                             problems + evidence, FIX)
     what = []
     if venvs:

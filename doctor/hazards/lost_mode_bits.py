@@ -17,7 +17,7 @@ import os
 import stat
 
 from execsys.doctor import files, sysinfo
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import HazardResult, headline
 
 ID = "lost-mode-bits"
 TITLE = "Execute bits lost in the tree"
@@ -123,7 +123,7 @@ def check(ctx) -> HazardResult:
     if failures:
         return HazardResult(ID, "fail", failures[0], failures + warnings + evidence, FIX)
     if warnings:
-        return HazardResult(ID, "warn", warnings[0] + (f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""),
+        return HazardResult(ID, "warn", headline(warnings),
                             warnings + evidence, FIX)
     return HazardResult(ID, "ok", f"{len(repos)} repositor{'ies' if len(repos) != 1 else 'y'}: execute bits match git",
                         evidence, "")

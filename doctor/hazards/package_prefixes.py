@@ -18,7 +18,7 @@ import os
 import re
 
 from execsys.doctor import files
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import HazardResult, headline
 
 ID = "package-prefixes"
 TITLE = "Which prefix packages come from"
@@ -164,9 +164,9 @@ def check(ctx) -> HazardResult:
     if usersite and info.get("user_enabled") and usersite in info["path"] and dists.get(usersite):
         evidence.append(f"user site {usersite} is active with {len(dists[usersite])} distribution(s)")
     if failures:
-        return HazardResult(ID, "fail", failures[0] + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""),
+        return HazardResult(ID, "fail", headline(failures),
                             failures + warnings + evidence, FIX)
     if warnings:
-        return HazardResult(ID, "warn", warnings[0] + (f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""),
+        return HazardResult(ID, "warn", headline(warnings),
                             warnings + evidence, FIX)
     return HazardResult(ID, "ok", f"python3 and pip share {prefix}; one copy of each distribution", evidence, "")

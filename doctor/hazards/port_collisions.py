@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 
 from execsys.doctor import sysinfo
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import HazardResult, headline
 
 from execsys.redact import redact_argv
 
@@ -106,7 +106,7 @@ def check(ctx) -> HazardResult:
     if hidden:
         evidence.append(f"{hidden} process(es) of other users could not be inspected (sockets are still listed)")
     if failures:
-        return HazardResult(ID, "fail", failures[0] + (f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""),
+        return HazardResult(ID, "fail", headline(failures),
                             failures + warnings + evidence, FIX)
     if warnings:
         return HazardResult(ID, "warn", warnings[0], warnings + evidence, FIX)

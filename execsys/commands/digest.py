@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from execsys.cli import add_json
+from execsys.cli import add_json, positive_float
 from execsys.errors import ExitCode, UsageError
 
 HELP = "BLAKE3 digest of a file or directory tree (b3sum-compatible), optionally on other hosts"
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also compute the digest on this SSH destination (repeatable)")
     parser.add_argument("--expect", metavar="DIGEST", help="the digest every site must have (default: the local one)")
     parser.add_argument("--lock", metavar="PATH", help="take the expected digest from this lock's artifact")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per remote host (default 600)")
+    parser.add_argument("--timeout", type=positive_float, default=600.0, help="seconds allowed per remote host (default 600)")
     add_json(parser)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from execsys.cli import add_json
+from execsys.cli import add_json, positive_float
 from execsys.errors import ExitCode, UsageError
 
 HELP = "check the nine environment hazards (locally and over SSH)"
@@ -53,16 +53,6 @@ def _port(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text}")
-    return value
-
-
 def _pid(text: str) -> int:
     try:
         value = int(text)
@@ -100,9 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", action="append", metavar="ID", default=[],
                         help="run only this hazard (repeatable)")
     parser.add_argument("--strict", action="store_true", help="warnings count as failures (exit 1)")
-    parser.add_argument("--timeout", type=_positive, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_float, metavar="SECONDS",
                         help="per program invocation (default 3; checks and hosts scale from it)")
-    parser.add_argument("--clock-skew-threshold-ms", type=_positive, metavar="MS",
+    parser.add_argument("--clock-skew-threshold-ms", type=positive_float, metavar="MS",
                         help="inter-host clock skew that fails (default 250, or [doctor] clock_skew_threshold_ms)")
 
 

@@ -108,19 +108,16 @@ def render_template(found: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.fsutil import atomic_write_text
+    from execsys.fsutil import write_output
 
     target = Path(args.config)
+    if target.is_dir():
+        raise InputError(f"{target} is a directory; give the path of the declaration file (e.g. {target / 'execsys.toml'})")
     if target.exists() and not args.force:
         raise InputError(f"{target} already exists; use --force to overwrite it")
-    if target.exists() and target.is_dir():
-        raise InputError(f"{target} is a directory")
     found = detect()
     text = render_template(found)
-    try:
-        atomic_write_text(target, text)
-    except OSError as exc:
-        raise InputError(f"{target}: cannot write ({exc.strerror or exc})") from exc
+    write_output(target, text, "the declaration")
     detected = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"
     console.out().print(f"wrote {target} (detected: {detected})", markup=False)
     console.out().print("next: edit it, then run 'execsys pin'", markup=False)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from execsys.cli import add_json
+from execsys.cli import add_json, non_negative_int
 from execsys.errors import ExitCode
 
 HELP = "list, show or export ledger records"
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
     ls = sub.add_parser("list", help="records, newest first")
     ls.add_argument("--kind", help="only records of this kind (identity, doctor, probe, plan, ...)")
-    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50; 0 = all)")
+    ls.add_argument("--limit", type=non_negative_int, default=50, help="at most this many (default 50; 0 = all)")
     add_json(ls)
     show = sub.add_parser("show", help="one record in full")
     show.add_argument("id", help="record id or a unique prefix of one")
@@ -33,11 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", help="every record as JSON Lines (or one JSON array with --json)")
     export.add_argument("--kind", help="only records of this kind")
     add_json(export)
-    for action in (ls, show, export):
-        # `execsys ledger list --ledger X` as well as `execsys ledger --ledger X list`; SUPPRESS keeps
-        # the action parser from overwriting a value given before the action with its default.
-        action.add_argument("--ledger", metavar="PATH", default=argparse.SUPPRESS, help="ledger file")
-        action.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from execsys.cli import add_json
+from execsys.cli import add_json, positive_float
 from execsys.errors import ExitCode, UsageError
 
 HELP = "pre-register and run a counterbalanced paired comparison of two arms"
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--lock", metavar="FILE", help="lock whose artifact digest remote placement (b) verifies")
     run.add_argument("--artifact", metavar="PATH", help="artifact path on the remote hosts (default: the lock's)")
     run.add_argument("--log", metavar="FILE", help="executed log (default: <plan>.executed.jsonl)")
-    run.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    run.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request (default 120)")
     run.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     add_json(run)
 
@@ -84,7 +84,7 @@ def _seed(text: str) -> int | str:
 
 def _new(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.fsutil import atomic_write_json
+    from execsys.fsutil import write_output
     from execsys.ledger import Ledger
     from execsys.plan import new_plan, parse_placement, register_plan
 
@@ -106,7 +106,7 @@ def _new(args: argparse.Namespace) -> int:
             console.warn(f"{len(missing)} case(s) have no \"expected\" answer (first: {missing[0]}); "
                          "'plan run' needs one per case to score the arms")
     if args.out:
-        atomic_write_json(args.out, data)
+        write_output(args.out, data, "the plan")
     if args.json or not args.out:
         console.print_json(data)
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from execsys.cli import add_json
+from execsys.cli import add_json, positive_float
 from execsys.errors import ExitCode, UsageError
 
 HELP = "check a quantization format against a deployment target (native, fallback, unsupported)"
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     chk.add_argument("--target", default="auto", help="auto, sm_XX, a compute capability or a GPU name (default: auto)")
     chk.add_argument("--host", metavar="DEST", help="with --target auto: read the GPU of this ssh destination")
     chk.add_argument("--lock", metavar="FILE", help="check the quantization pinned in this lock file")
-    chk.add_argument("--timeout", type=float, default=30.0, help="seconds for the remote GPU query (default 30)")
+    chk.add_argument("--timeout", type=positive_float, default=30.0, help="seconds for the remote GPU query (default 30)")
     add_json(chk)
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from execsys.cli import add_json
-from execsys.errors import ExitCode, UsageError
+from execsys.errors import ExitCode, InputError, UsageError
 
 HELP = "state the comparability licence the probes measured for an identity"
 DESCRIPTION = """\
@@ -40,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.fsutil import atomic_write_text
+    from execsys.fsutil import write_output
     from execsys.ledger import Ledger
-    from execsys.scope import audit, compute_scope, contract_markdown, resolve_identity
+    from execsys.scope import audit, compute_scope, contract_markdown, merge_contract, resolve_identity
 
     with Ledger.open() as ledger:
         if args.audit and not (args.lock or args.identity):
@@ -65,13 +65,27 @@ def run(args: argparse.Namespace) -> int:
 
         scope = compute_scope(ledger, identity.id, host=identity.host())
         if args.contract:
-            atomic_write_text(args.contract, contract_markdown(scope, identity))
-            console.err().print(f"wrote the comparability section to {args.contract}")
+            existing = _read_contract(args.contract)
+            write_output(args.contract, merge_contract(existing, contract_markdown(scope, identity)), "the contract")
+            console.err().print(f"wrote the comparability section to {args.contract}", markup=False)
         if args.json:
             console.print_json(scope.to_json())
         else:
             _render(scope)
         return ExitCode.FINDING if scope.unstable else ExitCode.OK
+
+
+def _read_contract(path: str) -> str:
+    """The contract as it stands ('' when new), read before anything is measured or written."""
+    target = Path(path)
+    if not target.exists() or target.is_dir():
+        return ""  # a directory is refused by the write, naming it
+    try:
+        return target.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 Markdown file; give a new file or the contract itself") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the contract ({exc.strerror or exc})") from None
 
 
 def _render(scope) -> None:

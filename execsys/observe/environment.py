@@ -81,7 +81,9 @@ def observe_environment(declared: dict[str, Any]) -> dict[str, Any]:
         "python": {
             "version": platform.python_version(),
             "implementation": platform.python_implementation(),
-            "executable": sys.executable,
+            # resolved: `execsys` (python3.11 shebang) and `python -m execsys` run the same
+            # interpreter and must pin the same identity; sys.prefix keeps a venv distinct
+            "executable": os.path.realpath(sys.executable),
             "prefix": sys.prefix,
         },
         "shell": detect_shell(),

@@ -56,6 +56,8 @@ class RestartAxis(Axis):
             ctx.abort(f"restart command failed ({_describe(result)})")
         restart_s = time.monotonic() - started
         ready, detail = wait_ready(ctx, plan.target, ctx.options.ready, ctx.options.ready_timeout)
+        if ctx.cancel.is_set():
+            return  # interrupted while waiting: nothing recorded, so a resumed probe restarts again
         if not ready:
             ctx.abort(f"the server did not become ready within {ctx.options.ready_timeout:g}s after the restart ({detail})")
         after = ctx.observe(plan.target)

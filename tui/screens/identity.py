@@ -59,6 +59,7 @@ class IdentityScreen(StepScreen):
     def __init__(self) -> None:
         super().__init__()
         self._observed: dict[str, Any] = {}
+        self._declared: dict[str, dict[str, Any]] = {}
 
     def compose_body(self) -> ComposeResult:
         from execsys.declaration import SCHEMA
@@ -73,7 +74,8 @@ class IdentityScreen(StepScreen):
                             with Horizontal(classes="field"):
                                 yield Label(key, classes="field-name")
                                 yield Input(id=f"f-{name}-{key}", compact=True, classes="field-input")
-                        yield Label(f"{name} · observed on this machine (read-only)", classes="section-title observed-title")
+                        yield Label(f"{name} · observed (read-only; = as declared, ≠ differs, ◇ observed only)",
+                                    classes="section-title observed-title")
                         yield Static("… observing", id=f"obs-{name}", classes="observed")
         with Horizontal(classes="actions", id="identity-actions"):
             yield Button("Save ^s", id="save", compact=True)
@@ -119,6 +121,7 @@ class IdentityScreen(StepScreen):
 
         self.query_one("#pin-progress", ProgressBar).display = False
         self._observed = message.observed
+        self._declared = message.declared
         for name in COMPONENTS:
             declared = message.declared.get(name, {})
             for key in SCHEMA[name]:
@@ -130,13 +133,20 @@ class IdentityScreen(StepScreen):
         self._set_status(message.source)
 
     def _render_observed(self, name: str) -> None:
+        """Observed facts, each marked: = same as declared, ≠ differs from declared, ◇ observed only."""
         observed = self._observed.get(name)
+        declared = self._declared.get(name, {})
         text = Text()
         lines = flatten(observed) if observed else []
         if not lines:
             text.append("– nothing observed for this component (declared only)", style="dim")
         for key, value in lines:
-            text.append("◇ ", style="dim")
+            leaf = key.rsplit(".", 1)[-1]
+            if leaf in declared and to_field(declared[leaf]) != "":
+                same = to_field(declared[leaf]) == value
+                text.append("= " if same else "≠ ", style="bold" if not same else "")
+            else:
+                text.append("◇ ", style="dim")
             text.append(f"{key}: ", style="italic")
             text.append(f"{value}\n")
         self.query_one(f"#obs-{name}", Static).update(text)
