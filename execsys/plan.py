@@ -434,6 +434,7 @@ def check_plan(plan_path: str | Path, ledger: Ledger, executed: str | Path | Non
     order, window, restart, placement and identity checks as violations."""
     plan = load_plan(plan_path)
     record, registered_at = verify_registration(plan, ledger, str(plan_path))
+    _check_registered_cases(plan, Path(plan_path).parent)
     result = PlanCheck(plan, record, registered_at)
     if executed is not None:
         header, events = read_log(executed)
@@ -441,6 +442,23 @@ def check_plan(plan_path: str | Path, ledger: Ledger, executed: str | Path | Non
         result.violations = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
         result.executed = str(executed)
     return result
+
+
+def _check_registered_cases(plan: Plan, base_dir: Path) -> None:
+    """The cases file the plan registered must still hold the registered cases: 'plan run' refuses an
+    edited one, so 'plan check' says so first. A cases file not present here is not checked."""
+    source = plan.cases.get("file")
+    if not source or not plan.cases.get("digest"):
+        return
+    path = Path(source)
+    if not path.is_absolute() and not path.exists():
+        path = base_dir / source  # registered relative to the plan's own directory
+    if not path.is_file():
+        return
+    from execsys.probes.cases import cases_digest, load_cases
+
+    if cases_digest(load_cases(path)) != plan.cases["digest"]:
+        raise InputError(f"cases file {source} changed since the plan was registered (digest mismatch)")
 
 
 # ------------------------------------------------------------------ placement (a)-(d)

@@ -131,6 +131,8 @@ def resolve_scheme(fmt: str, text: str | None) -> str:
     for alias, scheme in spec.get("scheme_aliases", {}).items():
         if text.lower() == alias.lower():
             return scheme
+    if spec["schemes"] == ["any"]:
+        return "any"  # GGUF: every quant type (Q4_K_M, Q8_0, IQ4_XS) loads through the same engines
     raise InputError(f"unknown scheme '{text}' for {fmt} (known: {', '.join(spec['schemes'])})")
 
 

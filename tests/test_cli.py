@@ -26,10 +26,11 @@ def test_version_and_help(cli) -> None:
     assert cli("--version").stdout.strip() == f"execsys {__version__}"
     top = cli("--help")
     assert top.returncode == 0 and "pin" in top.stdout and "exit codes" in top.stdout
-    for command in ("init", "pin", "verify", "diff", "digest", "ledger"):
-        helped = cli(command, "--help")
+    for command in ("init", "pin", "verify", "diff", "digest", "ledger", "doctor", "scope", "compare", "plan", "quant",
+                    "ledger list", "ledger show", "ledger export", "plan new", "plan run", "plan check", "quant check"):
+        helped = cli(*command.split(), "--help")
         assert helped.returncode == 0
-        assert "example" in helped.stdout, command
+        assert "example" in helped.stdout and f"execsys {command} " in helped.stdout, command
 
 
 def test_piped_output_is_plain(cli, tmp_path: Path) -> None:
@@ -207,3 +208,27 @@ def test_a_directory_where_an_output_file_belongs(cli, tmp_path: Path, args, com
     line = one_line_error(cli(*args, cwd=tmp_path), command)
     assert needle in line
     assert list((tmp_path / "adir").iterdir()) == [] and not list(tmp_path.glob(".adir.*"))
+
+
+@pytest.mark.parametrize("args", [("doctor", "-v", "--only", "clock-skew"), ("quant", "check", "fp8", "--target", "sm_90")])
+def test_a_reader_that_stops_early_is_not_a_finding(ledger_path: Path, args: tuple[str, ...]) -> None:
+    # `execsys doctor | head -1`: rich alone would exit 1, which a script reads as "hazard found"
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "execsys", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "EXECSYS_LEDGER": str(ledger_path)})
+    proc.stdout.close()  # the reader is gone before the first line is written
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert "Traceback" not in stderr and "error" not in stderr
+
+
+@pytest.mark.parametrize(("args", "command"), [(("pin", "--config", ""), "pin"), (("verify", "--lock", ""), "verify"),
+                                               (("doctor", "--config", ""), "doctor")])
+def test_an_empty_path_does_not_fall_back_to_the_default(cli, tmp_path: Path, args, command: str) -> None:
+    # `--config "$CONFIG"` with CONFIG unset must not quietly use ./execsys.toml
+    line = one_line_error(cli(*args, cwd=tmp_path), command)
+    assert "path is empty" in line
+    assert not (tmp_path / "execsys.lock.json").exists()

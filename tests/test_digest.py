@@ -204,6 +204,17 @@ def test_remote_mismatch_is_an_integrity_defect(cli, tmp_path: Path, ssh_config_
     assert "0/2" in result.stdout  # neither the local copy nor the host holds the expected bytes
 
 
+@pytest.mark.parametrize("dest", ["-oProxyCommand=touch {marker}", "", "two words"])
+def test_a_bad_destination_is_a_usage_error_and_runs_nothing(cli, tmp_path: Path, dest: str) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"bytes")
+    result = cli("digest", str(path), f"--host={dest.format(marker=marker)}")
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "not an ssh destination" in result.stderr and not marker.exists()
+
+
 def test_unreachable_host_cannot_verify(cli, tmp_path: Path, ssh_config_env) -> None:
     path = tmp_path / "model.gguf"
     path.write_bytes(b"bytes")

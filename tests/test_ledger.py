@@ -120,3 +120,11 @@ def test_ledger_cli_list_show_export(cli, ledger_path: Path, tmp_path: Path) -> 
     started = time.monotonic()
     assert cli("ledger", "export", "--json").json()[1]["id"] == second
     assert time.monotonic() - started < 60
+
+
+def test_an_empty_id_is_not_a_prefix_of_everything(cli, ledger_path: Path) -> None:
+    with Ledger.open(ledger_path) as ledger:
+        ledger.append("identity", {"a": 1})
+    result = cli("ledger", "show", "")
+    assert result.returncode == 2 and "empty record id" in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]

@@ -94,6 +94,8 @@ def test_plan_new_registers_before_anything_runs(cli, tmp_path, ledger_path) -> 
     with Ledger.open(ledger_path) as ledger:
         assert ledger.count(kind="plan") == 1
     assert cli("plan", "check", str(out)).returncode == 0
+    listed = cli("ledger", "list", "--kind", "plan", "--json").json()
+    assert listed[0]["summary"] == "A vs B, 7 cases, design abba, seed 3"
 
 
 @pytest.mark.parametrize("edit", ["order", "seed", "placement", "arms"])
@@ -147,6 +149,20 @@ def test_an_unwritable_executed_log_is_an_input_error(cli, tmp_path, ledger_path
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "cannot write the executed log" in result.stderr
+
+
+def test_check_rejects_cases_edited_after_registration(cli, tmp_path, ledger_path) -> None:
+    # 'plan run' refuses an edited cases file; 'plan check' must not call the same plan clean
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    out = tmp_path / "plan.json"
+    cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(out))
+    assert cli("plan", "check", str(out)).returncode == 0
+    original = cases.read_text()
+    cases.write_text(original.replace('"expected"', '"expected_was"', 1))
+    result = cli("plan", "check", str(out))
+    assert result.returncode == 2 and "changed since the plan was registered" in result.stderr
+    cases.write_text(original)
+    assert cli("plan", "check", str(out)).returncode == 0
 
 
 def test_an_unregistered_plan_is_rejected(cli, tmp_path) -> None:

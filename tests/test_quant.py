@@ -115,6 +115,7 @@ def test_sm_and_capability_spellings(text: str, cc: tuple[int, int]) -> None:
 
 
 def test_aliases_resolve() -> None:
+    assert quant.resolve_scheme("gguf", "Q4_K_M") == "any"  # a GGUF file type names its scheme
     assert quant.resolve_format("modelopt_fp4") == "nvfp4"
     assert quant.resolve_format("bitsandbytes") == "bnb-nf4"
     assert quant.resolve_scheme("fp8", "blockwise") == "block"

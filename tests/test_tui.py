@@ -243,13 +243,23 @@ async def test_identity_form_shows_declared_and_observed_apart_and_pins_with_a_d
         bar = screen.query_one("#pin-progress", ProgressBar)
         assert bar.percentage == 1.0
 
+        # observe now against the lock: still the pinned system; then the artifact's bytes change
+        await pilot.press("ctrl+r")
+        await settle(pilot, lambda: "now against" in text_of(screen.query_one("#identity-status", Static)))
+        assert "= now against execsys.lock.json: same system: no component moved" in text_of(
+            screen.query_one("#identity-status", Static))
+        (declared_project / "model.bin").write_bytes(os.urandom(3 << 20))
+        await pilot.press("ctrl+r")
+        await settle(pilot, lambda: "isolates" in text_of(screen.query_one("#identity-status", Static)))
+        assert "≠ now against execsys.lock.json: isolates artifact" in text_of(screen.query_one("#identity-status", Static))
+
         # change one component in the form, pin again: the diff isolates it
         screen.query_one("#f-budget-temperature", Input).value = "0.7"
         await pilot.press("ctrl+l")
         await settle(pilot, lambda: load_lock(declared_project / "execsys.lock.json").id != first.id
                      and not screen.query_one("#pin").disabled)
         status = text_of(screen.query_one("#identity-status", Static))
-        assert "≠ against the previous lock: isolates budget" in status
+        assert "≠ against the previous lock: descriptive only: 2 components moved (artifact, budget)" in status
         assert "temperature = 0.7" in (declared_project / "execsys.toml").read_text()
 
         # two components moved: descriptive only

@@ -181,14 +181,25 @@ def detected_tables() -> dict[str, dict[str, Any]]:
     return declaration.parse(render_template(detect())).tables
 
 
-def observe(paths: Paths, progress: Callable[[int, int], None] | None = None) -> dict[str, dict[str, Any]]:
-    """What this machine observes for each component, as ``execsys pin`` would record it (no endpoint required)."""
-    from execsys.identity import observe_components
+def observe(paths: Paths, progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, dict[str, Any]], Any]:
+    """What this machine observes now, per component, as ``execsys pin`` would record it (no endpoint
+    required); and, when a lock exists, the diff from the lock to now (``execsys diff``'s report)."""
+    from execsys.canonical import content_id
+    from execsys.identity import Identity, diff_identities, observe_components
+    from execsys.ledger import now_iso
 
     decl = load_declaration(paths)
     components = observe_components(decl, progress=progress, require_endpoint=False,
                                     exclude=[paths.lock.resolve()])
-    return {name: value.get("observed", {}) for name, value in components.items()}
+    observed = {name: value.get("observed", {}) for name, value in components.items()}
+    try:
+        lock = last_lock(paths)
+    except Exception:  # an unreadable lock: nothing to compare with (the status line says so)
+        lock = None
+    if lock is None:
+        return observed, None
+    now = Identity(id=content_id(components), recorded_at=now_iso(), components=components)
+    return observed, diff_identities(lock, now)
 
 
 def last_lock(paths: Paths) -> Any:

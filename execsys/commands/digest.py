@@ -48,6 +48,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.expect and args.lock:
         raise UsageError("give --expect or --lock, not both")
+    from execsys.ssh import Destination
+
+    for host in args.host:
+        try:
+            Destination.parse(host)
+        except ValueError as exc:  # e.g. '-oProxyCommand=...': refused before anything runs, like doctor --host
+            raise UsageError(f"--host: {exc}") from None
     expected, expected_source = _expected(args)
     remote_mode = bool(args.host) or expected is not None
 

@@ -23,14 +23,20 @@ examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    ls = sub.add_parser("list", help="records, newest first")
+    ls = sub.add_parser("list", help="records, newest first", formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  execsys ledger list --kind identity\n  execsys ledger list --limit 0 --json")
     ls.add_argument("--kind", help="only records of this kind (identity, doctor, probe, plan, ...)")
     ls.add_argument("--limit", type=non_negative_int, default=50, help="at most this many (default 50; 0 = all)")
     add_json(ls)
-    show = sub.add_parser("show", help="one record in full")
+    show = sub.add_parser("show", help="one record in full", formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="examples:\n  execsys ledger show identity-20261130T101500-1a2b\n"
+                                 "  execsys ledger show doctor-2026 --json     (a unique prefix is enough)")
     show.add_argument("id", help="record id or a unique prefix of one")
     add_json(show)
-    export = sub.add_parser("export", help="every record as JSON Lines (or one JSON array with --json)")
+    export = sub.add_parser("export", help="every record as JSON Lines (or one JSON array with --json)",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="examples:\n  execsys ledger export > ledger.jsonl\n"
+                                   "  execsys ledger export --kind probe --json | jq length")
     export.add_argument("--kind", help="only records of this kind")
     add_json(export)
 
@@ -79,5 +85,8 @@ def _summary(record) -> dict:
     text = body.get("summary") or body.get("statement") or body.get("verdict") or ""
     if not text and "agreement_rate" in body:
         text = f"{body.get('axis')} {body.get('m')}/{body.get('n')}"
+    if not text and record.kind == "plan" and isinstance(body.get("order"), list):
+        arms = " vs ".join(str(a) for a in body.get("arms") or [])
+        text = f"{arms}, {len(body['order'])} cases, design {body.get('design')}, seed {body.get('seed')}"
     return {"id": record.id, "kind": record.kind, "identity": record.identity, "parent": record.parent,
             "created_at": record.created_at, "summary": str(text)}

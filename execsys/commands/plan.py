@@ -40,7 +40,12 @@ exit codes: new 0; run 0 causal, 1 descriptive (a check failed); check 0 clean, 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    new = sub.add_parser("new", help="build and register a counterbalanced schedule")
+    new = sub.add_parser("new", help="build and register a counterbalanced schedule",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                             "examples:\n"
+                             "  execsys plan new --arms A B --cases cases.jsonl --design abba --seed 7 --out plan.json\n"
+                             "  execsys plan new --arms base tuned --cases cases.jsonl --placement base=gpu1 "
+                             "--placement tuned=gpu2 \\\n      --lock execsys.lock.json --out plan.json"))
     new.add_argument("--arms", nargs=2, metavar=("A", "B"), required=True, help="the two arm names")
     new.add_argument("--cases", metavar="FILE", required=True, help="cases, JSON Lines (probe format)")
     new.add_argument("--design", default="abba", help="abba (default) or random (balanced)")
@@ -50,7 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     new.add_argument("--out", metavar="FILE", help="write the plan here (default: print it)")
     add_json(new)
 
-    run = sub.add_parser("run", help="execute a registered plan against two endpoints")
+    run = sub.add_parser("run", help="execute a registered plan against two endpoints",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                             "examples:\n"
+                             "  execsys plan run plan.json --arm A=http://127.0.0.1:8001/v1 "
+                             "--arm B=http://127.0.0.1:8002/v1 --extract last-number\n"
+                             "  execsys plan run plan.json --arm A=URL --arm B=URL --arm-params "
+                             "B='{\"temperature\": 0.8}' --json"))
     run.add_argument("plan", help="plan file from 'execsys plan new'")
     run.add_argument("--arm", action="append", metavar="ARM=URL", required=True, help="endpoint of an arm (repeat)")
     run.add_argument("--arm-params", action="append", metavar="ARM=JSON", default=[],
@@ -65,7 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     add_json(run)
 
-    chk = sub.add_parser("check", help="verify a plan's digest and registration, and an executed log")
+    chk = sub.add_parser("check", help="verify a plan's digest and registration, and an executed log",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                             "examples:\n"
+                             "  execsys plan check plan.json                  edited after registration? (exit 2)\n"
+                             "  execsys plan check plan.json --executed plan.json.executed.jsonl --json"))
     chk.add_argument("plan", help="plan file")
     chk.add_argument("--executed", metavar="LOG", help="executed log (execsys.plan-log/1) to check against the plan")
     add_json(chk)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from execsys.cli import add_json
-from execsys.errors import ExitCode
+from execsys.errors import ExitCode, InputError
 
 HELP = "re-observe the pinned system and say whether it is still the same one"
 DESCRIPTION = """\
@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from execsys.digest import artifact_size, with_progress_bar
     from execsys.identity import DEFAULT_LOCK, load_lock, verify
 
+    if args.lock is not None and not args.lock.strip():
+        raise InputError("the lock path is empty: give --lock FILE, or omit it for ./execsys.lock.json")
     lock_path = Path(args.lock or DEFAULT_LOCK)
     identity = load_lock(lock_path)
     decl = None

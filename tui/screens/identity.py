@@ -40,9 +40,10 @@ class IdentityScreen(StepScreen):
     class Observed(Message):
         """What this machine observes, per component (``observed``), and where the form came from."""
 
-        def __init__(self, declared: dict[str, dict[str, Any]], observed: dict[str, Any], source: str) -> None:
+        def __init__(self, declared: dict[str, dict[str, Any]], observed: dict[str, Any], source: str,
+                     diff: Any = None) -> None:
             super().__init__()
-            self.declared, self.observed, self.source = declared, observed, source
+            self.declared, self.observed, self.source, self.diff = declared, observed, source, diff
 
     class PinProgressed(Message):
         def __init__(self, done: int, total: int) -> None:
@@ -109,11 +110,12 @@ class IdentityScreen(StepScreen):
         if lock is not None:
             observed = {name: lock.observed(name) for name in COMPONENTS}
             source += f"; observed: as pinned in {self.app.paths.lock} at {lock.recorded_at} (ctrl+r observes now)"
-        else:
+        diff = None
+        if lock is None:
             self.post_message(self.PinProgressed(0, 0))
-            observed = engine.observe(self.app.paths, progress=self._progress_callback())
+            observed, diff = engine.observe(self.app.paths, progress=self._progress_callback())
             source += "; observed: now, on this machine"
-        self.post_message(self.Observed(declared, observed, source))
+        self.post_message(self.Observed(declared, observed, source, diff))
 
     @on(Observed)
     def observed(self, message: Observed) -> None:
@@ -130,7 +132,11 @@ class IdentityScreen(StepScreen):
                     field.value = to_field(declared.get(key))
             self._render_observed(name)
         self._mark_components(message.declared)
-        self._set_status(message.source)
+        text = Text(message.source)
+        if message.diff is not None:  # observed now, against the lock: is it still the pinned system?
+            symbol = "=" if not message.diff.moved else "≠"
+            text.append(f"\n{symbol} now against {self.app.paths.lock}: {message.diff.sentence}", style="bold")
+        self.query_one("#identity-status", Static).update(text)
 
     def _render_observed(self, name: str) -> None:
         """Observed facts, each marked: = same as declared, ≠ differs from declared, ◇ observed only."""

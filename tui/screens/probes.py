@@ -204,7 +204,7 @@ class ProbesScreen(GatedStep):
             row = Horizontal(classes="pass-row")
             self.query_one("#passes", Vertical).mount(row)
             row.mount(Label(f"pass {PASS_NAMES[index % 26]}", classes="pass-name"))
-            bar = ProgressBar(total=total, show_eta=False, id=f"pass-{index}")
+            bar = ProgressBar(total=total, show_eta=False)
             row.mount(bar)
             self._bars[index] = bar
         elif total and bar.total != total:
