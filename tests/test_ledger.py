@@ -128,3 +128,12 @@ def test_an_empty_id_is_not_a_prefix_of_everything(cli, ledger_path: Path) -> No
     result = cli("ledger", "show", "")
     assert result.returncode == 2 and "empty record id" in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+
+
+def test_recorded_text_that_looks_like_markup_is_printed_as_is(cli, ledger_path: Path) -> None:
+    # summaries quote what users recorded (file names, case ids): '[/x]' must not crash the table
+    with Ledger.open(ledger_path) as ledger:
+        ledger.append("comparison", {"statement": "A ([/x].json) vs B ([bold]b.json)"}, identity="[/id]")
+    result = cli("ledger", "list")
+    assert result.returncode == 0, result.stderr
+    assert "[/x].json" in result.stdout and "[bold]b.json" in result.stdout

@@ -165,6 +165,13 @@ def test_check_rejects_cases_edited_after_registration(cli, tmp_path, ledger_pat
     assert cli("plan", "check", str(out)).returncode == 0
 
 
+def test_an_output_name_that_looks_like_markup(cli, tmp_path, ledger_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 2)
+    result = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", "p[/x].json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "wrote p[/x].json" in result.stdout and (tmp_path / "p[/x].json").exists()
+
+
 def test_an_unregistered_plan_is_rejected(cli, tmp_path) -> None:
     cases = write_cases(tmp_path / "cases.jsonl", 4)
     out = tmp_path / "plan.json"

@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.ledger import Ledger
+    from execsys.redact import redact_text
 
     with Ledger.open() as ledger:
         if args.action == "list":
@@ -52,15 +53,19 @@ def run(args: argparse.Namespace) -> int:
                 console.print_json([_summary(r) for r in records])
                 return ExitCode.OK
             if not records:
-                console.out().print(f"no records in {ledger.path}")
+                console.out().print(f"no records in {ledger.path}", markup=False)
                 return ExitCode.OK
             from rich.table import Table
 
             table = Table(box=None, pad_edge=False)
             for column in ("id", "kind", "identity", "created_at", "summary"):
                 table.add_column(column)
+            from rich.text import Text
+
             for r in records:
-                table.add_row(r.id, r.kind, (r.identity or "")[:12], r.created_at, _summary(r)["summary"])
+                # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
+                cells = (r.id, r.kind, (r.identity or "")[:12], r.created_at, _summary(r)["summary"])
+                table.add_row(*(Text(redact_text(cell)) for cell in cells))
             console.out().print(table)
             return ExitCode.OK
         if args.action == "show":

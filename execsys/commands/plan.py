@@ -130,7 +130,8 @@ def _new(args: argparse.Namespace) -> int:
             f"registered plan {plan.digest[:16]} ({plan.record_id}) at {plan.registered_at}: "
             f"{len(plan.order)} cases, design {plan.design}, "
             + ", ".join(f"{arm} first in {n}" for arm, n in counts.items())
-            + f"; wrote {args.out}"
+            + f"; wrote {args.out}",
+            markup=False,
         )
     return ExitCode.OK
 
@@ -175,7 +176,9 @@ def _run(args: argparse.Namespace) -> int:
     def progress(event: dict) -> None:
         if event["event"] == "case" and not args.json:
             mark = "✓" if event.get("correct") else "·"
-            console.err().print(f"  {event['case']:<16} {event['arm']:<8} {event['position']:<6} {mark}", highlight=False)
+            # case ids come from the user's file: never markup ('[/x]' would stop the run half-way)
+            console.err().print(f"  {event['case']:<16} {event['arm']:<8} {event['position']:<6} {mark}",
+                                highlight=False, markup=False)
         elif event["event"] == "placement" and event.get("checks"):
             for check in event["checks"]:
                 status = "ok" if check["passed"] else "fail"
@@ -198,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
             status = "ok" if check.passed else "fail"
             out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {check.name:<16} {escape(check.detail)}")
         out.print(f"\n[bold]{result.label}[/]: {escape(result.statement)}")
-        out.print(f"[dim]recorded {result.record}; executed log {result.log}[/]")
+        out.print(f"[dim]recorded {result.record}; executed log {escape(str(result.log))}[/]")
     return ExitCode.OK if result.label == "causal" else ExitCode.FINDING
 
 
