@@ -63,7 +63,13 @@ class DoctorOptions:
             get = decl.get
             doctor = decl.tables.get("doctor", {})
             opts.commands = _strs(doctor.get("commands"))
-            opts.ports = _ints(doctor.get("ports"))
+            try:
+                opts.ports = _ints(doctor.get("ports"))
+            except (TypeError, ValueError):
+                from execsys.errors import InputError
+
+                raise InputError(f"{decl.path}: [doctor] ports must be a list of port numbers, "
+                                 f"not {doctor.get('ports')!r}") from None
             opts.paths = _strs(doctor.get("paths"))
             opts.venvs = _strs(doctor.get("venvs"))
             opts.repos = _strs(doctor.get("repos"))
@@ -98,6 +104,32 @@ class DoctorOptions:
         if overrides.get("pid") is not None and overrides.get("process") is None:
             opts.process = None  # an explicit --pid wins over a declared process name
         return opts
+
+    def validate(self) -> None:
+        """InputError naming the first option that cannot work (from the flags or execsys.toml), before
+        any check runs: a port outside 1-65535, a timeout or threshold not above 0, a host that is no ssh
+        destination ('-oProxyCommand=...' is refused here, not passed to ssh), an empty layer."""
+        from execsys.errors import InputError
+        from execsys.ssh import Destination
+
+        where = f" ({self.config_path})" if self.config_path else ""
+        for port in self.ports or []:
+            if not 1 <= port <= 65535:
+                raise InputError(f"port {port}: out of range 1-65535{where}")
+        if not self.timeout > 0:
+            raise InputError(f"doctor timeout {self.timeout}: must be greater than 0{where}")
+        if not self.clock_skew_threshold_ms > 0:
+            raise InputError(f"clock skew threshold {self.clock_skew_threshold_ms} ms: must be greater than 0{where}")
+        for dest in self.hosts:
+            try:
+                Destination.parse(dest)
+            except ValueError as exc:
+                raise InputError(f"host: {exc}{where}") from None
+        for layer in self.layers or []:
+            try:
+                layer_argv(layer)
+            except ValueError as exc:
+                raise InputError(f"layer {layer!r}: not a command prefix ({exc}){where}") from None
 
     def _resolve_relative(self, base: str) -> None:
         """Paths in execsys.toml are relative to the file, not to wherever the doctor was started."""
@@ -159,6 +191,17 @@ def normalise_pins(raw: Any) -> dict[str, dict[str, str]]:
         if pin:
             out[str(name)] = pin
     return out
+
+
+def layer_argv(layer: str) -> list[str]:
+    """A layer ("ssh gpu1", "docker exec -i box") as the argv prefix it stands for; ValueError when it is
+    empty or not shell-quoted correctly."""
+    import shlex
+
+    words = shlex.split(layer)
+    if not words:
+        raise ValueError("empty")
+    return words
 
 
 def _strs(value: Any) -> list[str] | None:

@@ -151,7 +151,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_list = ["tui"]
     parser = build_parser()
     if not args_list:
-        parser.print_usage(sys.stderr)
         sys.stderr.write("execsys: error: no command given (see 'execsys --help')\n")
         return ExitCode.USAGE
     args, extras = parser.parse_known_args(args_list)

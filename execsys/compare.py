@@ -101,11 +101,14 @@ def load_result(ref: str, ledger: Ledger) -> Result:
             index = int(part or 0)
         except ValueError:
             raise InputError(f"{ref}: name a pass of the probe as {record.id}:0, :1, ...") from None
+        # the cases live in the body or, for a large probe, in probe-result rows beside it
+        from execsys.probes.record import load_cases
+
         outcomes = {}
-        for case in record.body.get("cases") or []:
-            passes = case.get("passes") or []
+        for case in load_cases(ledger, record):
+            passes = case.passes
             if index < len(passes) and passes[index] and not passes[index].get("error"):
-                outcomes[str(case["id"])] = passes[index].get("outcome") or passes[index].get("digest")
+                outcomes[case.id] = passes[index].get("outcome") or passes[index].get("digest")
         ident = record.identity or f"unpinned:{record.id}"
         return Result(ref, _identity(ident, ledger), outcomes, session=f"{record.id}:pass{index}")
     raise InputError(f"{ref}: ledger record {record.id} is a {record.kind} record, not a result")
@@ -217,6 +220,9 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
         if not intervention:
             reasons.append("no intervention declared (give --intervention COMPONENT)"
                            + (f"; moved: {', '.join(moved)}" if moved else "; no component moved"))
+        elif extra and not any(m in moved for m in intervention):
+            reasons.append(f"the declared intervention ({', '.join(intervention)}) did not move; "
+                           f"{', '.join(extra)} moved instead")
         elif extra:
             reasons.append(f"more than the declared intervention moved: {', '.join(extra)}")
         elif not any(m in moved for m in intervention):

@@ -261,8 +261,15 @@ def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
         try:
             record = ledger.get(ref)
         except InputError:
-            record = next((r for r in ledger.iter(kind="identity", newest_first=True)
-                           if r.identity and r.identity.startswith(ref)), None)
+            matches: dict[str, Any] = {}
+            for r in ledger.iter(kind="identity", newest_first=True):
+                if r.identity and ref and r.identity.startswith(ref):
+                    matches.setdefault(r.identity, r)  # the newest record of each identity
+            if len(matches) > 1:
+                shown = ", ".join(sorted(i[:12] for i in matches)[:4])
+                raise InputError(f"identity prefix '{ref}' is ambiguous in the ledger ({shown}"
+                                 f"{', ...' if len(matches) > 4 else ''}): give more characters") from None
+            record = next(iter(matches.values()), None)
             if record is None:
                 raise InputError(f"'{ref}' is neither a lock file nor an identity in the ledger {ledger.path} "
                                  "(see 'execsys ledger list --kind identity')") from None

@@ -119,7 +119,9 @@ class Ledger:
         except sqlite3.DatabaseError as exc:
             raise InputError(f"ledger {target}: not a usable execsys ledger ({exc})") from exc
         except OSError as exc:
-            raise InputError(f"ledger {target}: {exc.strerror or exc}") from exc
+            blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+            reason = f"{blocker} is a file, not a directory" if blocker else (exc.strerror or str(exc))
+            raise InputError(f"ledger {target}: {reason} (set --ledger or EXECSYS_LEDGER to a usable path)") from exc
         if row and int(row[0]) > _SCHEMA_VERSION:
             raise InputError(f"ledger {target}: schema {row[0]} is newer than this execsys understands; upgrade execsys")
         return cls(target, conn)
@@ -248,6 +250,10 @@ class Ledger:
         """The record appended under ``parent`` with ``key`` (one indexed lookup), or None."""
         row = self._conn.execute(_SELECT + " WHERE parent = ? AND key = ?", (parent, key)).fetchone()
         return _record(row) if row else None
+
+    def has_child(self, parent: str, key: str) -> bool:
+        """Whether a record was appended under ``parent`` with ``key`` (an index probe; no body parsed)."""
+        return self._conn.execute("SELECT 1 FROM records WHERE parent = ? AND key = ?", (parent, key)).fetchone() is not None
 
     def count(self, *, kind: str | None = None, parent: str | None = None) -> int:
         clauses, params = [], []

@@ -94,7 +94,7 @@ def redact_text(text: str) -> str:
     text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     # a command line written as one string: 'python eval.py --api-key sk-...'
     text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_flag(m.group(1))
-                           and not m.group(3).startswith("-") else m.group(0), text)
+                           and not _LONG_OPTION.match(m.group(3)) else m.group(0), text)
     return scrub_known_secrets(text)
 
 
@@ -110,15 +110,19 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_name(k) else redact_text(v)) for k, v in headers.items()}
 
 
+_LONG_OPTION = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=|$)")
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """Redact values of secret-looking flags (``--api-key X``, ``--hf-token=X``) and credentials in any argument."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
-        if hide_next:
+        if hide_next and not _LONG_OPTION.match(arg):
             out.append(REDACTED)
             hide_next = False
             continue
+        hide_next = False  # `--no-auth --port 8000`: a switch with a secret word takes no value
         if arg.startswith("-") and is_secret_flag(arg.split("=", 1)[0]):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=" + REDACTED)

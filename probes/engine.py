@@ -20,6 +20,12 @@ digest and outcome), ``probe-step`` for axis steps such as a restart (key ``rest
 and kind ``probe`` for the final record (parent = run id, key ``final``, identity column set).
 A resumed run reads what is there and sends only what is missing: nothing is lost or
 counted twice, because a second append of the same parent+key is a no-op.
+
+Memory stays flat in the number of cases: the cases file is held as byte offsets
+(:class:`~execsys.probes.cases.CaseFile`), what each pass still has to send is asked of the
+ledger, m/n is computed at the end by walking the cases against their ``probe-case`` rows, and a
+probe of more than ``CASES_INLINE_LIMIT`` cases writes its per-case results as ``probe-result``
+rows instead of one huge ``probe`` row (see :mod:`execsys.probes.record`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +46,18 @@ from execsys.ledger import Ledger, new_id, now_iso
 from execsys.stats import wilson
 
 from .axes import AXES, PassPlan
-from .cases import Case, cases_digest, load_cases, pass_order, select
+from .cases import Case, CaseFile, cases_digest, pass_indices, select
 from .client import CommandClient, Completion, EndpointClient
 from .compare import Extractor, context, digest, first_divergence, first_token_divergence, parse_extractor
-from .record import CaseResult, ProbeRecord
+from .record import (
+    CASES_INLINE_LIMIT,
+    RESULT_KIND,
+    CaseResult,
+    LedgerCases,
+    ProbeRecord,
+    load_record,
+    result_key,
+)
 
 RUN_SCHEMA = "execsys.probe-run/1"
 
@@ -179,7 +194,8 @@ class RunContext:
         self.steps: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
         self.engine_change: str | None = None
-        self.pass_counts: dict[int, int] = {}
+        self.pass_counts: dict[int, int] = {}  # case results recorded per pass (errors included)
+        self.pass_errors: dict[int, int] = {}  # of which errored
         self.completed_passes: set[int] = set()
 
     def step(self, key: str) -> dict[str, Any] | None:
@@ -265,8 +281,8 @@ def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any]
     axis = AXES[options.axis]
     extractor = parse_extractor(options.extract)
 
-    all_cases = options.case_list if options.case_list is not None else load_cases(options.cases or "")
-    cases = select(list(all_cases), options.n, options.sample_seed)
+    all_cases: Sequence[Case] = options.case_list if options.case_list is not None else CaseFile(options.cases or "")
+    cases = select(all_cases, options.n, options.sample_seed)
     digest_of_cases = cases_digest(cases)
 
     clients = _clients(options)
@@ -278,25 +294,21 @@ def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any]
         run_id, started_at = _open_run(ledger, options, parameters, match, emit)
         final = ledger.child(run_id, "final")
         if final is not None:
-            record = ProbeRecord.from_json(final.body)
+            record = load_record(ledger, final)
             emit(ProbeFinished(record))
             return record
 
         ctx = RunContext(options, ledger, run_id, clients, cancel, emit)
         plans = axis.plan(options)
-        results: dict[str, list[_Result | None]] = {case.id: [None] * len(plans) for case in cases}
-        _load_progress(ledger, run_id, ctx, results, extractor)
+        _load_progress(ledger, run_id, ctx, len(plans))
 
-        if baseline is not None:
-            _fill_baseline(baseline, results, plans)
-
-        total_cases = len(cases) * sum(1 for p in plans if p.source == "send")
-        for plan in plans:
-            if plan.source != "send":
-                continue
-            todo = [case for case in pass_order(cases, options.order_seed, plan.index) if results[case.id][plan.index] is None]
-            done_before = len(cases) - len(todo)
-            emit(PassStarted(plan.index, plan.label, len(cases), done_before, run_id))
+        count = len(cases)
+        sent = [p for p in plans if p.source == "send"]
+        total_cases = count * len(sent)
+        for plan in sent:
+            todo = _todo(ledger, ctx, run_id, plan.index, cases, options.order_seed)
+            done_before = count - len(todo)
+            emit(PassStarted(plan.index, plan.label, count, done_before, run_id))
             if todo:
                 if cancel.is_set():
                     break
@@ -304,29 +316,31 @@ def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any]
                 params = dict(options.decoding)
                 if models[plan.target] is not None:
                     params["model"] = models[plan.target]
-                _run_pass(ctx, plan, todo, clients[plan.target], params, extractor, results, done_before, len(cases))
+                _run_pass(ctx, plan, todo, cases, clients[plan.target], params, extractor, done_before, count)
             if cancel.is_set():
                 break
-            errored = sum(1 for r in results.values() if r[plan.index] is not None and r[plan.index].error)
-            emit(PassFinished(plan.index, plan.label, len(cases) - errored, errored))
+            errored = ctx.pass_errors.get(plan.index, 0)
+            emit(PassFinished(plan.index, plan.label, count - errored, errored))
 
-        if cancel.is_set() and any(r[p.index] is None for r in results.values() for p in plans if p.source == "send"):
+        if cancel.is_set() and any(ctx.pass_counts.get(p.index, 0) < count for p in sent):
             saved = sum(ctx.pass_counts.values())
             raise ProbeInterrupted(run_id, saved, total_cases)
 
-        record = _build_record(options, ctx, axis, plans, cases, results, clients, models, extractor,
+        record = _build_record(options, ctx, axis, plans, cases, clients, models, extractor,
                                baseline, parameters, started_at, digest_of_cases)
         record_id = new_id("probe")
         record.id = record_id
-        stored_id = ledger.append("probe", record.to_json(), identity=options.identity, parent=run_id,
+        stored_id = ledger.append("probe", record.ledger_json(), identity=options.identity, parent=run_id,
                                   key="final", record_id=record_id)
         if stored_id != record_id:  # another process finished the same run first: report theirs
-            record = ProbeRecord.from_json(ledger.get(stored_id).body)
+            record = load_record(ledger, ledger.get(stored_id))
         emit(ProbeFinished(record))
         return record
     finally:
         for client in clients:
             client.close()
+        if isinstance(all_cases, CaseFile):
+            all_cases.close()
 
 
 def _clients(options: ProbeOptions) -> list[Any]:
@@ -398,26 +412,37 @@ def _intern(value: str | None) -> str | None:
     return sys.intern(value) if isinstance(value, str) else None
 
 
-def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, results: dict[str, list[_Result | None]],
-                   extractor: Extractor | None) -> None:
+def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, passes: int) -> None:
+    """Recorded steps, and how many case results (and errors) each pass already has: counts only,
+    read row by row, so resuming a large probe holds no per-case state."""
     for row in ledger.iter(parent=run_id):
         if row.kind == "probe-step":
             ctx.steps[row.key or ""] = row.body
             continue
         if row.kind != "probe-case":
             continue
-        body = row.body
-        slots = results.get(str(body.get("case")))
-        index = body.get("pass")
-        if slots is None or not isinstance(index, int) or not 0 <= index < len(slots):
+        index = row.body.get("pass")
+        if not isinstance(index, int) or not 0 <= index < passes:
             continue
-        slots[index] = _Result(body.get("digest"), body.get("outcome"), body.get("error"),
-                               _intern(body.get("system_fingerprint")), _intern(body.get("model")))
         ctx.pass_counts[index] = ctx.pass_counts.get(index, 0) + 1
+        if row.body.get("error"):
+            ctx.pass_errors[index] = ctx.pass_errors.get(index, 0) + 1
 
 
-def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, params: dict[str, Any],
-              extractor: Extractor | None, results: dict[str, list[_Result | None]], done: int, total: int) -> None:
+def _todo(ledger: Ledger, ctx: RunContext, run_id: str, index: int, cases: Sequence[Case], seed: int) -> array:
+    """Positions of the cases this pass still has to send, in the pass's order (the ledger says which
+    are done; a fresh pass asks nothing, a finished one asks nothing)."""
+    order = pass_indices(len(cases), seed, index)
+    recorded = ctx.pass_counts.get(index, 0)
+    if recorded == 0:
+        return order
+    if recorded >= len(cases):
+        return array("q")
+    return array("q", (i for i in order if not ledger.has_child(run_id, f"{index}:{cases[i].id}")))
+
+
+def _run_pass(ctx: RunContext, plan: PassPlan, todo: array, cases: Sequence[Case], client: Any,
+              params: dict[str, Any], extractor: Extractor | None, done: int, total: int) -> None:
     """Send ``todo`` at the plan's concurrency; record each result on the calling thread as it arrives."""
     ledger, run_id, cancel, emit = ctx.ledger, ctx.run_id, ctx.cancel, ctx._emit
 
@@ -446,10 +471,10 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
                 body["tokens"] = completion.tokens
             entries.append((body, run_id, f"{plan.index}:{case.id}"))
         ledger.append_many("probe-case", entries)
-        for case, completion, output_digest, outcome in batch:
-            results[case.id][plan.index] = _Result(output_digest, outcome, completion.error,
-                                                   _intern(completion.system_fingerprint), _intern(completion.model))
+        for case, completion, _digest, _outcome in batch:
             ctx.pass_counts[plan.index] = ctx.pass_counts.get(plan.index, 0) + 1
+            if completion.error:
+                ctx.pass_errors[plan.index] = ctx.pass_errors.get(plan.index, 0) + 1
             done += 1
             emit(CaseDone(plan.index, case.id, done, total, completion.error))
 
@@ -469,14 +494,14 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
         try:
             while not cancel.is_set() and not stop.is_set():
                 with source_lock:
-                    case = next(source, None)
-                if case is None:
+                    position = next(source, None)
+                if position is None:
                     break
-                outbox.put(measure(case))
+                outbox.put(measure(cases[position]))
             # Keep K requests in flight until the last case answered: the tail is under load too.
             i = 0
             while plan.load and not all_received.is_set() and not cancel.is_set() and not stop.is_set():
-                client.complete(todo[i % len(todo)], params)
+                client.complete(cases[todo[i % len(todo)]], params)
                 fillers[0] += 1
                 i += 1
         finally:
@@ -526,11 +551,11 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: list[Case], client: Any, pa
         ctx.steps.setdefault(f"fillers:{plan.index}", {"fillers": 0})["fillers"] += fillers[0]
 
 
-def _load_baseline(options: ProbeOptions, ledger: Ledger, cases: list[Case]) -> ProbeRecord:
+def _load_baseline(options: ProbeOptions, ledger: Ledger, cases: Sequence[Case]) -> ProbeRecord:
     stored = ledger.get(options.baseline or "")
     if stored.kind != "probe":
         raise InputError(f"--baseline {options.baseline}: record {stored.id} is a {stored.kind}, not a probe record")
-    baseline = ProbeRecord.from_json(stored.body)
+    baseline = load_record(ledger, stored)
     baseline.id = stored.id
     if baseline.identity and options.identity and baseline.identity != options.identity:
         raise InputError(
@@ -543,19 +568,36 @@ def _load_baseline(options: ProbeOptions, ledger: Ledger, cases: list[Case]) -> 
     return baseline
 
 
-def _fill_baseline(baseline: ProbeRecord, results: dict[str, list[_Result | None]], plans: list[PassPlan]) -> None:
-    index = next(p.index for p in plans if p.source == "baseline")
+def _baseline_results(baseline: ProbeRecord) -> dict[str, _Result]:
+    """The baseline record's first pass per case id (the redeploy axis compares against it)."""
     fingerprints = (baseline.passes[0].get("system_fingerprints") or [None]) if baseline.passes else [None]
     models = (baseline.passes[0].get("models") or [None]) if baseline.passes else [None]
-    by_id = {case.id: case for case in baseline.cases}
-    for case_id, slots in results.items():
-        stored = by_id.get(case_id)
-        if stored is None or not stored.passes:
-            slots[index] = _Result(None, None, "not in the baseline record")
+    results: dict[str, _Result] = {}
+    for stored in baseline.cases:
+        if not stored.passes:
             continue
         first = stored.passes[0] or {}
-        slots[index] = _Result(first.get("digest"), first.get("outcome"), first.get("error"),
-                               fingerprints[0], models[0])
+        results[stored.id] = _Result(first.get("digest"), first.get("outcome"), first.get("error"),
+                                     fingerprints[0], models[0])
+    return results
+
+
+def _case_slots(ledger: Ledger, run_id: str, plans: list[PassPlan], case_id: str,
+                baseline: dict[str, _Result] | None) -> list[_Result | None]:
+    """One case's result on each pass, from its probe-case rows (or the baseline record)."""
+    slots: list[_Result | None] = []
+    for plan in plans:
+        if plan.source == "baseline":
+            slots.append((baseline or {}).get(case_id) or _Result(None, None, "not in the baseline record"))
+            continue
+        row = ledger.child(run_id, f"{plan.index}:{case_id}")
+        if row is None:
+            slots.append(None)
+            continue
+        body = row.body
+        slots.append(_Result(body.get("digest"), body.get("outcome"), body.get("error"),
+                             _intern(body.get("system_fingerprint")), _intern(body.get("model"))))
+    return slots
 
 
 def _texts(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) -> tuple[str | None, list[str] | None]:
@@ -567,12 +609,28 @@ def _texts(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) ->
     return row.body.get("text"), row.body.get("tokens")
 
 
-def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list[PassPlan], cases: list[Case],
-                  results: dict[str, list[_Result | None]], clients: list[Any], models: list[str | None],
-                  extractor: Extractor | None, baseline: ProbeRecord | None, parameters: dict[str, Any],
-                  started_at: str, digest_of_cases: str) -> ProbeRecord:
+def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list[PassPlan], cases: Sequence[Case],
+                  clients: list[Any], models: list[str | None], extractor: Extractor | None,
+                  baseline: ProbeRecord | None, parameters: dict[str, Any], started_at: str,
+                  digest_of_cases: str) -> ProbeRecord:
+    """m/n and the per-case results, walking the cases in order against their ledger rows: one case in
+    memory at a time. A large probe's case results go to the ledger as probe-result rows as they are
+    made (a no-op when a resumed finish writes them again), a small one's stay in the record."""
     ledger = ctx.ledger
+    inline = len(cases) <= CASES_INLINE_LIMIT
+    baseline_results = _baseline_results(baseline) if baseline is not None else None
     case_results: list[CaseResult] = []
+    pending: list[tuple[dict[str, Any], str | None, str | None]] = []
+
+    def keep(result: CaseResult) -> None:
+        if inline:
+            case_results.append(result)
+            return
+        pending.append((result.to_json(), ctx.run_id, result_key(result.id)))
+        if len(pending) >= 512:
+            ledger.append_many(RESULT_KIND, pending)
+            pending.clear()
+
     flipped: list[str] = []
     errored_cases: list[str] = []
     n = m_output = m_outcome = 0
@@ -581,7 +639,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
     per_pass_errors = [0] * len(plans)
     per_pass_completed = [0] * len(plans)
     for case in cases:
-        slots = results.pop(case.id)  # released as the record takes its place: one copy at a time
+        slots = _case_slots(ledger, ctx.run_id, plans, case.id, baseline_results)
         for i, slot in enumerate(slots):
             if slot is not None:
                 if not slot.error:
@@ -597,7 +655,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
         ]
         if any(s is None or s.error or s.digest is None for s in slots):
             errored_cases.append(case.id)
-            case_results.append(CaseResult(case.id, passes_json, None))
+            keep(CaseResult(case.id, passes_json, None))
             continue
         n += 1
         digests = [s.digest for s in slots]  # type: ignore[union-attr]
@@ -613,7 +671,10 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
         primary_agree = agree if options.compare == "output" else bool(outcome_agree)
         if not primary_agree:
             flipped.append(case.id)
-        case_results.append(CaseResult(case.id, passes_json, primary_agree, outcome_agree, len(set(digests)), divergence))
+        keep(CaseResult(case.id, passes_json, primary_agree, outcome_agree, len(set(digests)), divergence))
+    if pending:
+        ledger.append_many(RESULT_KIND, pending)
+        pending.clear()
 
     def level(m: int) -> dict[str, Any]:
         ci = wilson(m, n)
@@ -686,7 +747,8 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
     return ProbeRecord(
         axis=options.axis, identity=options.identity, target=target, n=n, m=m, agreement_rate=rate,
         ci95=list(ci) if ci else None, compare=compare, errored=len(errored_cases), flipped=flipped,
-        cases=case_results, started_at=started_at, finished_at=now_iso(), scope=scope, sentence=sentence,
+        cases=case_results if inline else LedgerCases(ledger.path, ctx.run_id, len(cases)),
+        cases_in_ledger=not inline, started_at=started_at, finished_at=now_iso(), scope=scope, sentence=sentence,
         run=ctx.run_id, passes=passes_info, repeats=len(plans), decoding=options.decoding,
         cases_file=parameters["cases_file"], cases_digest=digest_of_cases, errored_cases=errored_cases,
         engine_changed=ctx.engine_change is not None, notes=list(ctx.notes), baseline=baseline_info,

@@ -16,7 +16,7 @@ from execsys.ledger import Ledger, new_id, now_iso
 from execsys.stats import wilson
 
 from .compare import context, first_divergence, first_token_divergence
-from .record import CaseResult, ProbeRecord
+from .record import CaseResult, ProbeRecord, load_record
 
 HOST_COMPONENTS = ("hardware",)
 
@@ -43,7 +43,7 @@ def merge(ledger: Ledger, record_ids: list[str]) -> ProbeRecord:
         row = ledger.get(rid)
         if row.kind != "probe":
             raise InputError(f"record {row.id} is a {row.kind}, not a probe record")
-        record = ProbeRecord.from_json(row.body)
+        record = load_record(ledger, row)
         record.id = row.id
         records.append(record)
     first = records[0]

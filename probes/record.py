@@ -4,14 +4,34 @@ The record says m agreeing out of n cases that completed on every pass, the Wils
 interval, both comparison levels, which cases flipped and where, and the boundary the
 measurement speaks for (``scope``). It is what the ledger keeps (kind ``probe``) and what
 ``execsys probe --json`` prints.
+
+Large probes keep their per-case list out of the one ``probe`` ledger row: above
+:data:`CASES_INLINE_LIMIT` cases each case's result is its own ledger row (kind
+``probe-result``, parent = the probe-run id, key ``result:<case id>``, in case order) and the
+``probe`` row says ``"cases_in_ledger": true`` instead of holding ``cases``. Readers never look
+at ``body["cases"]`` directly: :func:`load_record` / :func:`load_cases` give the cases either way,
+and :meth:`ProbeRecord.write_json` streams the full ``execsys.probe/1`` JSON (every case
+included) without building it in memory, so a probe's memory stays flat in n.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from execsys.ledger import Ledger, Record
 
 SCHEMA = "execsys.probe/1"
+RESULT_KIND = "probe-result"  # one case's result row of a large probe (parent = run id)
+CASES_INLINE_LIMIT = 2000  # up to this many cases, the ``probe`` ledger row holds the case list itself
+
+
+def result_key(case_id: str) -> str:
+    return f"result:{case_id}"
 
 
 @dataclass(slots=True)
@@ -33,6 +53,41 @@ class CaseResult:
             "first_divergence": self.first_divergence,
         }
 
+    @classmethod
+    def from_json(cls, c: dict[str, Any]) -> CaseResult:
+        return cls(str(c["id"]), list(c.get("passes") or []), c.get("agree"), c.get("outcome_agree"),
+                   c.get("distinct"), c.get("first_divergence"))
+
+
+class LedgerCases(Sequence[CaseResult]):
+    """A large probe's cases, read from its ``probe-result`` ledger rows in case order on each pass
+    over them (a connection of its own, so any thread may read it after the probe's ledger closed)."""
+
+    def __init__(self, ledger_path: str | Path, run_id: str, count: int):
+        self.ledger_path = Path(ledger_path)
+        self.run_id = run_id
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[CaseResult]:
+        from execsys.ledger import Ledger
+
+        with Ledger.open(self.ledger_path) as ledger:
+            for row in ledger.iter(kind=RESULT_KIND, parent=self.run_id):
+                yield CaseResult.from_json(row.body)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += self._count
+        for i, case in enumerate(self):
+            if i == index:
+                return case
+        raise IndexError(index)
+
 
 @dataclass
 class ProbeRecord:
@@ -46,7 +101,7 @@ class ProbeRecord:
     compare: dict[str, Any]
     errored: int
     flipped: list[str]
-    cases: list[CaseResult]
+    cases: Sequence[CaseResult]  # a list, or a LedgerCases view for a large probe
     started_at: str
     finished_at: str
     scope: dict[str, Any]
@@ -62,6 +117,7 @@ class ProbeRecord:
     engine_changed: bool = False
     notes: list[str] = field(default_factory=list)
     baseline: dict[str, Any] | None = None
+    cases_in_ledger: bool = False  # stored without "cases": they are probe-result rows under ``run``
 
     @property
     def exit_code(self) -> int:
@@ -71,6 +127,41 @@ class ProbeRecord:
         return 0 if self.m == self.n else 1
 
     def to_json(self) -> dict[str, Any]:
+        """The whole ``execsys.probe/1`` object, every case included (a large probe: prefer write_json)."""
+        return self._json([case.to_json() for case in self.cases])
+
+    def ledger_json(self) -> dict[str, Any]:
+        """What the ``probe`` ledger row holds: the record, or without ``cases`` for a large probe
+        (``cases_in_ledger: true``; :func:`load_record` puts them back)."""
+        if not self.cases_in_ledger:
+            return self.to_json()
+        data = self._json(None)
+        del data["cases"]
+        data["cases_in_ledger"] = True
+        return data
+
+    def write_json(self, stream: TextIO) -> None:
+        """Exactly what ``print_json(self.to_json())`` prints (indented, secrets scrubbed), written case
+        by case so the whole document never sits in memory."""
+        from execsys.redact import scrub
+
+        marker = "@@execsys-probe-cases@@"
+        text = json.dumps(scrub(self._json(marker)), indent=2, ensure_ascii=False)
+        head, tail = text.split(f'"cases": "{marker}"', 1)
+        stream.write(head + '"cases": [')
+        chunk: list[str] = []
+        first = True
+        for case in self.cases:
+            body = json.dumps(scrub(case.to_json()), indent=2, ensure_ascii=False)
+            chunk.append(("\n" if first else ",\n") + "\n".join("    " + line for line in body.split("\n")))
+            first = False
+            if len(chunk) >= 256:
+                stream.write("".join(chunk))
+                chunk.clear()
+        stream.write("".join(chunk) + ("]" if first else "\n  ]") + tail + "\n")
+        stream.flush()
+
+    def _json(self, cases: Any) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "id": self.id,
@@ -94,7 +185,7 @@ class ProbeRecord:
             "engine_changed": self.engine_changed,
             "baseline": self.baseline,
             "notes": self.notes,
-            "cases": [case.to_json() for case in self.cases],
+            "cases": cases,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "scope": self.scope,
@@ -103,13 +194,8 @@ class ProbeRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeRecord:
-        cases = [
-            CaseResult(
-                str(c["id"]), list(c.get("passes") or []), c.get("agree"), c.get("outcome_agree"),
-                c.get("distinct"), c.get("first_divergence"),
-            )
-            for c in data.get("cases") or []
-        ]
+        """From the JSON; a ``cases_in_ledger`` body has no cases here: use :func:`load_record`."""
+        cases = [CaseResult.from_json(c) for c in data.get("cases") or []]
         return cls(
             axis=data["axis"], identity=data.get("identity"), target=data.get("target") or {},
             n=int(data.get("n") or 0), m=int(data.get("m") or 0), agreement_rate=data.get("agreement_rate"),
@@ -121,5 +207,27 @@ class ProbeRecord:
             decoding=data.get("decoding") or {}, cases_file=data.get("cases_file"),
             cases_digest=data.get("cases_digest"), errored_cases=list(data.get("errored_cases") or []),
             engine_changed=bool(data.get("engine_changed")), notes=list(data.get("notes") or []),
-            baseline=data.get("baseline"),
+            baseline=data.get("baseline"), cases_in_ledger=bool(data.get("cases_in_ledger")),
         )
+
+
+def load_cases(ledger: Ledger, record: Record | dict[str, Any]) -> Sequence[CaseResult]:
+    """The per-case results of a ``probe`` ledger record (a row or its body), wherever they live:
+    in the body, or (``cases_in_ledger``) as the run's ``probe-result`` rows, read lazily."""
+    body = record if isinstance(record, dict) else record.body
+    if not body.get("cases_in_ledger"):
+        return [CaseResult.from_json(c) for c in body.get("cases") or []]
+    run_id = body.get("run")
+    if not run_id:
+        raise ValueError("a probe record with cases_in_ledger names no run")
+    count = int(body.get("n") or 0) + int(body.get("errored") or 0)
+    return LedgerCases(ledger.path, str(run_id), count)
+
+
+def load_record(ledger: Ledger, row: Record) -> ProbeRecord:
+    """A ``probe`` ledger row as a :class:`ProbeRecord` with its cases (see :func:`load_cases`)."""
+    record = ProbeRecord.from_json(row.body)
+    record.id = record.id or row.id
+    if record.cases_in_ledger:
+        record.cases = load_cases(ledger, row)
+    return record

@@ -92,7 +92,8 @@ def render_record(record: ProbeRecord, console: Console) -> None:
         table.add_column("case")
         table.add_column("first divergence")
         labels = [p.get("label", str(i)) for i, p in enumerate(record.passes)] or ["A", "B"]
-        by_id = {case.id: case for case in record.cases}
+        shown_ids = set(record.flipped[:MAX_FLIPS_SHOWN])
+        by_id = {case.id: case for case in record.cases if case.id in shown_ids}  # not every case: n may be large
         table.add_column(f"pass {labels[0]}", overflow="fold")
         table.add_column(f"pass {labels[1]}" if len(labels) == 2 else "first differing pass", overflow="fold")
         for case_id in record.flipped[:MAX_FLIPS_SHOWN]:
@@ -116,11 +117,13 @@ def render_record(record: ProbeRecord, console: Console) -> None:
         console.print(table)
         if len(record.flipped) > MAX_FLIPS_SHOWN:
             console.print(f"… and {len(record.flipped) - MAX_FLIPS_SHOWN} more (--json lists every case)")
-    repeats = [c for c in record.cases if c.distinct and c.distinct > 2]
     if record.repeats > 2 and record.n:
-        distinct_total = sum(c.distinct or 0 for c in record.cases if c.agree is not None)
+        distinct_total = repeats = 0
+        for c in record.cases:
+            repeats += bool(c.distinct and c.distinct > 2)
+            distinct_total += (c.distinct or 0) if c.agree is not None else 0
         console.print(f"{record.repeats} passes: {distinct_total} distinct outputs over {record.n} cases"
-                      + (f" ({len(repeats)} cases with more than two)" if repeats else ""))
+                      + (f" ({repeats} cases with more than two)" if repeats else ""))
     console.print(f"[dim]ledger: {escape(record.id or '')} (run {escape(record.run or '')})[/]")
 
 

@@ -151,11 +151,12 @@ def test_unwritable_lock_destination(cli, tmp_path: Path) -> None:
     assert "cannot write the lock" in line
 
 
-@pytest.mark.parametrize("args", [("digest",), ("diff", "only-one"), ("pin", "--no-such-flag")])
+@pytest.mark.parametrize("args", [("digest",), ("diff", "only-one"), ("pin", "--no-such-flag"), (), ("nope",)])
 def test_usage_errors(cli, args: tuple[str, ...]) -> None:
     result = cli(*args)
     assert result.returncode == 2
     assert "error:" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 @pytest.mark.parametrize(
@@ -226,7 +227,8 @@ def test_a_reader_that_stops_early_is_not_a_finding(ledger_path: Path, args: tup
 
 
 @pytest.mark.parametrize(("args", "command"), [(("pin", "--config", ""), "pin"), (("verify", "--lock", ""), "verify"),
-                                               (("doctor", "--config", ""), "doctor")])
+                                               (("doctor", "--config", ""), "doctor"),
+                                               (("verify", "--config", ""), "verify")])
 def test_an_empty_path_does_not_fall_back_to_the_default(cli, tmp_path: Path, args, command: str) -> None:
     # `--config "$CONFIG"` with CONFIG unset must not quietly use ./execsys.toml
     line = one_line_error(cli(*args, cwd=tmp_path), command)

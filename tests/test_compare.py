@@ -91,6 +91,10 @@ def test_more_than_the_intervention_moved_is_descriptive(cli, tmp_path, locks) -
     assert "moved the rate" not in statement
     human = cli("compare", str(a), str(b), "--intervention", "runtime")
     assert "descriptive" in human.stdout and "hardware" in human.stdout
+    # declaring a component that did not move is not "more than" it: the sentence says what happened
+    wrong = cli("compare", str(a), str(b), "--intervention", "budget", "--json").json()
+    assert wrong["label"] == "descriptive"
+    assert "the declared intervention (budget) did not move; runtime, hardware moved instead" in wrong["reasons"]
 
 
 def test_no_declared_intervention_is_descriptive(cli, tmp_path, locks) -> None:

@@ -112,6 +112,25 @@ def test_bad_usage_is_one_line_and_exit_2(cli, tmp_path, args, needle):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("toml,needle", [
+    ('[doctor]\nports = ["http"]\n', "[doctor] ports must be a list of port numbers"),
+    ("[doctor]\nports = [70000]\n", "out of range 1-65535"),
+    ("[doctor]\ntimeout = -3\n", "must be greater than 0"),
+    ("[doctor]\nclock_skew_threshold_ms = 0\n", "must be greater than 0"),
+    ('[doctor]\nhosts = ["-oProxyCommand=touch {marker}"]\n', "not an ssh destination"),
+    ('[environment]\nlayers = [""]\n', "not a command prefix"),
+])
+def test_a_bad_declared_doctor_setting_is_one_line_and_exit_2(cli, ledger_path, tmp_path, toml, needle):
+    # what execsys.toml declares gets the checks the flags get: no traceback, no ssh -oProxyCommand
+    marker = tmp_path / "ran"
+    (tmp_path / "execsys.toml").write_text(toml.format(marker=marker))
+    result = cli("doctor", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr and "internal error" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+    assert not marker.exists() and not ledger_path.exists()
+
+
 def test_no_secret_in_output_or_ledger(cli, ledger_path, tmp_path):
     import subprocess
     import sys

@@ -334,7 +334,13 @@ def test_init_writes_a_template_that_loads_clean_and_refuses_overwrite(cli, tmp_
     assert decl.warnings == []
     for name in COMPONENTS:
         assert f"[{name}]" in text
-    assert decl.get("harness", "repo") == str(repo)
+    # relative to the declaration, as the template says: a clone elsewhere still names itself
+    assert decl.get("harness", "repo") == "."
+    (repo / "eval").mkdir()
+    assert cli("init", "--config", "eval/execsys.toml", cwd=repo).returncode == 0
+    assert parse((repo / "eval" / "execsys.toml").read_text()).get("harness", "repo") == ".."
+    assert cli("init", "--config", str(tmp_path / "outside.toml"), cwd=repo).returncode == 0
+    assert parse((tmp_path / "outside.toml").read_text()).get("harness", "repo") == str(repo.resolve())
     import socket
 
     assert decl.get("hardware", "host") == socket.gethostname()
@@ -390,3 +396,16 @@ def test_lock_is_readable_like_any_file_the_user_writes(cli, project: Path) -> N
         assert lock.stat().st_mode & 0o777 == 0o664
     finally:
         os.umask(old)
+
+
+def test_an_identity_prefix_shared_by_two_identities_is_ambiguous(cli, project: Path, ledger_path: Path) -> None:
+    from execsys.ledger import Ledger
+
+    assert cli("pin", cwd=project, env=ENV).returncode == 0
+    with Ledger.open(ledger_path) as ledger:
+        ledger.append("identity", {"schema": "execsys.identity/1"}, identity="abc1" + "0" * 60)
+        ledger.append("identity", {"schema": "execsys.identity/1"}, identity="abc2" + "0" * 60)
+    result = cli("diff", "abc", "execsys.lock.json", cwd=project)
+    assert result.returncode == 2 and "ambiguous" in result.stderr, result.stdout
+    scoped = cli("scope", "--identity", "abc", cwd=project)
+    assert scoped.returncode == 2 and "ambiguous" in scoped.stderr

@@ -104,6 +104,18 @@ def test_not_a_ledger_is_one_line_exit_2(cli, tmp_path: Path) -> None:
     assert "not a usable execsys ledger" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("where", ["under-a-file", "proc", "directory"])
+def test_an_unusable_ledger_path_names_the_reason(cli, tmp_path: Path, where: str) -> None:
+    (tmp_path / "afile").write_text("x")
+    path = {"under-a-file": tmp_path / "afile" / "ledger.sqlite3", "proc": Path("/proc/no/ledger.sqlite3"),
+            "directory": tmp_path}[where]
+    result = cli("ledger", "list", env={"EXECSYS_LEDGER": str(path)})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "Traceback" not in result.stderr
+    if where == "under-a-file":
+        assert "afile is a file, not a directory" in result.stderr
+
+
 def test_ledger_cli_list_show_export(cli, ledger_path: Path, tmp_path: Path) -> None:
     with Ledger.open(ledger_path) as ledger:
         first = ledger.append("identity", {"summary": "first"}, identity="a" * 64)

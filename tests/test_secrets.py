@@ -161,3 +161,20 @@ variables = {{ DB_PASSWORD = "{SECRETS['DB_PASSWORD']}", SERVICE_PASSWORD = "{TO
             assert secret not in text, f"{secret!r} printed by execsys {' '.join(args)}"
         for path in files:
             assert secret.encode() not in path.read_bytes(), f"{secret!r} found in {path.name}"
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["vllm", "serve", "m", "--max-num-batched-tokens", "8192", "--tokenizer", "org/tok"],
+     ["vllm", "serve", "m", "--max-num-batched-tokens", "8192", "--tokenizer", "org/tok"]),
+    (["srv", "--api-key", "sk-1", "--hf-token=hf_2", "--apikey", "k3"],
+     ["srv", "--api-key", "<redacted>", "--hf-token=<redacted>", "--apikey", "<redacted>"]),
+    (["srv", "--no-auth", "--port", "8000"], ["srv", "--no-auth", "--port", "8000"]),
+    (["srv", "--api-key", "-dash-first-secret"], ["srv", "--api-key", "<redacted>"]),
+    (["probe", "--api-key-env", "OPENAI_API_KEY"], ["probe", "--api-key-env", "OPENAI_API_KEY"]),
+])
+def test_flags_are_redacted_by_word_not_by_substring(argv: list[str], expected: list[str]) -> None:
+    # "tokens" in --max-num-batched-tokens is no token: an identity must keep numerics flags visible
+    from execsys.redact import redact_argv, redact_text
+
+    assert redact_argv(argv) == expected
+    assert redact_text(" ".join(argv)) == " ".join(expected)

@@ -100,6 +100,7 @@ def options_from_args(args: argparse.Namespace):
     """Flags -> DoctorOptions; raises UsageError/InputError with one clear line."""
     from execsys import declaration
     from execsys.doctor import registry
+    from execsys.doctor.context import layer_argv
     from execsys.doctor.runner import DoctorOptions
     from execsys.ssh import Destination
 
@@ -112,11 +113,8 @@ def options_from_args(args: argparse.Namespace):
         except ValueError as exc:
             raise UsageError(f"--host: {exc}") from None
     for layer in args.layers or []:
-        import shlex
-
         try:
-            if not shlex.split(layer):
-                raise ValueError("empty")
+            layer_argv(layer)
         except ValueError as exc:
             raise UsageError(f"--layer {layer!r}: not a command prefix ({exc})") from None
     decl = declaration.load(args.config)
@@ -125,13 +123,15 @@ def options_from_args(args: argparse.Namespace):
 
         for line in decl.warnings:
             warn(line)
-    return DoctorOptions.from_declaration(
+    options = DoctorOptions.from_declaration(
         decl,
         commands=args.commands, ports=args.ports, paths=args.paths, venvs=args.venvs, repos=args.repos,
         env_file=args.env_file, pid=args.pid, process=args.process, layers=args.layers, hosts=args.hosts,
         only=args.only or None, strict=args.strict or None, timeout=args.timeout,
         clock_skew_threshold_ms=args.clock_skew_threshold_ms,
     )
+    options.validate()  # what execsys.toml declared gets the same checks as the flags
+    return options
 
 
 def run(args: argparse.Namespace) -> int:

@@ -106,6 +106,17 @@ def render_template(found: dict) -> str:
     )
 
 
+def _portable_repo_path(repo: Path, config: Path) -> str:
+    """The repository as the declaration should name it: relative to the declaration when the
+    declaration lives inside it ('.', '..'), so a clone elsewhere still points at itself."""
+    import os
+
+    repo, home = repo.resolve(), config.parent.resolve()
+    if home == repo or repo in home.parents:
+        return Path(os.path.relpath(repo, home)).as_posix()
+    return str(repo)
+
+
 def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.fsutil import write_output
@@ -116,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if target.exists() and not args.force:
         raise InputError(f"{target} already exists; use --force to overwrite it")
     found = detect()
+    if found.get("repo"):
+        found["repo"] = _portable_repo_path(Path(found["repo"]), target)
     text = render_template(found)
     write_output(target, text, "the declaration")
     detected = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.records:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
     options = build_options(args)
-    from execsys.console import err, out, print_json, stderr_is_terminal
+    from execsys.console import err, out, stderr_is_terminal
     from execsys.probes.engine import ProbeInterrupted, run_probe
     from execsys.probes.render import ProgressReporter, render_record
 
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, previous)
         ledger.close()
     if args.json:
-        print_json(record.to_json())
+        record.write_json(sys.stdout)  # print_json's exact text, streamed case by case (flat in n)
     else:
         render_record(record, out())
     return record.exit_code

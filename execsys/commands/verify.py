@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.lock is not None and not args.lock.strip():
         raise InputError("the lock path is empty: give --lock FILE, or omit it for ./execsys.lock.json")
+    if args.config is not None and not args.config.strip():
+        raise InputError("the declaration path is empty: give --config FILE, or omit it for the pinned one")
     lock_path = Path(args.lock or DEFAULT_LOCK)
     identity = load_lock(lock_path)
     decl = None
