@@ -107,11 +107,18 @@ def run_local(options: DoctorOptions, *, on_result: OnResult | None = None,
 
 
 def run_doctor(options: DoctorOptions, *, on_result: OnResult | None = None,
-               cancel: threading.Event | None = None) -> DoctorReport:
-    """The local host and every ``options.hosts`` entry, concurrently; local first in the report."""
+               cancel: threading.Event | None = None, include_local: bool = True) -> DoctorReport:
+    """The local host and every ``options.hosts`` entry, concurrently; local first in the report.
+
+    ``include_local=False`` checks only ``options.hosts`` (the TUI re-running one hazard on one
+    remote column must not re-check this machine too); the report then starts with the first
+    remote host, whose ``host.name`` says which one it is. The CLI always includes this machine.
+    """
     start = time.monotonic()
     cancel = cancel or threading.Event()
     selected_ids(options)  # unknown --only ids fail before anything starts
+    if not include_local and not options.hosts:
+        raise ValueError("include_local=False needs at least one remote host in options.hosts")
     remote_reports: dict[int, HostReport] = {}
     threads: list[threading.Thread] = []
     if options.hosts:
@@ -132,11 +139,11 @@ def run_doctor(options: DoctorOptions, *, on_result: OnResult | None = None,
             t = threading.Thread(target=_one, args=(index, dest), name=f"doctor-host-{index}", daemon=True)
             t.start()
             threads.append(t)
-    local = run_local(options, on_result=on_result, cancel=cancel)
+    local = run_local(options, on_result=on_result, cancel=cancel) if include_local else None
     host_deadline = time.monotonic() + options.effective_host_timeout + 10
     for t in threads:
         t.join(timeout=max(0.0, host_deadline - time.monotonic()))
-    hosts = [local]
+    hosts = [local] if local is not None else []
     for index, dest in enumerate(options.hosts):
         report = remote_reports.get(index)
         if report is None:

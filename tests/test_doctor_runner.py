@@ -133,3 +133,25 @@ def test_a_venv_on_top_of_conda_warns(monkeypatch):
     result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
     assert result.status in ("warn", "fail")
     assert "a venv (/srv/venv) is active on top of conda (/opt/conda): two package worlds" in result.evidence
+
+
+def test_include_local_false_checks_only_the_remote_host(ssh_config_env):
+    """The TUI's "re-run this hazard on that remote column": the remote host is checked, this machine is not."""
+    dest = ssh_config_env.dest
+    seen: list[tuple[str, str]] = []
+    options = DoctorOptions(hosts=[dest], only=["port-collisions"])
+    report = run_doctor(options, on_result=lambda host, r: seen.append((host, r.id)), include_local=False)
+    assert seen == [(dest, "port-collisions")]
+    assert [h.name for h in report.hosts] == [dest]
+    assert [r.id for r in report.hosts[0].hazards] == ["port-collisions"]
+    assert report.to_json()["host"]["name"] == dest  # the stored report says which host it speaks for
+    # the default (the CLI's behaviour) still checks this machine first
+    seen.clear()
+    report = run_doctor(options, on_result=lambda host, r: seen.append((host, r.id)))
+    assert sorted(seen) == sorted([("local", "port-collisions"), (dest, "port-collisions")])
+    assert [h.name for h in report.hosts] == ["local", dest]
+
+
+def test_include_local_false_without_a_remote_host_is_refused():
+    with pytest.raises(ValueError, match="remote host"):
+        run_doctor(DoctorOptions(), include_local=False)

@@ -540,3 +540,144 @@ async def test_hosts_from_the_command_line_and_the_declaration_get_their_own_col
         assert [str(c.label) for c in table.columns.values()] == ["Hazard", "local", "flag-gpu", "declared-gpu"]
         assert all(table.get_cell(h, "flag-gpu").plain.startswith("– not checked") for h in IDS)
         assert not app.doctor.gate_open()
+
+
+# -- selection and layout without colour ----------------------------------------------------------
+
+REPORT = Path(__file__).parent / "fixtures" / "tui_doctor_report.json"
+
+
+@pytest.fixture
+def demo_project(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The screenshots' project: a declaration, a lock, a harness command whose two near-tie cases flip."""
+    from execsys.tui import screenshots
+
+    root = tmp_path / "demo"
+    screenshots.prepare_project(root, ledger_path)
+    monkeypatch.chdir(root)
+    return root
+
+
+def option_lines(options) -> list[str]:
+    """What each option row shows on screen, as plain text (no colour: what NO_COLOR or a mono terminal shows)."""
+    return [options.render_line(y).text for y in range(options.option_count)]
+
+
+async def test_the_selected_component_and_flipped_case_are_marked_without_colour(demo_project: Path) -> None:
+    from execsys.tui import screenshots
+
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await screenshots.identity_scene(pilot)  # the component list, "hardware" highlighted
+        options = app.screen.query_one("#components", OptionList)
+        lines = option_lines(options)
+        assert [i for i, line in enumerate(lines) if line.lstrip().startswith("▸")] == [3]
+        assert "hardware" in lines[3] and "▸" not in "".join(lines[:3] + lines[4:])
+        options.focus()
+        await pilot.press("down")
+        lines = option_lines(options)
+        assert "▸" in lines[4] and "harness" in lines[4] and "▸" not in lines[3]
+        await screenshots.probes_scene(pilot)  # a probe through the UI: tie-1 and tie-2 flip
+        flipped = app.screen.query_one("#flipped", OptionList)
+        lines = option_lines(flipped)
+        assert "▸" in lines[0] and "tie-1" in lines[0] and "▸" not in lines[1]
+        await pilot.press("down")
+        lines = option_lines(flipped)
+        assert "▸" in lines[1] and "tie-2" in lines[1] and "▸" not in lines[0]
+        await settle(pilot, lambda: True)
+
+
+async def test_doctor_marks_the_selected_row_and_titles_the_detail_readably(demo_project: Path) -> None:
+    from execsys.tui import screenshots
+
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await screenshots.doctor_scene(pilot, screenshots.recorded_results(REPORT))
+        screen = app.screen
+        table = screen.query_one("#hazards", DataTable)
+        table.move_cursor(row=0, column=1)
+        await pilot.pause()
+
+        def marked() -> list[str]:
+            return [hazard_id for hazard_id in IDS if table.get_cell(hazard_id, "hazard").plain.startswith("▸")]
+
+        assert marked() == [IDS[0]]
+        await pilot.press("down")
+        assert marked() == [IDS[1]]
+        detail = text_of(screen.query_one("#detail", Static))
+        title = dict(screen._hazards)[IDS[1]]
+        assert detail.splitlines()[0] == f"{IDS[1]} — {title} · on local"
+
+
+async def test_every_step_fits_80x24_with_its_footer_keys_visible(demo_project: Path) -> None:
+    """Nothing essential is cut off at 80x24: every step's footer shows all its keys, in full."""
+    from textual.widgets import Footer
+
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for key in ("1", "2", "3", "4"):
+            await pilot.press(key)
+            await pilot.pause()
+            footer = app.screen.query_one(Footer)
+            keys = list(footer.query("FooterKey"))
+            # the palette key is docked at the right edge, over whatever runs beyond it
+            limit = min([k.region.x for k in keys if k.has_class("-command-palette")] or [app.size.width])
+            visible = {k.description for k in keys if k.region.width and k.region.right <= limit}
+            for binding in (b for _, b, enabled, _ in app.active_bindings.values() if b.show and enabled):
+                assert binding.description in visible, f"step {key}: the footer cuts off {binding.description!r}"
+        await settle(pilot, lambda: True)
+
+
+async def test_probe_defaults_come_from_the_config_the_app_was_opened_with(project: Path) -> None:
+    elsewhere = project / "conf"
+    elsewhere.mkdir()
+    (project / "execsys.toml").write_text('[probe]\ncases = "here.jsonl"\ntimeout = 99\ncompare = "output"\n')
+    (elsewhere / "execsys.toml").write_text(
+        '[probe]\ncases = "there.jsonl"\ntimeout = 7\ncompare = "score"\n\n[runtime]\nready_timeout = 11\n')
+    app = ExecsysApp(config=elsewhere / "execsys.toml", autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        screen = app.screen
+        screen.query_one("#command", Input).value = "python3 harness.py"
+        form = screen.form()
+        assert form["cases"] == "there.jsonl"
+        from execsys.tui import engine
+
+        options = engine.probe_options(app.paths, form)
+        assert (options.timeout, options.compare, options.ready_timeout) == (7.0, "score", 11.0)
+        await settle(pilot, lambda: True)
+
+
+async def test_rerunning_one_hazard_on_a_remote_column_leaves_this_machine_alone(project: Path, ledger_path: Path,
+                                                                                  ssh_config_env) -> None:
+    dest = ssh_config_env.dest
+    app = ExecsysApp(hosts=[dest])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running, timeout=200)
+        screen = app.screen
+        before_local = dict(app.doctor.results["local"])
+        before_remote = dict(app.doctor.results[dest])
+        doctor_records = len(records(ledger_path, "doctor"))
+        table = screen.query_one("#hazards", DataTable)
+        row = IDS.index("port-collisions")
+        table.move_cursor(row=row, column=2)  # the remote host's column
+        await pilot.pause()
+        local_cell = table.get_cell("port-collisions", "local").plain
+        await pilot.press("r")
+        assert table.get_cell("port-collisions", "local").plain == local_cell  # not "… checking"
+        assert table.get_cell("port-collisions", dest).plain.startswith("… checking")
+        await settle(pilot, lambda: not app.doctor.running, timeout=200)
+        assert app.doctor.results["local"] == before_local  # the very same result objects: not re-run
+        assert all(app.doctor.results["local"][h] is before_local[h] for h in IDS)
+        assert app.doctor.results[dest]["port-collisions"] is not before_remote["port-collisions"]
+        assert all(app.doctor.results[dest][h] is before_remote[h] for h in IDS if h != "port-collisions")
+        newest = records(ledger_path, "doctor")
+        assert len(newest) == doctor_records + 1
+        assert [h["host"]["name"] for h in newest[-1].body["hosts"]] == [dest]
+        # re-running on this machine's column still checks this machine
+        table.move_cursor(row=row, column=1)
+        await pilot.pause()
+        await pilot.press("r")
+        await settle(pilot, lambda: not app.doctor.running, timeout=200)
+        assert app.doctor.results["local"]["port-collisions"] is not before_local["port-collisions"]

@@ -46,7 +46,8 @@ class ExecsysApp(App[int]):
         Binding("f2", "step('identity')", show=False, priority=True),
         Binding("f3", "step('probes')", show=False, priority=True),
         Binding("f4", "step('scope')", show=False, priority=True),
-        Binding("ctrl+t", "toggle_theme", "Theme"),
+        # In the palette and on ctrl+t, not in the footer: at 80 columns the footer keeps the step's own keys.
+        Binding("ctrl+t", "toggle_theme", "Theme", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 

@@ -46,10 +46,11 @@ def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None
     return DoctorOptions.from_declaration(decl, **overrides)
 
 
-def run_doctor(options, on_result: Callable[[str, Any], None], cancel) -> Any:
+def run_doctor(options, on_result: Callable[[str, Any], None], cancel, include_local: bool = True) -> Any:
+    """Run the doctor; ``include_local=False`` checks only the remote hosts (a re-run on one remote column)."""
     from execsys.doctor.runner import run_doctor as _run
 
-    return _run(options, on_result=on_result, cancel=cancel)
+    return _run(options, on_result=on_result, cancel=cancel, include_local=include_local)
 
 
 def record_doctor(paths: Paths, report) -> str:
@@ -355,7 +356,8 @@ def probe_options(paths: Paths, form: dict[str, Any]):
         from execsys.errors import UsageError
 
         raise UsageError(f"the probe form does not make a valid command: {exc}") from None
-    return probe_command.build_options(args)
+    # the session's declaration, not ./execsys.toml: `execsys tui --config PATH` probes with PATH's defaults
+    return probe_command.build_options(args, declaration_path=paths.config if paths.config.exists() else None)
 
 
 class ProbeWatcher:

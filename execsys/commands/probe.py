@@ -127,15 +127,18 @@ def run(args: argparse.Namespace) -> int:
     return record.exit_code
 
 
-def build_options(args: argparse.Namespace):
-    """ProbeOptions from flags, then execsys.toml ([probe], [runtime]), then the lock's [budget]."""
+def build_options(args: argparse.Namespace, declaration_path: str | Path | None = None):
+    """ProbeOptions from flags, then execsys.toml ([probe], [runtime]), then the lock's [budget].
+
+    ``declaration_path`` reads that declaration instead of ./execsys.toml (the TUI opened with --config).
+    """
     from execsys.declaration import load
     from execsys.probes.axes import AXES
     from execsys.probes.engine import ProbeOptions
 
     if args.axis not in AXES:
         raise UsageError(f"unknown axis {args.axis!r}: choose one of {', '.join(AXES)} or merge")
-    decl = load()
+    decl = load(declaration_path)
     probe_t, runtime_t = decl.tables.get("probe", {}), decl.tables.get("runtime", {})
     endpoints = list(args.endpoint)
     if not endpoints and not args.target_command and runtime_t.get("endpoint"):

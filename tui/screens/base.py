@@ -17,7 +17,7 @@ class StepScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StateHeader(self.STEP)
         yield from self.compose_body()
-        yield Footer()
+        yield Footer(compact=True)
 
     def compose_body(self) -> ComposeResult:  # pragma: no cover - overridden
         yield from ()

@@ -25,7 +25,9 @@ from textual.worker import Worker, get_current_worker
 
 from execsys.console import STYLES, SYMBOLS
 
-HAZARD_COLUMN_WIDTH = 18
+HAZARD_COLUMN_WIDTH = 19
+CURSOR_MARK = "▸ "
+"""Marks the selected hazard's row in text, so the selection shows without colour (NO_COLOR, monochrome)."""
 
 
 class DoctorScreen(StepScreen):
@@ -90,21 +92,22 @@ class DoctorScreen(StepScreen):
     def _remote_hosts(self) -> list[str]:
         return [h for h in self.state.hosts if h != LOCAL]
 
-    def _start(self, hosts: list[str], only: list[str] | None) -> None:
+    def _start(self, hosts: list[str], only: list[str] | None, include_local: bool = True) -> None:
         self._run += 1
         ids = only or [hazard_id for hazard_id, _ in self._hazards]
-        for host in [LOCAL, *hosts]:
+        checked = [LOCAL, *hosts] if include_local else list(hosts)
+        for host in checked:
             for hazard_id in ids:
                 self._pending.add((host, hazard_id))
         self.state.running = True
         self.app.doctor_changed()
         self._refresh_cells()
         self._set_status(f"checking {len(ids)} hazard{'s' if len(ids) != 1 else ''} on "
-                         f"{', '.join([LOCAL, *hosts])} … (Esc stops)")
-        self.check(self._run, hosts, only)
+                         f"{', '.join(checked)} … (Esc stops)")
+        self.check(self._run, hosts, only, include_local)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="doctor")
-    def check(self, run: int, hosts: list[str], only: list[str] | None) -> None:
+    def check(self, run: int, hosts: list[str], only: list[str] | None, include_local: bool = True) -> None:
         """Run the doctor engine; results arrive as messages while the rest still run."""
         worker = get_current_worker()
         remote = set(hosts)
@@ -113,7 +116,8 @@ class DoctorScreen(StepScreen):
             self.post_message(self.HazardChecked(run, host if host in remote else LOCAL, result))
 
         options = engine.doctor_options(self.app.paths, hosts, only)
-        report = engine.run_doctor(options, on_result=on_result, cancel=worker.cancelled_event)
+        report = engine.run_doctor(options, on_result=on_result, cancel=worker.cancelled_event,
+                                   include_local=include_local)
         record_id = None if worker.is_cancelled else engine.record_doctor(self.app.paths, report)
         self.post_message(self.DoctorFinished(run, report, record_id))
 
@@ -167,8 +171,9 @@ class DoctorScreen(StepScreen):
         table.add_column("Hazard", key="hazard", width=HAZARD_COLUMN_WIDTH)
         for host in hosts:
             table.add_column(host, key=host, width=per_host)
-        for hazard_id, _title in self._hazards:
-            cells: list[Any] = [Text(hazard_id)]
+        selected_row = cursor.row if 0 <= cursor.row < len(self._hazards) else 0
+        for row, (hazard_id, _title) in enumerate(self._hazards):
+            cells: list[Any] = [self._hazard_label(hazard_id, row == selected_row)]
             for host in hosts:
                 cells.append(self._cell(host, hazard_id))
             table.add_row(*cells, key=hazard_id)
@@ -184,6 +189,18 @@ class DoctorScreen(StepScreen):
         for hazard_id, _title in self._hazards:
             for host in self.state.hosts:
                 table.update_cell(hazard_id, host, self._cell(host, hazard_id))
+
+    def _hazard_label(self, hazard_id: str, selected: bool) -> Text:
+        if selected:
+            return Text(f"{CURSOR_MARK}{hazard_id}", style="bold")
+        return Text(f"{' ' * len(CURSOR_MARK)}{hazard_id}")
+
+    def _mark_row(self, row: int) -> None:
+        """Move the ▸ to ``row``: the selection is readable in monochrome, not only as a coloured cell."""
+        table = self.query_one("#hazards", DataTable)
+        for index, (hazard_id, _title) in enumerate(self._hazards):
+            if index < table.row_count:
+                table.update_cell(hazard_id, "hazard", self._hazard_label(hazard_id, index == row))
 
     def _cell(self, host: str, hazard_id: str) -> Text:
         if (host, hazard_id) in self._pending:
@@ -205,17 +222,25 @@ class DoctorScreen(StepScreen):
         return host, self._hazards[row][0]
 
     @on(DataTable.CellHighlighted)
+    def _cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
+        self._mark_row(event.coordinate.row)
+        self._show_detail()
+
     def _show_detail(self) -> None:
         selected = self._selected()
         if selected is None:
             return
         host, hazard_id = selected
+        self.query_one("#detail", Static).update(self.detail_text(host, hazard_id))
+
+    def detail_text(self, host: str, hazard_id: str) -> Text:
+        """The detail pane for one cell: "<id> — <title> · on <host>", the status, evidence and fix."""
         title = dict(self._hazards).get(hazard_id, hazard_id)
         text = Text()
         text.append(f"{hazard_id}", style="bold")
         if title != hazard_id:
-            text.append(f"  {title}")
-        text.append(f"  on {host}\n")
+            text.append(f" — {title}")
+        text.append(f" · on {host}\n")
         result = self.state.results.get(host, {}).get(hazard_id)
         if (host, hazard_id) in self._pending:
             text.append("… checking", style="italic")
@@ -235,7 +260,7 @@ class DoctorScreen(StepScreen):
             if fix:
                 text.append("\nFix\n", style="bold underline")
                 text.append(f"  {fix}\n")
-        self.query_one("#detail", Static).update(text)
+        return text
 
     def _set_status(self, line: str) -> None:
         self.query_one("#doctor-status", Static).update(line)
@@ -249,7 +274,10 @@ class DoctorScreen(StepScreen):
         if selected is None:
             return
         host, hazard_id = selected
-        self._start([host] if host != LOCAL else [], [hazard_id])
+        if host == LOCAL:
+            self._start([], [hazard_id])
+        else:  # only that host's cell: this machine's result stays as it was
+            self._start([host], [hazard_id], include_local=False)
 
     def action_add_host(self) -> None:
         def added(host: str | None) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from execsys.tui import engine
 from execsys.tui.screens.base import StepScreen
+from execsys.tui.widgets.marked import MarkedOptionList
 from execsys.tui.widgets.values import flatten, from_field, to_field
 from rich.text import Text
 from textual import on, work
@@ -66,7 +67,7 @@ class IdentityScreen(StepScreen):
         from execsys.declaration import SCHEMA
 
         with Horizontal(classes="step-body"):
-            yield OptionList(*[Option(f"  {name}", id=name) for name in COMPONENTS], id="components")
+            yield MarkedOptionList(*[Option(f"  {name}", id=name) for name in COMPONENTS], id="components")
             with ContentSwitcher(initial=f"panel-{COMPONENTS[0]}", id="panels"):
                 for name in COMPONENTS:
                     with VerticalScroll(id=f"panel-{name}", classes="panel"):

@@ -16,6 +16,7 @@ from execsys.tui import engine
 from execsys.tui.screens.base import GatedStep
 from execsys.tui.widgets.divergence import SideBySide
 from execsys.tui.widgets.gate import GateBanner
+from execsys.tui.widgets.marked import MarkedOptionList
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -36,7 +37,7 @@ class ProbesScreen(GatedStep):
     BINDINGS = [
         Binding("ctrl+g", "start", "Start probe", priority=True),
         Binding("escape", "cancel", "Stop (resumable)"),
-        Binding("ctrl+o", "override_gate", "Override gate"),
+        Binding("ctrl+o", "override_gate", "Override"),
     ]
 
     class ProbeEvent(Message):
@@ -84,7 +85,7 @@ class ProbesScreen(GatedStep):
                 yield Input(id="ready", compact=True)
                 yield Label("load K (concurrency)", classes="field-name")
                 yield Input(id="load", compact=True, type="integer")
-                yield Label("baseline record (redeploy)", classes="field-name")
+                yield Label("baseline (redeploy)", classes="field-name")
                 yield Input(id="baseline", compact=True)
                 yield Label("run", classes="field-name")
                 yield Select([("new probe", "new"), ("resume the stopped run", "resume")], value="new",
@@ -95,7 +96,7 @@ class ProbesScreen(GatedStep):
                 yield Vertical(id="passes")
                 yield Static("", id="agreement")
                 yield Label("flipped cases", classes="section-title")
-                yield OptionList(id="flipped")
+                yield MarkedOptionList(id="flipped")
                 with VerticalScroll(id="outputs-scroll"):
                     yield SideBySide(id="outputs")
 

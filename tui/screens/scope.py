@@ -33,7 +33,7 @@ class ScopeScreen(GatedStep):
         Binding("ctrl+r", "refresh_scope", "Refresh"),
         Binding("ctrl+s", "save_contract", "Save contract", priority=True),
         Binding("ctrl+g", "register_plan", "Register plan", priority=True),
-        Binding("ctrl+o", "override_gate", "Override gate"),
+        Binding("ctrl+o", "override_gate", "Override"),
     ]
 
     class ScopeComputed(Message):
