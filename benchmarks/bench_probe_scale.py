@@ -5,9 +5,10 @@ n equal to the number of cases, every case listed once in the printed record) an
 stays flat in n (RSS while sending and peak RSS, 10k vs 50k). The endpoint is the tests' flip
 endpoint in its own process (stdlib HTTP server, loopback).
 
-The printed record (tens of MB at 50k) is checked in a throwaway subprocess, never parsed here:
-a child's peak RSS (``ru_maxrss``) starts at its parent's RSS when it is forked, so a benchmark
-holding the previous size's record would charge it to the next probe.
+Peak RSS is the probe's own: a child's ``ru_maxrss`` starts at the peak of the process it was
+forked from (Linux records the old image's high-water mark at exec), so the probe is started by a
+small launcher process rather than by this one, and the printed record (tens of MB at 50k) is
+checked in a throwaway subprocess, never parsed here.
 
 Run: python benchmarks/bench_probe_scale.py [--sizes 10000 50000] [--concurrency 32]
 """
@@ -48,6 +49,16 @@ def wait_ready(url: str, timeout: float = 20) -> None:
             time.sleep(0.1)
     raise SystemExit(f"fixture endpoint {url} never answered")
 
+
+# Starts the probe and reports its pid, then its exit code and peak RSS (see the docstring).
+LAUNCH = r'''
+import json, os, subprocess, sys
+with open(sys.argv[1], "wb") as stdout:
+    proc = subprocess.Popen(sys.argv[2:], stdout=stdout, stderr=subprocess.DEVNULL)
+print(proc.pid, flush=True)
+_pid, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "maxrss_kib": usage.ru_maxrss}), flush=True)
+'''
 
 # Run in a subprocess of its own, so the big record never enters this process (see the docstring).
 CHECK_RECORD = r'''
@@ -93,16 +104,18 @@ def probe(n: int, url: str, work: Path, concurrency: int) -> dict:
             done.wait(0.5)
 
     start = time.perf_counter()
-    with out.open("wb") as stdout:
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL, env=env)
-        sampler = threading.Thread(target=sample, args=(proc.pid,), daemon=True)
-        sampler.start()
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        done.set()
-        sampler.join()
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCH, str(out), *argv], stdout=subprocess.PIPE, text=True,
+                                env=env)
+    assert launcher.stdout is not None
+    sampler = threading.Thread(target=sample, args=(int(launcher.stdout.readline()),), daemon=True)
+    sampler.start()
+    report = json.loads(launcher.stdout.readline())
+    launcher.wait()
     wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise SystemExit(f"probe of {n} cases failed ({os.waitstatus_to_exitcode(status)})")
+    done.set()
+    sampler.join()
+    if report["code"] not in (0, 1):
+        raise SystemExit(f"probe of {n} cases failed ({report['code']})")
     record = json.loads(subprocess.run([sys.executable, "-c", CHECK_RECORD, str(out)], capture_output=True,
                                        text=True, check=True).stdout)
     with sqlite3.connect(ledger) as db:
@@ -110,7 +123,7 @@ def probe(n: int, url: str, work: Path, concurrency: int) -> dict:
             "SELECT COUNT(*), COUNT(DISTINCT key) FROM records WHERE kind = 'probe-case' AND parent = ?",
             (record["run"],),
         ).fetchone()
-    return {"n": n, "wall": wall, "rss": usage.ru_maxrss * 1024, "record": record, "rows": rows, "keys": keys,
+    return {"n": n, "wall": wall, "rss": report["maxrss_kib"] * 1024, "record": record, "rows": rows, "keys": keys,
             "sending_rss": sending_rss[0]}
 
 
