@@ -15,7 +15,10 @@ def wilson(m: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At m == 0 or m == n the bound is exactly 0 or 1; floating point would give 0.9999999999999999.
+    low = 0.0 if m == 0 else max(0.0, centre - half)
+    high = 1.0 if m == n else min(1.0, centre + half)
+    return (low, high)
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -264,7 +264,9 @@ def _engine_facts(observed: dict[str, Any]) -> dict[str, Any]:
         "server_version": endpoint.get("server_version"),
         "build_info": endpoint.get("build_info"),
         "system_fingerprint": endpoint.get("system_fingerprint"),
-        "process_argv": process.get("argv"),
+        # argv[0] is the program name as typed ("python" vs its full path through a pyenv shim): the
+        # same binary either way, which process_exe already names; only the arguments configure it.
+        "process_argv": (process.get("argv") or [])[1:] or None,
         "process_exe": process.get("exe"),
         "numerics_env": process.get("numerics_env"),
     }

@@ -125,6 +125,22 @@ def test_restart_that_changes_the_engine_is_not_called_a_restart_effect(cli, tmp
     assert record["scope"]["engine_changed"] is True
 
 
+def test_same_binary_restarted_under_another_name_is_not_an_engine_change(cli, tmp_path, tiny_gguf,
+                                                                          restart_script):
+    # Started as /full/path/python, restarted as `python` found on PATH: argv[0] differs, the binary
+    # and every flag are the same. That is a restart, not an engine change.
+    server = restart_script(tiny_gguf, restart_by_name=True)
+    cases = write_prompts(tmp_path / "cases.jsonl", n=6)
+    result = cli("probe", "restart", "--endpoint", server.base_url, "--cases", str(cases), "--json",
+                 "--restart", server.command, "--ready-timeout", "60")
+    assert result.returncode == 0, result.stderr
+    record = result.json()
+    step = record["target"]["observed"]["restart:1"]
+    assert step["changed"] == [], step["changed"]
+    assert record["engine_changed"] is False
+    assert record["sentence"].startswith("restart agreement 6/6 = 1.00")
+
+
 def test_restart_command_failing_keeps_pass_a(cli, tmp_path, llama_server, ledger_path):
     cases = write_prompts(tmp_path / "cases.jsonl", n=6)
     result = cli("probe", "restart", "--endpoint", llama_server.base_url, "--cases", str(cases),
