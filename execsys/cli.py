@@ -96,7 +96,9 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the documented JSON on stdout and nothing else")
 
 
-def build_parser() -> Parser:
+def build_parser(only: str | None = None) -> Parser:
+    """The full parser, or with ``only`` a parser holding just that subcommand: each command module
+    imported costs start-up time, and `execsys digest` on a large file should be all hashing."""
     parser = Parser(
         prog="execsys",
         description=(
@@ -116,6 +118,8 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"execsys {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         module = _load(module_name)
         if module is None:
             continue
@@ -149,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     if not args_list and sys.stdin.isatty() and sys.stdout.isatty():
         args_list = ["tui"]
-    parser = build_parser()
+    parser = build_parser(only=args_list[0] if args_list and args_list[0] in COMMANDS else None)
     if not args_list:
         sys.stderr.write("execsys: error: no command given (see 'execsys --help')\n")
         return ExitCode.USAGE

@@ -48,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.expect and args.lock:
         raise UsageError("give --expect or --lock, not both")
-    from execsys.ssh import Destination
-
     for host in args.host:
+        from execsys.ssh import Destination  # only with --host: a local digest is all hashing
+
         try:
             Destination.parse(host)
         except ValueError as exc:  # e.g. '-oProxyCommand=...': refused before anything runs, like doctor --host
