@@ -31,7 +31,7 @@ family = "llama"
 engine = "llama.cpp"
 
 [hardware]
-host = "gpu1"
+gpu = "NVIDIA H200"
 
 [budget]
 temperature = 0.0
@@ -81,11 +81,13 @@ def demo_identity() -> Any:
     declared = declaration.parse(DECLARATION).tables
     observed: dict[str, dict[str, Any]] = {name: {} for name in COMPONENTS}
     observed["runtime"] = {"engine": {"name": "llama-cpp-python", "version": "0.3.16"}}
+    # Recorded by `execsys pin` on a real NVIDIA H200 box (execsys's GPU check, 2026-11-30).
     observed["hardware"] = {
-        "hostname": "gpu1", "os": {"id": "debian", "version": "12"}, "kernel": "6.1.0-25-amd64",
-        "cpu": {"model": "AMD EPYC 7763", "logical_cores": 32}, "gpus": [
-            {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0f6c…", "memory_total_bytes": 85520809984,
-             "compute_capability": "9.0", "driver_version": "550.90.07"}],
+        "hostname": "vm", "os": {"id": "ubuntu", "version": "24.04.3"}, "kernel": "6.18.44-fc-v657-gpu",
+        "cpu": {"model": "Intel(R) Xeon(R) Processor", "logical_cores": 16}, "gpus": [
+            {"name": "NVIDIA H200", "uuid": "GPU-73b1e10b-c9e7-0efd-e256-35f5d7cf7cb9",
+             "memory_total_bytes": 150754820096, "compute_capability": "9.0", "driver_version": "580.159.04",
+             "cuda_version": "13.0", "mig_mode": "disabled", "ecc_mode": "enabled"}],
     }
     observed["environment"] = {"python": {"version": "3.11.7"}, "shell": {"name": "bash"}, "container": None,
                                "locale": "C.UTF-8", "timezone": "UTC"}
