@@ -75,44 +75,13 @@ def parse_case(obj: Any, where: str) -> Case:
     return Case(str(case_id), prompt, messages, max_tokens, params, obj.get("expected"))
 
 
-def iter_cases(path: str | Path) -> Iterable[Case]:
-    path = Path(path)
-    try:
-        handle = path.open("r", encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"cases file {path}: not found") from None
-    except IsADirectoryError:
-        raise InputError(f"cases file {path}: is a directory, expected a JSON Lines file") from None
-    except OSError as exc:
-        raise InputError(f"cases file {path}: {exc.strerror or exc}") from None
-    with handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
-            except UnicodeDecodeError:
-                raise InputError(f"{path} line {lineno}: not UTF-8 text") from None
-            yield parse_case(obj, f"{path} line {lineno}")
-
-
 def load_cases(path: str | Path) -> list[Case]:
-    """Every case in the file, in file order; duplicate ids and an empty file are errors."""
-    cases: list[Case] = []
-    seen: set[str] = set()
+    """Every case in the file, parsed, in file order; the same checks (and errors) as :class:`CaseFile`."""
+    case_file = CaseFile(path)
     try:
-        for case in iter_cases(path):
-            if case.id in seen:
-                raise InputError(f"{path}: case id {case.id!r} appears more than once")
-            seen.add(case.id)
-            cases.append(case)
-    except UnicodeDecodeError:
-        raise InputError(f"cases file {path}: not UTF-8 text") from None
-    if not cases:
-        raise InputError(f"cases file {path}: no cases (expected JSON Lines with \"id\" and \"prompt\" or \"messages\")")
-    return cases
+        return list(case_file)
+    finally:
+        case_file.close()
 
 
 def select(cases: Sequence[Case], n: int | None, sample_seed: int | None = None) -> Sequence[Case]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,25 +119,24 @@ def _json_path(text: str, path: str) -> str | None:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def first_divergence(a: str, b: str) -> int | None:
-    """Index of the first character where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
+def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Index of the first differing item (the shorter length if one is a prefix); None when equal."""
     if a == b:
         return None
     limit = min(len(a), len(b))
-    for i in range(limit):
-        if a[i] != b[i]:
-            return i
-    return limit
+    return next((i for i in range(limit) if a[i] != b[i]), limit)
+
+
+def first_divergence(a: str, b: str) -> int | None:
+    """Character offset of the first difference between two outputs."""
+    return _first_difference(a, b)
 
 
 def first_token_divergence(a: list[str] | None, b: list[str] | None) -> int | None:
-    if a is None or b is None or a == b:
+    """Token index of the first difference, when the engine returned tokens for both."""
+    if a is None or b is None:
         return None
-    limit = min(len(a), len(b))
-    for i in range(limit):
-        if a[i] != b[i]:
-            return i
-    return limit
+    return _first_difference(a, b)
 
 
 def context(text: str, offset: int, before: int = 12, after: int = 24) -> str:
