@@ -234,13 +234,8 @@ class Ledger:
         limit: int | None = None,
         newest_first: bool = False,
     ) -> Iterator[Record]:
-        clauses, params = [], []
-        for column, value in (("kind", kind), ("identity", identity), ("parent", parent)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        sql = _SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "")
-        sql += " ORDER BY seq " + ("DESC" if newest_first else "ASC")
+        where, params = _where(kind=kind, identity=identity, parent=parent)
+        sql = _SELECT + where + " ORDER BY seq " + ("DESC" if newest_first else "ASC")
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         for row in self._conn.execute(sql, params):
@@ -256,13 +251,16 @@ class Ledger:
         return self._conn.execute("SELECT 1 FROM records WHERE parent = ? AND key = ?", (parent, key)).fetchone() is not None
 
     def count(self, *, kind: str | None = None, parent: str | None = None) -> int:
-        clauses, params = [], []
-        for column, value in (("kind", kind), ("parent", parent)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        sql = "SELECT COUNT(*) FROM records" + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        where, params = _where(kind=kind, parent=parent)
+        sql = "SELECT COUNT(*) FROM records" + where
         return int(self._conn.execute(sql, params).fetchone()[0])
+
+
+def _where(**columns: str | None) -> tuple[str, list[str]]:
+    """' WHERE a = ? AND b = ?' for the columns given a value (column names are ours, never user input)."""
+    given = {column: value for column, value in columns.items() if value is not None}
+    clause = " WHERE " + " AND ".join(f"{column} = ?" for column in given) if given else ""
+    return clause, list(given.values())
 
 
 _SELECT = "SELECT id, kind, identity, parent, key, created_at, body FROM records"
