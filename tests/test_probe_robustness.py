@@ -199,7 +199,9 @@ def test_cancel_event_raises_probe_interrupted(tmp_path, ledger_path):
         if isinstance(event, CaseDone) and event.done == 4:
             cancel.set()
 
-    with FlipEndpoint(delay=0.05) as endpoint, Ledger.open(ledger_path) as ledger:
+    # Slow enough answers (4 rounds of 0.3 s at concurrency 3) that the 4th result is recorded while
+    # later cases are still unsent, even when a loaded machine delays the recording thread.
+    with FlipEndpoint(delay=0.3) as endpoint, Ledger.open(ledger_path) as ledger:
         options = ProbeOptions(axis="session", endpoints=[endpoint.base_url], cases=cases, concurrency=3)
         with pytest.raises(ProbeInterrupted) as info:
             run_probe(options, ledger, on_event=on_event, cancel=cancel)
