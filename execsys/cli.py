@@ -92,6 +92,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def add_sources(parser: argparse.ArgumentParser, *, lock_help: str | None = None) -> None:
+    """``--config`` and ``--lock``, with the same defaults in every command (see :mod:`execsys.sources`)."""
+    parser.add_argument("--config", metavar="FILE",
+                        help="the declaration (default: $EXECSYS_CONFIG, else ./execsys.toml)")
+    parser.add_argument("--lock", metavar="FILE",
+                        help=lock_help or "the pinned identity (default: execsys.lock.json beside the declaration)")
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the documented JSON on stdout and nothing else")
 

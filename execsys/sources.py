@@ -1,0 +1,106 @@
+"""Where the declaration and the lock are, for every command and the TUI alike.
+
+One rule, used everywhere: the declaration is ``--config`` (or ``$EXECSYS_CONFIG``, else
+``./execsys.toml``); the lock is ``--lock``, else ``execsys.lock.json`` *beside the declaration*.
+So ``execsys pin --config eval/execsys.toml`` writes ``eval/execsys.lock.json``, and
+``execsys probe ... --config eval/execsys.toml`` ties its record to that same identity.
+
+An operation that ties results to an identity (probe, plan, run, scope) and finds no lock says so
+in one line (:func:`no_identity_reason`) and records ``identity: null`` with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from execsys.errors import InputError
+
+if TYPE_CHECKING:
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
+
+CONFIG_ENV = "EXECSYS_CONFIG"
+DEFAULT_CONFIG_NAME = "execsys.toml"
+LOCK_NAME = "execsys.lock.json"
+
+
+def config_path(given: str | os.PathLike[str] | None = None) -> Path:
+    """The declaration's path: the one given, else ``$EXECSYS_CONFIG``, else ``./execsys.toml``.
+
+    An empty string given explicitly (``--config "$UNSET"``) is an error, never a silent default."""
+    if given is not None:
+        if not str(given).strip():
+            raise InputError("the declaration path is empty: give --config FILE, or omit it for ./execsys.toml")
+        return Path(given).expanduser()
+    env = os.environ.get(CONFIG_ENV)
+    if env is not None and env.strip():
+        return Path(env).expanduser()
+    return Path(DEFAULT_CONFIG_NAME)
+
+
+def config_given(given: str | os.PathLike[str] | None = None) -> bool:
+    """Whether the operator named a declaration (flag or environment): then it must exist."""
+    return given is not None or bool(os.environ.get(CONFIG_ENV, "").strip())
+
+
+def default_lock(config: str | os.PathLike[str] | None = None) -> Path:
+    """The lock that belongs to a declaration: ``execsys.lock.json`` in the declaration's directory."""
+    return config_path(config).with_name(LOCK_NAME)
+
+
+def lock_path(lock: str | os.PathLike[str] | None = None, config: str | os.PathLike[str] | None = None) -> Path:
+    """``--lock`` if given (an empty one is an error), else the lock beside the declaration."""
+    if lock is not None:
+        if not str(lock).strip():
+            raise InputError("the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration")
+        return Path(lock).expanduser()
+    return default_lock(config)
+
+
+def no_identity_reason(path: Path, what: str = "this result") -> str:
+    """The one line an identity-tied operation prints when it finds no lock."""
+    return f"no pinned identity (looked for {path}): {what} will not count toward any scope"
+
+
+@dataclass
+class Sources:
+    """The declaration and the lock an operation's options are built from."""
+
+    declaration: Declaration
+    config_path: Path
+    lock: Identity | None
+    lock_path: Path
+    lock_explicit: bool
+
+    @property
+    def identity_id(self) -> str | None:
+        return self.lock.id if self.lock is not None else None
+
+    def no_identity(self, what: str = "this result") -> str | None:
+        """The warning line when there is no lock, else None."""
+        return None if self.lock is not None else no_identity_reason(self.lock_path, what)
+
+
+def load_sources(config: str | os.PathLike[str] | None = None, lock: str | os.PathLike[str] | None = None,
+                 *, need_lock: bool = False) -> Sources:
+    """Read the declaration and the lock the way every command does.
+
+    A declaration that was named must exist; the default one may be absent (an empty declaration).
+    A lock named with ``--lock`` must exist and parse; the default lock may be absent (``lock=None``)
+    unless ``need_lock``; a default lock that exists but does not parse is an error, never ignored.
+    """
+    from execsys import declaration as declaration_module
+    from execsys.identity import load_lock
+
+    path = config_path(config)
+    decl = declaration_module.load(path if config_given(config) or path.exists() else None,
+                                   required=config_given(config))
+    target = lock_path(lock, config)
+    explicit = lock is not None
+    identity = None
+    if explicit or need_lock or target.exists():
+        identity = load_lock(target)
+    return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit)
