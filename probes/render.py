@@ -18,7 +18,7 @@ MAX_FLIPS_SHOWN = 10
 
 
 class ProgressReporter:
-    """``on_event`` for :func:`execsys.probes.engine.run_probe`: rich bars on a terminal, plain lines otherwise."""
+    """``on_event`` for :func:`execsys.probes.runner.run_probe`: rich bars on a terminal, plain lines otherwise."""
 
     def __init__(self, console: Console, *, live: bool):
         self.console = console

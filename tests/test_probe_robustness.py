@@ -188,7 +188,7 @@ def test_ctrl_c_saves_progress_and_prints_how_to_resume(cli, tmp_path, ledger_pa
 
 
 def test_cancel_event_raises_probe_interrupted(tmp_path, ledger_path):
-    from execsys.probes.engine import CaseDone, PassStarted, ProbeInterrupted, ProbeOptions, run_probe
+    from execsys.probes.runner import CaseDone, PassStarted, ProbeInterrupted, ProbeOptions, run_probe
 
     cases = write_cases(tmp_path / "cases.jsonl", n=10)
     cancel = threading.Event()

@@ -24,7 +24,7 @@ from .fixtures.llama import FlipEndpoint
 from .test_probe_arithmetic import FLIPPED, write_cases
 
 # The real CLI in its own process, with the inline limit lowered so 20 cases count as "large".
-_LARGE_CLI = ("import sys, execsys.probes.engine as engine; engine.CASES_INLINE_LIMIT = 5; "
+_LARGE_CLI = ("import sys, execsys.probes.runner as engine; engine.CASES_INLINE_LIMIT = 5; "
               "from execsys.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
@@ -95,7 +95,7 @@ def test_compare_and_a_redeploy_baseline_read_a_large_record(tmp_path, flip_endp
 
 def test_large_probe_interrupted_then_resumed_loses_and_double_counts_nothing(tmp_path, ledger_path, monkeypatch):
     from execsys.probes import engine
-    from execsys.probes.engine import CaseDone, ProbeInterrupted, ProbeOptions, run_probe
+    from execsys.probes.runner import CaseDone, ProbeInterrupted, ProbeOptions, run_probe
 
     monkeypatch.setattr(engine, "CASES_INLINE_LIMIT", 5)
     cases = write_cases(tmp_path / "cases.jsonl", {c: " [flip]" for c in FLIPPED})

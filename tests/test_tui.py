@@ -642,9 +642,9 @@ async def test_probe_defaults_come_from_the_config_the_app_was_opened_with(proje
         screen.query_one("#command", Input).value = "python3 harness.py"
         form = screen.form()
         assert form["cases"] == "there.jsonl"
-        from execsys.tui import engine
+        from execsys.tui import adapter
 
-        options = engine.probe_options(app.paths, form)
+        options = adapter.probe_options(app.paths, form)
         assert (options.timeout, options.compare, options.ready_timeout) == (7.0, "score", 11.0)
         await settle(pilot, lambda: True)
 

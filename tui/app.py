@@ -98,10 +98,10 @@ class ExecsysApp(App[int]):
         self.run_worker(self._read_session_facts, thread=True, exclusive=True, group="session", exit_on_error=False)
 
     def _read_session_facts(self) -> None:
-        from execsys.tui import engine
+        from execsys.tui import adapter
 
-        identity_id = engine.current_identity_id(self.paths)
-        licence = engine.licence_for(self.paths, identity_id)
+        identity_id = adapter.current_identity_id(self.paths)
+        licence = adapter.licence_for(self.paths, identity_id)
         self.call_from_thread(self._set_session_facts, identity_id, licence)
 
     def _set_session_facts(self, identity_id: str | None, licence: str) -> None:

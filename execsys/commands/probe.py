@@ -1,6 +1,6 @@
 """``execsys probe AXIS``: measure where a serving stack stops repeating itself.
 
-Argument parsing and rendering only; the engine is :mod:`execsys.probes.engine`.
+Argument parsing and rendering only; the engine is :mod:`execsys.probes.runner`.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
     options = build_options(args)
     from execsys.console import err, out, stderr_is_terminal
-    from execsys.probes.engine import ProbeInterrupted, run_probe
+    from execsys.probes.runner import ProbeInterrupted, run_probe
     from execsys.probes.render import ProgressReporter, render_record
 
     options.validate()
@@ -134,7 +134,7 @@ def build_options(args: argparse.Namespace, declaration_path: str | Path | None 
     """
     from execsys.declaration import load
     from execsys.probes.axes import AXES
-    from execsys.probes.engine import ProbeOptions
+    from execsys.probes.runner import ProbeOptions
 
     if args.axis not in AXES:
         raise UsageError(f"unknown axis {args.axis!r}: choose one of {', '.join(AXES)} or merge")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from execsys.probes.engine import ProbeOptions, RunContext
+    from execsys.probes.runner import ProbeOptions, RunContext
 
 
 @dataclass(frozen=True)

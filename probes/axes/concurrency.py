@@ -14,7 +14,7 @@ from execsys.errors import UsageError
 from . import Axis, PassPlan, letters
 
 if TYPE_CHECKING:
-    from execsys.probes.engine import ProbeOptions
+    from execsys.probes.runner import ProbeOptions
 
 
 class ConcurrencyAxis(Axis):

@@ -15,7 +15,7 @@ from execsys.errors import UsageError
 from . import Axis, PassPlan
 
 if TYPE_CHECKING:
-    from execsys.probes.engine import ProbeOptions
+    from execsys.probes.runner import ProbeOptions
 
 
 class HostsAxis(Axis):

@@ -20,7 +20,7 @@ from execsys.errors import UsageError
 from . import Axis, PassPlan, letters
 
 if TYPE_CHECKING:
-    from execsys.probes.engine import ProbeOptions, RunContext
+    from execsys.probes.runner import ProbeOptions, RunContext
 
 
 class RestartAxis(Axis):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from execsys.tui import engine
+from execsys.tui import adapter
 from execsys.tui.screens.base import StepScreen
 from execsys.tui.screens.dialogs import AddHostDialog
 from execsys.tui.state import LOCAL
@@ -69,8 +69,8 @@ class DoctorScreen(StepScreen):
                 yield Static("Select a hazard to see its evidence and fix.", id="detail")
 
     def on_mount(self) -> None:
-        self._hazards = engine.hazard_list()
-        for host in engine.declared_doctor_hosts(self.app.paths):
+        self._hazards = adapter.hazard_list()
+        for host in adapter.declared_doctor_hosts(self.app.paths):
             if host not in self.state.hosts:
                 self.state.hosts.append(host)
         self.state.hazard_ids = [hazard_id for hazard_id, _ in self._hazards]
@@ -115,10 +115,10 @@ class DoctorScreen(StepScreen):
         def on_result(host: str, result: Any) -> None:
             self.post_message(self.HazardChecked(run, host if host in remote else LOCAL, result))
 
-        options = engine.doctor_options(self.app.paths, hosts, only)
-        report = engine.run_doctor(options, on_result=on_result, cancel=worker.cancelled_event,
+        options = adapter.doctor_options(self.app.paths, hosts, only)
+        report = adapter.run_doctor(options, on_result=on_result, cancel=worker.cancelled_event,
                                    include_local=include_local)
-        record_id = None if worker.is_cancelled else engine.record_doctor(self.app.paths, report)
+        record_id = None if worker.is_cancelled else adapter.record_doctor(self.app.paths, report)
         self.post_message(self.DoctorFinished(run, report, record_id))
 
     @on(HazardChecked)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from execsys.tui import engine
+from execsys.tui import adapter
 from execsys.tui.screens.base import StepScreen
 from execsys.tui.widgets.marked import MarkedOptionList
 from execsys.tui.widgets.values import flatten, from_field, to_field
@@ -101,11 +101,11 @@ class IdentityScreen(StepScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="observe")
     def observe(self, live: bool) -> None:
         """The form's values, and the observed side: from the last lock, or live when asked (ctrl+r) or unpinned."""
-        declared, source = engine.declared_components(self.app.paths)
+        declared, source = adapter.declared_components(self.app.paths)
         lock = None
         if not live:
             try:
-                lock = engine.last_lock(self.app.paths)
+                lock = adapter.last_lock(self.app.paths)
             except Exception as exc:  # an unreadable lock: say so and observe live instead
                 source += f"; the lock could not be read ({' '.join(str(exc).split())})"
         if lock is not None:
@@ -114,7 +114,7 @@ class IdentityScreen(StepScreen):
         diff = None
         if lock is None:
             self.post_message(self.PinProgressed(0, 0))
-            observed, diff = engine.observe(self.app.paths, progress=self._progress_callback())
+            observed, diff = adapter.observe(self.app.paths, progress=self._progress_callback())
             source += "; observed: now, on this machine"
         self.post_message(self.Observed(declared, observed, source, diff))
 
@@ -202,7 +202,7 @@ class IdentityScreen(StepScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="save")
     def save(self, tables: dict[str, dict[str, Any]]) -> None:
-        path = engine.save_declaration(self.app.paths, tables)
+        path = adapter.save_declaration(self.app.paths, tables)
         self.app.call_from_thread(self._saved, str(path))
 
     def _saved(self, path: str) -> None:
@@ -224,7 +224,7 @@ class IdentityScreen(StepScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pin")
     def pin(self, tables: dict[str, dict[str, Any]]) -> None:
-        identity, diff = engine.pin(self.app.paths, tables, progress=self._progress_callback())
+        identity, diff = adapter.pin(self.app.paths, tables, progress=self._progress_callback())
         self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock)))
 
     def _show_progress(self) -> None:
@@ -255,7 +255,7 @@ class IdentityScreen(StepScreen):
         self.query_one("#pin", Button).disabled = False
         bar = self.query_one("#pin-progress", ProgressBar)
         bar.update(total=1, progress=1)
-        identity_id = engine.identity_id_of(message.identity)
+        identity_id = adapter.identity_id_of(message.identity)
         self.app.identity_id = identity_id
         self._observed = {name: message.identity.observed(name) for name in COMPONENTS}
         for name in COMPONENTS:

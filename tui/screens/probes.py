@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from execsys.tui import engine
+from execsys.tui import adapter
 from execsys.tui.screens.base import GatedStep
 from execsys.tui.widgets.divergence import SideBySide
 from execsys.tui.widgets.gate import GateBanner
@@ -59,7 +59,7 @@ class ProbesScreen(GatedStep):
         self._outputs: dict[str, dict[int, str | None]] = {}
         self._divergence: dict[str, int | None] = {}
         self._flipped: list[str] = []
-        self._live = engine.LiveAgreement()
+        self._live = adapter.LiveAgreement()
         self.running = False
         self.probe_run_id: str | None = None
 
@@ -68,7 +68,7 @@ class ProbesScreen(GatedStep):
         with Horizontal(classes="step-body"):
             with VerticalScroll(id="probe-form"):
                 yield Label("axis", classes="field-name")
-                yield Select([(a, a) for a in engine.probe_axes()], value="session", allow_blank=False,
+                yield Select([(a, a) for a in adapter.probe_axes()], value="session", allow_blank=False,
                              id="axis", compact=True)
                 yield Label("endpoint (base URL)", classes="field-name")
                 yield Input(placeholder="http://127.0.0.1:8000/v1", id="endpoint", compact=True,
@@ -102,7 +102,7 @@ class ProbesScreen(GatedStep):
 
     def on_mount(self) -> None:
         self.query_one("#outputs", SideBySide).clear_case()
-        for field_id, value in engine.probe_defaults(self.app.paths).items():
+        for field_id, value in adapter.probe_defaults(self.app.paths).items():
             if value not in (None, ""):
                 self.query_one(f"#{field_id}", Input).value = str(value)
 
@@ -130,7 +130,7 @@ class ProbesScreen(GatedStep):
             self.notify("A probe is running; Escape stops it (progress is kept).", severity="warning")
             return
         form = self.form()
-        problem = engine.probe_form_problem(form)
+        problem = adapter.probe_form_problem(form)
         if problem:
             self.notify(problem, title="Not started", severity="error")
             return
@@ -147,12 +147,12 @@ class ProbesScreen(GatedStep):
     @work(thread=True, exclusive=True, exit_on_error=False, group="probe")
     def probe(self, run: int, form: dict[str, Any], override: dict[str, Any] | None) -> None:
         worker = get_current_worker()
-        record = engine.run_probe(
+        record = adapter.run_probe(
             self.app.paths, form, override=override,
             on_view=lambda view: self.post_message(self.ProbeEvent(run, view)),
             cancel=worker.cancelled_event,
         )
-        outputs = engine.case_outputs(self.app.paths, record) if record is not None else {}
+        outputs = adapter.case_outputs(self.app.paths, record) if record is not None else {}
         self.post_message(self.ProbeFinished(run, record, record is None, outputs))
 
     # -- live view -------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class ProbesScreen(GatedStep):
         self._outputs.clear()
         self._divergence.clear()
         self._flipped.clear()
-        self._live = engine.LiveAgreement()
+        self._live = adapter.LiveAgreement()
         self.query_one("#flipped", OptionList).clear_options()
         self.query_one("#agreement", Static).update("")
         self.query_one("#outputs", SideBySide).clear_case()
@@ -234,7 +234,7 @@ class ProbesScreen(GatedStep):
         symbol = "✓" if record.n and record.m == record.n else "✗"
         text.append(f"{symbol} {record.sentence}", style="bold")
         self.query_one("#probe-status", Static).update(text)
-        self.query_one("#agreement", Static).update(engine.record_line(record))
+        self.query_one("#agreement", Static).update(adapter.record_line(record))
         flipped = self.query_one("#flipped", OptionList)
         flipped.clear_options()
         self._flipped = list(record.flipped)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from execsys.tui import engine
+from execsys.tui import adapter
 from execsys.tui.screens.base import GatedStep
 from execsys.tui.widgets.gate import GateBanner
 from execsys.tui.widgets.rates import AxisRate, RateChart
@@ -90,7 +90,7 @@ class ScopeScreen(GatedStep):
         self.action_refresh_scope()
 
     def _fill_from_declaration(self) -> None:
-        cases = engine.declared(self.app.paths, "probe", "cases")
+        cases = adapter.declared(self.app.paths, "probe", "cases")
         if cases:
             self.query_one("#plan-cases", Input).value = str(cases)
 
@@ -100,7 +100,7 @@ class ScopeScreen(GatedStep):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scope")
     def compute(self, identity_id: str | None) -> None:
-        report, contract = engine.scope_and_contract(self.app.paths, identity_id)
+        report, contract = adapter.scope_and_contract(self.app.paths, identity_id)
         self.post_message(self.ScopeComputed(identity_id, report, contract))
 
     @on(ScopeComputed)
@@ -110,14 +110,14 @@ class ScopeScreen(GatedStep):
             self.query_one("#statement", Static).update(
                 Text("– no pinned identity: pin one on the Identity step (2); a licence belongs to one identity.")
             )
-            chart.rates = tuple(AxisRate(axis) for axis in engine.scope_axes())
+            chart.rates = tuple(AxisRate(axis) for axis in adapter.scope_axes())
             self._contract = ""
             self.query_one("#contract", Static).update(Text("(pin an identity first)", style="dim"))
             return
         report = message.report
         self.query_one("#statement", Static).update(report.statement)
         rates = []
-        for axis in engine.scope_axes():
+        for axis in adapter.scope_axes():
             measure = report.measured.get(axis)
             if measure is None:
                 rates.append(AxisRate(axis))
@@ -137,7 +137,7 @@ class ScopeScreen(GatedStep):
         if not path:
             self.notify("Give a file name for the contract.", severity="warning")
             return
-        written = engine.save_text(path, self._contract)
+        written = adapter.save_text(path, self._contract)
         self.notify(f"Saved the contract section to {written}", title="Contract")
 
     # -- plan -----------------------------------------------------------------------
@@ -159,7 +159,7 @@ class ScopeScreen(GatedStep):
     @work(thread=True, exclusive=True, exit_on_error=False, group="plan")
     def register(self, arms: list[str], cases: str, design: str, seed: int, out: str | None,
                  override: dict[str, Any] | None) -> None:
-        plan, record_id = engine.register_plan(self.app.paths, arms=arms, cases=cases, design=design, seed=seed,
+        plan, record_id = adapter.register_plan(self.app.paths, arms=arms, cases=cases, design=design, seed=seed,
                                                out=out, identity_id=self.app.identity_id, override=override)
         self.post_message(self.PlanRegistered(plan, record_id, out))
 

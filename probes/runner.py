@@ -3,7 +3,7 @@
 One engine for every face: the CLI (``execsys probe``) and the TUI call :func:`run_probe`
 and render what it returns or reports through ``on_event``. Public API::
 
-    from execsys.probes.engine import ProbeOptions, run_probe, ProbeInterrupted
+    from execsys.probes.runner import ProbeOptions, run_probe, ProbeInterrupted
     options = ProbeOptions(axis="session", endpoints=["http://127.0.0.1:8000/v1"], cases="cases.jsonl")
     record = run_probe(options, ledger, on_event=print, cancel=threading.Event())
     record.to_json()        # execsys.probe/1

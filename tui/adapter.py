@@ -378,7 +378,7 @@ class ProbeWatcher:
         self.override_recorded = False
 
     def view(self, event: Any) -> dict[str, Any]:
-        from execsys.probes import engine as probe_engine
+        from execsys.probes import runner as probe_engine
 
         kind = type(event).__name__
         view: dict[str, Any] = {"kind": kind}
@@ -448,8 +448,8 @@ class ProbeWatcher:
 def run_probe(paths: Paths, form: dict[str, Any], *, override: dict[str, Any] | None,
               on_view: Callable[[dict[str, Any]], None], cancel) -> Any:
     """Run (or resume) the probe as `execsys probe` does; returns the record, or None when stopped."""
-    from execsys.probes.engine import ProbeInterrupted
-    from execsys.probes.engine import run_probe as engine_run_probe
+    from execsys.probes.runner import ProbeInterrupted
+    from execsys.probes.runner import run_probe as engine_run_probe
 
     from execsys.ledger import Ledger
 
