@@ -213,16 +213,17 @@ def last_lock(paths: Paths) -> Any:
 
 
 def save_declaration(paths: Paths, tables: dict[str, dict[str, Any]]) -> Path:
-    """Write the form's twelve tables to the declaration, keeping its other tables (doctor, probe, ...)."""
-    from execsys.tui.widgets.values import declaration_text
-
-    merged: dict[str, dict[str, Any]] = {}
-    if paths.config.exists():
-        merged.update({k: v for k, v in load_declaration(paths).tables.items() if v})
-    merged.update(tables)
-    text = declaration_text(merged)
+    """Write the form's twelve tables into the declaration in place: only changed keys move; comments,
+    order, unknown keys and the other tables (doctor, probe, ...) stay as the operator wrote them."""
     from execsys import declaration
+    from execsys.declaration_edit import edit_declaration_text
 
+    if paths.config.exists():
+        text = edit_declaration_text(paths.config.read_text(encoding="utf-8"), tables)
+    else:
+        from execsys.tui.widgets.values import declaration_text
+
+        text = declaration_text(tables)
     declaration.parse(text, paths.config)  # what is written must load back
     return save_text(paths.config, text)
 
