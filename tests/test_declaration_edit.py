@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from execsys.tui.app import ExecsysApp
 from textual.widgets import Input, Static
 
 from execsys import declaration
 from execsys.declaration_edit import edit_declaration_text
-from execsys.tui.app import ExecsysApp
 from tests.tui_helpers import settle, text_of
 
 COMMENTED = """\
