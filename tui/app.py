@@ -61,13 +61,17 @@ class ExecsysApp(App[int]):
         self,
         *,
         config: str | os.PathLike[str] | None = None,
+        lock: str | os.PathLike[str] | None = None,
         ledger: str | os.PathLike[str] | None = None,
         hosts: Iterable[str] = (),
         autostart: bool = True,
         theme: str = DARK,
+        show_tracebacks: bool = False,
     ) -> None:
         super().__init__()
-        self.paths = Paths.resolve(config, ledger)
+        self.show_tracebacks = show_tracebacks
+        self.crash: BaseException | None = None
+        self.paths = Paths.resolve(config, ledger, lock)
         self.doctor = DoctorState()
         self.doctor.hosts.extend(h for h in hosts if h not in self.doctor.hosts)
         self.autostart = autostart
@@ -158,6 +162,20 @@ class ExecsysApp(App[int]):
     def _rerun_doctor(self) -> None:
         self.switch_mode("doctor")
         self.call_after_refresh(lambda: self.screen.run_action("rerun_all"))
+
+    # -- a crash: one line and a non-zero exit, the traceback only with --debug ---------
+    def _handle_exception(self, error: Exception) -> None:
+        self.crash = error
+        super()._handle_exception(error)
+
+    def _fatal_error(self) -> None:
+        # Textual renders a full traceback with locals on exit; without --debug the CLI prints
+        # one line instead (execsys.commands.tui.exit_code_of), so only close the app here.
+        if self.show_tracebacks:
+            super()._fatal_error()
+            return
+        self.bell()
+        self._close_messages_no_wait()
 
     # -- workers: failures handled in one place -------------------------------
     def report_worker_failure(self, worker: Worker) -> None:

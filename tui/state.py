@@ -32,11 +32,13 @@ class Paths:
     ledger: Path | None
 
     @classmethod
-    def resolve(cls, config: str | Path | None, ledger: str | Path | None) -> Paths:
-        config_path = Path(config) if config else Path("execsys.toml")
+    def resolve(cls, config: str | Path | None, ledger: str | Path | None, lock: str | Path | None = None) -> Paths:
+        """The same defaults as every command: see :mod:`execsys.sources`."""
+        from execsys.sources import config_path, lock_path
+
         return cls(
-            config=config_path,
-            lock=config_path.with_name("execsys.lock.json"),
+            config=config_path(config),
+            lock=lock_path(lock, config),
             ledger=Path(ledger).expanduser() if ledger else None,
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from execsys.cli import add_sources
 from execsys.errors import ExitCode, UsageError
 
 HELP = "open the terminal UI: doctor, identity, probes, scope and plan, in order"
@@ -26,7 +27,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="PATH", help="the declaration (default: ./execsys.toml)")
+    add_sources(parser)
     parser.add_argument("--host", action="append", default=[], metavar="DEST",
                         help="also check this SSH destination in the doctor step (repeatable)")
     parser.add_argument("--light", action="store_true", help="start with the light theme (ctrl+t toggles)")
@@ -39,6 +40,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the TUI needs an interactive terminal (for scripts, use the subcommands: see 'execsys --help')")
     from execsys.tui.app import DARK, LIGHT, ExecsysApp
 
-    app = ExecsysApp(config=args.config, ledger=args.ledger, hosts=args.host, theme=LIGHT if args.light else DARK)
+    app = ExecsysApp(config=args.config, lock=args.lock, ledger=args.ledger, hosts=args.host, theme=LIGHT if args.light else DARK,
+                     show_tracebacks=args.debug)
     result = app.run()
+    return exit_code_of(app, result)
+
+
+def exit_code_of(app, result: int | None) -> int:
+    """The shell's exit code for a finished app: a crash is never 0, and says what broke in one line."""
+    import sys
+
+    from execsys.redact import redact_text
+
+    crash = getattr(app, "crash", None)
+    if crash is not None or app.return_code:
+        what = f"{type(crash).__name__}: {' '.join(str(crash).split())}" if crash is not None else "the app failed"
+        sys.stderr.write(f"execsys tui: internal error: {redact_text(what)} "
+                         "(run again with --debug for the traceback, and please report it)\n")
+        return int(ExitCode.INTERNAL)
     return int(result or ExitCode.OK)
