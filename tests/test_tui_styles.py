@@ -1,0 +1,38 @@
+"""Each step's styles stay on its own screen: visiting one step never changes another's layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from execsys.tui.app import ExecsysApp
+from tests.tui_helpers import settle
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _label_widths(app: ExecsysApp) -> set[int]:
+    return {label.size.width for label in app.screen.query(".field-name").results(Static) if label.size.width}
+
+
+async def test_identity_labels_keep_their_width_after_visiting_scope(
+        tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f2")
+        await settle(pilot, lambda: bool(_label_widths(app)))
+        before = _label_widths(app)
+        assert before == {18}, before  # identity.tcss: .field-name is 18 wide
+        await pilot.press("f4")
+        await pilot.pause()
+        await pilot.press("f2")
+        await settle(pilot, lambda: bool(_label_widths(app)))
+        assert _label_widths(app) == before
