@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from execsys.tui.app import ExecsysApp
 from textual.widgets import Static
 
-from execsys.tui.app import ExecsysApp
 from tests.tui_helpers import settle
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
