@@ -36,3 +36,26 @@ async def test_identity_labels_keep_their_width_after_visiting_scope(
         await pilot.press("f2")
         await settle(pilot, lambda: bool(_label_widths(app)))
         assert _label_widths(app) == before
+
+
+async def test_digits_typed_into_a_field_stay_in_it(tmp_path: Path, ledger_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual.widgets import Input
+
+    monkeypatch.chdir(tmp_path)
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")  # no field has the focus yet: a bare digit switches steps
+        assert app.current_mode == "identity"
+        field = app.screen.query_one("#f-budget-max_tokens", Input)
+        field.focus()
+        field.value = ""
+        await pilot.pause()
+        await pilot.press("4", "1", "3")
+        await pilot.pause()
+        assert app.current_mode == "identity"
+        assert field.value == "413"
+        await pilot.press("f4")  # function keys always switch
+        assert app.current_mode == "scope"
+        await pilot.press("alt+2")
+        assert app.current_mode == "identity"

@@ -21,6 +21,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widgets import Input
 from textual.worker import Worker
 
 DARK, LIGHT = "textual-dark", "textual-light"
@@ -36,16 +37,22 @@ class ExecsysApp(App[int]):
     TITLE = "execsys"
     CSS_PATH = "app.tcss"
     MODES = {"doctor": DoctorScreen, "identity": IdentityScreen, "probes": ProbesScreen, "scope": ScopeScreen}
+    # Bare digits switch steps only while no text field has the focus (a digit typed into a field
+    # belongs to the field); F1-F4 and alt+digit always switch.
     BINDINGS = [
-        Binding("1", "step('doctor')", "Doctor", show=False),
-        Binding("2", "step('identity')", "Identity", show=False),
-        Binding("3", "step('probes')", "Probes", show=False),
-        Binding("4", "step('scope')", "Scope", show=False),
+        Binding("1", "digit_step('doctor')", "Doctor", show=False),
+        Binding("2", "digit_step('identity')", "Identity", show=False),
+        Binding("3", "digit_step('probes')", "Probes", show=False),
+        Binding("4", "digit_step('scope')", "Scope", show=False),
         # Function keys switch steps even while a text field has the focus.
         Binding("f1", "step('doctor')", show=False, priority=True),
         Binding("f2", "step('identity')", show=False, priority=True),
         Binding("f3", "step('probes')", show=False, priority=True),
         Binding("f4", "step('scope')", show=False, priority=True),
+        Binding("alt+1", "step('doctor')", show=False, priority=True),
+        Binding("alt+2", "step('identity')", show=False, priority=True),
+        Binding("alt+3", "step('probes')", show=False, priority=True),
+        Binding("alt+4", "step('scope')", show=False, priority=True),
         # In the palette and on ctrl+t, not in the footer: at 80 columns the footer keeps the step's own keys.
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
@@ -148,6 +155,13 @@ class ExecsysApp(App[int]):
     def action_step(self, mode: str) -> None:
         if self.current_mode != mode:
             self.switch_mode(mode)
+
+    def action_digit_step(self, mode: str) -> None:
+        self.action_step(mode)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # a digit typed while a field has the focus belongs to the field
+        return not (action == "digit_step" and isinstance(self.focused, Input))
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK
