@@ -59,3 +59,33 @@ async def test_digits_typed_into_a_field_stay_in_it(tmp_path: Path, ledger_path:
         assert app.current_mode == "scope"
         await pilot.press("alt+2")
         assert app.current_mode == "identity"
+
+
+async def test_question_mark_opens_help_for_the_step_and_esc_closes_it(
+        tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from execsys.tui.screens.help import HelpScreen
+
+    from tests.tui_helpers import text_of
+
+    monkeypatch.chdir(tmp_path)
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f1")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        doctor_help = text_of(app.screen.query_one("#help-text", Static))
+        assert "Re-run all" in doctor_help  # the step's own keys, read from its live bindings
+        await pilot.press("escape")
+        await pilot.press("f3")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = text_of(app.screen.query_one("#help-text", Static))
+        assert text.startswith("Step 3, Probes")
+        for symbol in "✓!✗–?▸●○◇≠=":
+            assert f"  {symbol}  " in text
+        assert "Esc closes this help." in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        assert app.current_mode == "probes"

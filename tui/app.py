@@ -55,6 +55,7 @@ class ExecsysApp(App[int]):
         Binding("alt+4", "step('scope')", show=False, priority=True),
         # In the palette and on ctrl+t, not in the footer: at 80 columns the footer keeps the step's own keys.
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
+        Binding("question_mark", "help", "Help", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
@@ -156,12 +157,23 @@ class ExecsysApp(App[int]):
         if self.current_mode != mode:
             self.switch_mode(mode)
 
+    def action_help(self) -> None:
+        """Help for the step on screen, with the keys that work there now."""
+        from execsys.tui.screens.help import HelpScreen
+
+        keys = []
+        for active in self.active_bindings.values():
+            binding = active.binding
+            if binding.show and binding.description and active.enabled and binding.action != "quit":
+                keys.append((binding.key_display or self.get_key_display(binding), binding.description))
+        self.push_screen(HelpScreen(str(self.current_mode), keys))
+
     def action_digit_step(self, mode: str) -> None:
         self.action_step(mode)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # a digit typed while a field has the focus belongs to the field
-        return not (action == "digit_step" and isinstance(self.focused, Input))
+        return not (action in ("digit_step", "help") and isinstance(self.focused, Input))
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK
