@@ -182,7 +182,8 @@ def _run(args: argparse.Namespace) -> int:
     sources = load_sources(args.config, args.lock)
     endpoints = parse_assignments(args.arm, "--arm", "URL", "A=http://127.0.0.1:8000/v1")
     arm_params = {arm: _json_arg(text, f"--arm-params {arm}")
-                  for arm, text in parse_assignments(args.arm_params, "--arm-params", "JSON", "B='{}'").items()}
+                  for arm, text in parse_assignments(args.arm_params, "--arm-params", "JSON",
+                                                         'B={"temperature": 0.8}').items()}
     options = PlanRunOptions.from_sources(
         sources.declaration, sources.lock, plan=plan, endpoints=endpoints,
         params=_json_arg(args.params, "--params") if args.params else None, arm_params=arm_params,

@@ -181,17 +181,10 @@ CHECKS: tuple[PlanCheckSpec, ...] = (
 )
 
 
-def run_checks(run: Execution | None, *, plan: Plan | None = None, lock_identity: str | None = None) -> list[Check]:
-    """Every applicable check, in registry order. Without an executed log (``run`` None) only the
-    checks that need none run, on ``plan`` and ``lock_identity``."""
-    if run is None:
-        if plan is None:
-            raise ValueError("run_checks needs an execution or a plan")
-        run = Execution(plan, plan.registered_at or "", [], lock_identity=lock_identity)
-        specs = [spec for spec in CHECKS if not spec.needs_log]
-    else:
-        specs = list(CHECKS)
-    return [result for spec in specs if (result := spec.check(run)) is not None]
+def run_checks(run: Execution, *, logged: bool = True) -> list[Check]:
+    """Every applicable check, in registry order; with ``logged=False`` (there is no executed log
+    to judge) only the checks that need none."""
+    return [result for spec in CHECKS if logged or not spec.needs_log if (result := spec.check(run)) is not None]
 
 
 def validate_log(plan: Plan, header: dict[str, Any], events: list[dict[str, Any]]) -> None:
@@ -248,6 +241,6 @@ def check_plan(plan_path: str | os.PathLike[str], ledger: Ledger, executed: str 
         result.checks = check_executed(plan, registered_at, header, events, lock_identity=lock_identity)
         result.executed = str(executed)
     else:
-        result.checks = run_checks(None, plan=plan, lock_identity=lock_identity)
+        result.checks = run_checks(Execution(plan, registered_at, [], lock_identity=lock_identity), logged=False)
     result.violations = [f"{c.name}: {c.detail}" for c in result.checks if not c.passed]
     return result
