@@ -687,6 +687,14 @@ def test_plan_run_without_any_identity_says_so(cli, tmp_path, ledger_path, two_s
     reason = "no pinned identity (looked for execsys.lock.json): this plan will not count toward any scope"
     assert [line for line in result.stderr.splitlines() if "no pinned identity" in line] == [f"warning: {reason}"]
     assert result.json()["identity"] is None and result.json()["identity_reason"] == reason
+    # a lock pinned after registration does not adopt the plan: it still counts toward no scope, and says why
+    _pinned_lock(tmp_path / "execsys.lock.json")
+    later = cli("plan", "run", str(plan_path), "--arm", f"A={two_servers[0].base_url}",
+                "--arm", f"B={two_servers[1].base_url}", "--json", cwd=tmp_path)
+    assert later.returncode == 0, later.stderr
+    assert later.json()["identity"] is None
+    assert later.json()["identity_reason"].startswith("the plan was registered without a pinned identity")
+    assert "registered without a pinned identity" in later.stderr
 
 
 def test_plan_run_reads_the_placement_policy_from_the_named_declaration(cli, tmp_path, ledger_path,

@@ -32,9 +32,9 @@ from execsys.plan.schedule import (
     Plan,
     check_arms,
     load_registered_cases,
+    unpinned_reason,
     verify_registration,
 )
-from execsys.sources import no_identity_reason
 
 if TYPE_CHECKING:
     import threading
@@ -218,12 +218,8 @@ class PlanRunOptions:
         placement_table = dict(declaration.tables.get("placement") or {}) if declaration is not None else {}
 
         reason = None
-        if plan.identity is None:
-            if lock is None:
-                reason = no_identity_reason(Path(lock_path), "this plan") if lock_path is not None else \
-                    "no pinned identity: this plan will not count toward any scope"
-            else:
-                reason = plan.identity_reason or f"{NO_PLAN_IDENTITY}: this plan will not count toward any scope"
+        if plan.identity is None:  # a lock found now does not pin a plan registered without one
+            reason = unpinned_reason(lock_path) if lock is None else NO_PLAN_IDENTITY
         return cls(plan=plan, endpoints=dict(endpoints), cases_path=cases_path,
                    params={**DEFAULT_PARAMS, **(params or {})},
                    arm_params={arm: dict(values) for arm, values in (arm_params or {}).items()},

@@ -38,7 +38,14 @@ SCHEMA = "execsys.plan/1"
 DESIGNS = ("abba", "random")
 LOCAL_HOSTS = ("", "local", "localhost", "127.0.0.1", "::1")
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-NO_PLAN_IDENTITY = "the plan was registered without a pinned identity"
+NO_PLAN_IDENTITY = "the plan was registered without a pinned identity: this plan will not count toward any scope"
+
+
+def unpinned_reason(lock_path: str | os.PathLike[str] | None) -> str:
+    """Why a plan counts toward no scope: the lock that was looked for and not found."""
+    if lock_path is None:
+        return "no pinned identity: this plan will not count toward any scope"
+    return no_identity_reason(Path(lock_path), "this plan")
 
 
 def is_local(host: str | None) -> bool:
@@ -349,10 +356,7 @@ class NewPlanOptions:
         design = design if design is not None else "abba"
         validate_schedule(arm_list, design, placed, placement_flag)
         identity_id = identity if identity is not None else (lock.id if lock is not None else None)
-        reason = None
-        if identity_id is None:
-            reason = no_identity_reason(Path(lock_path), "this plan") if lock_path is not None else \
-                "no pinned identity: this plan will not count toward any scope"
+        reason = unpinned_reason(lock_path) if identity_id is None else None
         return cls(arms=tuple(arm_list), cases=cases if isinstance(cases, (str, Path)) else tuple(cases),
                    design=design, seed=seed if seed is not None else 0,
                    placement=placed, identity=identity_id, identity_reason=reason,
