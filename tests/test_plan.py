@@ -402,32 +402,64 @@ def test_remote_placement_checks_over_loopback_sshd(cli, tmp_path, ledger_path, 
 
 
 def test_run_api_cancel_and_identity_mismatch(tmp_path, ledger_path, two_servers) -> None:
-    """The API the TUI uses: on_event sees every step; cancel stops the window (descriptive)."""
+    """The API the TUI uses: typed events for every step; cancel stops the window (descriptive)."""
     import threading
 
-    from execsys.plan import load_plan, register_plan, run_plan
+    from execsys.plan import (
+        ArmAnswered,
+        CaseSent,
+        CheckResult,
+        PairScored,
+        PlacementChecked,
+        PlanRunOptions,
+        WindowClosed,
+        WindowOpened,
+        load_plan,
+        register_plan,
+        run_plan,
+    )
 
     cases = write_cases(tmp_path / "cases.jsonl", 6)
     with Ledger.open(ledger_path) as ledger:
         plan = register_plan(new_plan(["A", "B"], cases, "abba", 2, identity="f" * 64), ledger)
-        plan_path = tmp_path / "plan.json"
-        plan_path.write_text(json.dumps(plan.to_json()))
-        plan = load_plan(plan_path)
-        cancel = threading.Event()
-        seen: list[str] = []
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(plan.to_json()))
+    plan = load_plan(plan_path)
+    cancel = threading.Event()
+    seen: list[object] = []
 
-        def on_event(event: dict) -> None:
-            seen.append(event["event"])
-            if seen.count("case") == 2:
-                cancel.set()
+    def on_event(event: object) -> None:
+        seen.append(event)
+        if sum(isinstance(e, ArmAnswered) for e in seen) == 2:
+            cancel.set()
 
-        endpoints = {"A": two_servers[0].base_url, "B": two_servers[1].base_url}
-        run = run_plan(plan, endpoints, ledger, on_event=on_event, cancel=cancel, lock_identity="e" * 64)
-    assert seen[:2] == ["placement", "placement"] and "window-start" in seen and seen[-1] == "window-end"
+    lock = _identity("e" * 64)
+    options = PlanRunOptions.from_sources(None, lock, plan=plan, ledger=ledger_path,
+                                          endpoints={"A": two_servers[0].base_url, "B": two_servers[1].base_url})
+    run = run_plan(options, on_event=on_event, cancel=cancel)
+    kinds = [type(e) for e in seen]
+    assert kinds[:3] == [PlacementChecked, PlacementChecked, WindowOpened]
+    assert kinds[3:8] == [CaseSent, ArmAnswered, CaseSent, ArmAnswered, PairScored]
+    assert kinds[8] is WindowClosed and seen[8].cancelled
+    assert all(k is CheckResult for k in kinds[9:])
+    assert [e.check for e in seen[9:]] == run.checks
+    first, second = seen[4], seen[6]
+    assert (first.position, second.position) == ("first", "second") and first.case_id == second.case_id
+    assert first.arm == plan.order[0]["first"] and (first.step, second.step, first.total) == (1, 2, 12)
+    pair = seen[7]
+    assert pair.n == 1 and pair.correct == {first.arm: first.correct, second.arm: second.correct}
     assert run.cancelled and run.stats.n == 1 and run.label == "descriptive"
     failed = {c.name for c in run.checks if not c.passed}
     assert {"complete", "pinned-identity", "order"} <= failed
     assert run.record and run.to_json()["schema"] == "execsys.plan-run/1"
+    # the plan has an identity, so the run counts toward it and needs no reason
+    assert run.to_json()["identity"] == "f" * 64 and run.to_json()["identity_reason"] is None
+
+
+def _identity(identity_id: str):
+    from execsys.identity import Identity
+
+    return Identity(id=identity_id, recorded_at="2026-11-30T00:00:00Z", components={})
 
 
 def test_relative_cases_path_resolves_from_the_plan_directory(cli, tmp_path, ledger_path, two_servers) -> None:
@@ -458,3 +490,235 @@ def test_sampling_settings_as_arms(cli, tmp_path, ledger_path, two_servers) -> N
     bad = cli("plan", "run", str(plan_path), "--arm", f"greedy={url}", "--arm", f"hot={url}",
               "--arm-params", "cold={}")
     assert bad.returncode == 2 and "unknown arm 'cold'" in bad.stderr
+
+
+class RecordingProxy:
+    """A loopback HTTP proxy in front of a real server that keeps the JSON body of every POST:
+    what was actually sent, as opposed to what the run says it sent."""
+
+    def __init__(self, target_base_url: str) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.error import HTTPError
+        from urllib.request import Request, urlopen
+
+        self.bodies: list[dict] = []
+        target = target_base_url.rstrip("/")
+        target_root = target[: -len("/v1")] if target.endswith("/v1") else target
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # quiet
+                pass
+
+            def _forward(self, body: bytes | None) -> None:
+                request = Request(target_root + self.path, data=body, method=self.command,
+                                  headers={"Content-Type": self.headers.get("Content-Type", "application/json")})
+                try:
+                    with urlopen(request, timeout=60) as response:
+                        status, payload = response.status, response.read()
+                except HTTPError as exc:
+                    status, payload = exc.code, exc.read()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                self._forward(None)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.bodies.append(json.loads(body))
+                self._forward(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_arm_parameters_are_sent_not_only_recorded(cli, tmp_path, ledger_path, two_servers) -> None:
+    """Each arm's requests, observed at the wire, carry that arm's parameters and no other's."""
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "greedy", "hot", "--cases", str(cases), "--out", str(plan_path)).returncode == 0
+    with RecordingProxy(two_servers[0].base_url) as greedy, RecordingProxy(two_servers[0].base_url) as hot:
+        result = cli("plan", "run", str(plan_path), "--arm", f"greedy={greedy.base_url}", "--arm", f"hot={hot.base_url}",
+                     "--params", '{"top_k": 3}', "--arm-params", 'hot={"temperature": 1.5, "seed": 7}', "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(greedy.bodies) == len(hot.bodies) == 4
+    prompts = {f"Item {i} says" for i in range(4)}
+    assert {body["prompt"] for body in greedy.bodies} == prompts == {body["prompt"] for body in hot.bodies}
+    for body in greedy.bodies:
+        assert body["temperature"] == 0 and body["top_k"] == 3 and "seed" not in body
+    for body in hot.bodies:
+        assert body["temperature"] == 1.5 and body["seed"] == 7 and body["top_k"] == 3
+    # a case's own max_tokens (8) wins over the arms' default (32), on the wire
+    assert {body["max_tokens"] for body in greedy.bodies + hot.bodies} == {8}
+    arms = result.json()["arms"]
+    assert arms["hot"]["params"] == {"temperature": 1.5, "max_tokens": 32, "seed": 7, "top_k": 3}
+    assert arms["greedy"]["params"] == {"temperature": 0, "max_tokens": 32, "top_k": 3}
+
+
+# ------------------------------------------------------------------ --config and --lock
+
+
+def _pinned_lock(path: Path) -> str:
+    """A lock file for a fixed set of components; returns its identity id."""
+    components = {name: {"declared": {}, "observed": {}} for name in COMPONENTS}
+    components["model"]["declared"] = {"name": "tiny"}
+    identity_id = content_id(components)
+    path.write_text(json.dumps({"schema": "execsys.identity/1", "id": identity_id,
+                                "recorded_at": "2026-11-30T00:00:00Z", "declaration": {},
+                                "components": components, "notes": []}))
+    return identity_id
+
+
+def test_plan_new_finds_the_lock_beside_the_declaration(cli, tmp_path, ledger_path) -> None:
+    project = tmp_path / "eval"
+    project.mkdir()
+    (project / "execsys.toml").write_text("")
+    identity_id = _pinned_lock(project / "execsys.lock.json")
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    # run from the parent directory: the lock is found beside --config, not in the cwd
+    made = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--config", str(project / "execsys.toml"),
+               "--json", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert made.json()["identity"] == identity_id and "identity_reason" not in made.json()
+    assert "no pinned identity" not in made.stderr
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.find(kind="plan")[0].identity == identity_id
+    # the same identity given as an id the ledger knows is not a file: still accepted
+    with Ledger.open(ledger_path) as ledger:
+        ledger.append("identity", json.loads((project / "execsys.lock.json").read_text()), identity=identity_id)
+    by_id = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--lock", identity_id[:16], "--json",
+                cwd=tmp_path)
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.json()["identity"] == identity_id
+
+
+def test_plan_new_without_a_lock_says_so_once(cli, tmp_path, ledger_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    made = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--json", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    lines = [line for line in made.stderr.splitlines() if "no pinned identity" in line]
+    assert lines == ["warning: no pinned identity (looked for execsys.lock.json): this plan will not count "
+                     "toward any scope"]
+    data = made.json()
+    assert data["identity"] is None
+    assert data["identity_reason"] == "no pinned identity (looked for execsys.lock.json): this plan will not " \
+                                      "count toward any scope"
+
+
+def test_a_named_lock_that_does_not_exist_is_exit_2(cli, tmp_path, ledger_path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 4)
+    missing = tmp_path / "nowhere" / "execsys.lock.json"
+    made = cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--lock", str(missing))
+    assert made.returncode == 2
+    assert made.stderr.strip().splitlines() == [made.stderr.strip()] and "no such lock file" in made.stderr
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(plan_path)).returncode == 0
+    for action in (["run", str(plan_path), "--arm", "A=http://127.0.0.1:9/v1", "--arm", "B=http://127.0.0.1:9/v1"],
+                   ["check", str(plan_path)]):
+        result = cli("plan", *action, "--lock", str(missing))
+        assert result.returncode == 2 and "no such lock file" in result.stderr, (action, result.stderr)
+        assert "Traceback" not in result.stderr
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.count(kind="plan-run") == 0
+    named_config = cli("plan", "check", str(plan_path), "--config", str(tmp_path / "absent.toml"))
+    assert named_config.returncode == 2
+
+
+def test_plan_run_and_check_use_the_lock_beside_the_declaration(cli, tmp_path, ledger_path, two_servers) -> None:
+    project = tmp_path / "eval"
+    project.mkdir()
+    config = project / "execsys.toml"
+    config.write_text("")
+    lock = project / "execsys.lock.json"
+    _pinned_lock(lock)
+    cases = write_cases(tmp_path / "cases.jsonl", 2)
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--config", str(config),
+               "--out", str(plan_path), cwd=tmp_path).returncode == 0
+    arms = ["--arm", f"A={two_servers[0].base_url}", "--arm", f"B={two_servers[1].base_url}"]
+    held = cli("plan", "run", str(plan_path), *arms, "--config", str(config), "--json", cwd=tmp_path)
+    assert held.returncode == 0, held.stderr
+    checks = {c["name"]: c for c in held.json()["checks"]}
+    assert checks["pinned-identity"]["passed"]
+    assert "no pinned identity" not in held.stderr
+
+    # the system moved: re-pinned beside the declaration, the plan's identity no longer holds
+    components = json.loads(lock.read_text())["components"]
+    components["model"]["declared"] = {"name": "other"}
+    lock.write_text(json.dumps({"schema": "execsys.identity/1", "id": content_id(components),
+                                "recorded_at": "2026-11-30T00:00:00Z", "declaration": {},
+                                "components": components, "notes": []}))
+    moved = cli("plan", "run", str(plan_path), *arms, "--config", str(config), "--json", cwd=tmp_path)
+    assert moved.returncode == 1
+    assert not {c["name"]: c for c in moved.json()["checks"]}["pinned-identity"]["passed"]
+    assert moved.json()["label"] == "descriptive"
+    checked = cli("plan", "check", str(plan_path), "--config", str(config), "--json", cwd=tmp_path)
+    assert checked.returncode == 1
+    assert checked.json()["violations"][0].startswith("pinned-identity: the plan was registered for identity")
+    # from a directory with no lock, nothing is compared: the plan check is clean
+    assert cli("plan", "check", str(plan_path), cwd=tmp_path).returncode == 0
+
+
+def test_plan_run_without_any_identity_says_so(cli, tmp_path, ledger_path, two_servers) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", 2)
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(plan_path),
+               cwd=tmp_path).returncode == 0
+    result = cli("plan", "run", str(plan_path), "--arm", f"A={two_servers[0].base_url}",
+                 "--arm", f"B={two_servers[1].base_url}", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    reason = "no pinned identity (looked for execsys.lock.json): this plan will not count toward any scope"
+    assert [line for line in result.stderr.splitlines() if "no pinned identity" in line] == [f"warning: {reason}"]
+    assert result.json()["identity"] is None and result.json()["identity_reason"] == reason
+    # a lock pinned after registration does not adopt the plan: it still counts toward no scope, and says why
+    _pinned_lock(tmp_path / "execsys.lock.json")
+    later = cli("plan", "run", str(plan_path), "--arm", f"A={two_servers[0].base_url}",
+                "--arm", f"B={two_servers[1].base_url}", "--json", cwd=tmp_path)
+    assert later.returncode == 0, later.stderr
+    assert later.json()["identity"] is None
+    assert later.json()["identity_reason"].startswith("the plan was registered without a pinned identity")
+    assert "registered without a pinned identity" in later.stderr
+
+
+def test_plan_run_reads_the_placement_policy_from_the_named_declaration(cli, tmp_path, ledger_path,
+                                                                          two_servers, monkeypatch) -> None:
+    """[placement] comes from --config, not from whatever execsys.toml is in the cwd. The host is
+    an ssh alias for a closed loopback port: (b) and (c) fail fast, (d) is judged from the policy."""
+    from tests.fixtures.llama import free_port
+
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(f"Host closed-box\n  HostName 127.0.0.1\n  Port {free_port()}\n")
+    monkeypatch.setenv("EXECSYS_SSH_CONFIG", str(ssh_config))
+    project = tmp_path / "eval"
+    project.mkdir()
+    config = project / "execsys.toml"
+    config.write_text('[placement]\nallowed = ["tier-1"]\nhosts = { "closed-box" = "tier-1" }\n')
+    (tmp_path / "execsys.toml").write_text('[placement]\nallowed = ["tier-9"]\n')  # the cwd's: must be ignored
+    cases = write_cases(tmp_path / "cases.jsonl", 2)
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--placement", "A=closed-box",
+               "--out", str(plan_path), cwd=tmp_path).returncode == 0
+    result = cli("plan", "run", str(plan_path), "--arm", f"A={two_servers[0].base_url}",
+                 "--arm", f"B={two_servers[1].base_url}", "--config", str(config), "--json", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    checks = {c["name"]: c for c in result.json()["placement"][0]["checks"]}
+    assert checks["d-admissible"]["passed"], checks["d-admissible"]
+    assert "closed-box is tier-1" in checks["d-admissible"]["detail"]
+    assert not checks["c-host-identity"]["passed"]

@@ -495,15 +495,18 @@ def plan_designs() -> tuple[str, ...]:
 
 def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, seed: int, out: str | None,
                   identity_id: str | None, override: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
-    """`execsys plan new --arms A B --cases FILE --design D --seed S [--out FILE]`, plus the gate override."""
+    """`execsys plan new --arms A B --cases FILE --design D --seed S [--out FILE]`, plus the gate override.
+
+    ``identity_id`` is the identity this session speaks for (the header's); without one the plan
+    records ``identity_reason``, naming the lock that was looked for."""
     from execsys.fsutil import atomic_write_json
     from execsys.ledger import Ledger
-    from execsys.plan import new_plan
-    from execsys.plan import register_plan as engine_register
+    from execsys.plan import NewPlanOptions, make_plan
 
+    options = NewPlanOptions.from_sources(None, None, arms=arms, cases=cases, design=design, seed=seed,
+                                          identity=identity_id, lock_path=paths.lock)
     with Ledger.open(paths.ledger) as ledger:
-        plan = new_plan(arms, cases, design, seed, {}, identity=identity_id)
-        engine_register(plan, ledger)
+        plan = make_plan(options, ledger).plan
         if override is not None:
             ledger.append("gate-override", {**override, "for": "plan", "plan": plan.record_id},
                           identity=identity_id, parent=plan.record_id, key="gate-override")

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from execsys.cli import add_json, positive_float
+from execsys.cli import add_json, add_sources, positive_float
 from execsys.errors import ExitCode, UsageError
 
 HELP = "pre-register and run a counterbalanced paired comparison of two arms"
@@ -33,8 +33,15 @@ examples:
       --extract last-number --log executed.jsonl
   execsys plan check plan.json --executed executed.jsonl
 
+The declaration and the lock are found as everywhere (--config, else $EXECSYS_CONFIG, else
+./execsys.toml; --lock, else execsys.lock.json beside the declaration). 'plan new' records the
+lock's identity in the plan; 'plan run' checks the plan was registered for the lock's identity and
+verifies remote placement (b) against its artifact digest. With no lock, 'plan new' and 'plan run'
+say so in one line on stderr, and --json records "identity": null with "identity_reason".
+
 exit codes: new 0; run 0 causal, 1 descriptive (a check failed); check 0 clean, 1 violations;
-2 a tampered or unregistered plan, unknown arms, a malformed log or other bad input
+2 a tampered or unregistered plan, unknown arms, a malformed log, a named lock that does not
+exist or other bad input
 """
 
 
@@ -51,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     new.add_argument("--design", default="abba", help="abba (default) or random (balanced)")
     new.add_argument("--seed", default="0", help="seed for the case order and the counterbalance (default 0)")
     new.add_argument("--placement", action="append", metavar="ARM=HOST", help="register where an arm runs (repeat)")
-    new.add_argument("--lock", metavar="FILE", help="record this identity in the plan")
+    add_sources(new, lock_help="record this identity in the plan: a lock file, or an identity or record id the "
+                               "ledger knows (default: execsys.lock.json beside the declaration)")
     new.add_argument("--out", metavar="FILE", help="write the plan here (default: print it)")
     add_json(new)
 
@@ -69,10 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--params", metavar="JSON", help="sampling parameters for both arms (default temperature 0, max_tokens 32)")
     run.add_argument("--extract", metavar="SPEC", help="outcome extractor: regex:PAT, json:PATH, last-number, command:CMD")
     run.add_argument("--cases", metavar="FILE", help="cases file (default: the one registered in the plan)")
-    run.add_argument("--lock", metavar="FILE", help="lock whose artifact digest remote placement (b) verifies")
+    add_sources(run, lock_help="the pinned identity the plan must be registered for, and whose artifact digest "
+                               "remote placement (b) verifies (default: execsys.lock.json beside the declaration)")
     run.add_argument("--artifact", metavar="PATH", help="artifact path on the remote hosts (default: the lock's)")
     run.add_argument("--log", metavar="FILE", help="executed log (default: <plan>.executed.jsonl)")
-    run.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request (default 120)")
+    run.add_argument("--timeout", type=positive_float, default=None, help="seconds per request (default 120)")
     run.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     add_json(run)
 
@@ -83,6 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "  execsys plan check plan.json --executed plan.json.executed.jsonl --json"))
     chk.add_argument("plan", help="plan file")
     chk.add_argument("--executed", metavar="LOG", help="executed log (execsys.plan-log/1) to check against the plan")
+    add_sources(chk, lock_help="check that the plan was registered for this lock's identity "
+                               "(default: execsys.lock.json beside the declaration)")
     add_json(chk)
 
 
@@ -97,31 +108,39 @@ def _seed(text: str) -> int | str:
         return text
 
 
+def _names_a_file(ref: str) -> bool:
+    """Whether ``--lock`` names a lock file rather than an identity or record id in the ledger."""
+    return Path(ref).exists() or ref.endswith(".json") or "/" in ref
+
+
 def _new(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.fsutil import write_output
-    from execsys.ledger import Ledger
-    from execsys.plan import new_plan, parse_placement, register_plan
+    from execsys.plan import NewPlanOptions, make_plan, parse_assignments
+    from execsys.sources import load_sources
 
-    placement = parse_placement(args.placement, args.arms)
-    with Ledger.open() as ledger:
-        identity = None
-        if args.lock:
-            from execsys.scope import resolve_identity
+    lock_file = args.lock if args.lock is None or _names_a_file(args.lock) else None
+    sources = load_sources(args.config, lock_file)
+    lock = sources.lock
+    if args.lock is not None and lock_file is None:
+        from execsys.identity import load_identity_ref
 
-            identity = resolve_identity(args.lock, ledger).id
-        plan = new_plan(args.arms, args.cases, args.design, _seed(args.seed), placement, identity=identity)
-        register_plan(plan, ledger)
-    data = plan.to_json()
-    if plan.cases.get("file"):
-        from execsys.probes.cases import load_cases
-
-        missing = [c.id for c in load_cases(plan.cases["file"]) if c.expected is None]
-        if missing:
-            console.warn(f"{len(missing)} case(s) have no \"expected\" answer (first: {missing[0]}); "
-                         "'plan run' needs one per case to score the arms")
+        lock = load_identity_ref(args.lock)
+    placement = parse_assignments(args.placement, "--placement", "HOST", "A=gpu1", once=True)
+    options = NewPlanOptions.from_sources(sources.declaration, lock, arms=args.arms, cases=args.cases,
+                                          design=args.design, seed=_seed(args.seed), placement=placement,
+                                          lock_path=sources.lock_path)
+    made = make_plan(options)
+    plan = made.plan
+    data = made.to_json()
     if args.out:
         write_output(args.out, data, "the plan")
+    # after the last thing that can fail: bad input stays one line
+    if plan.identity_reason:
+        console.warn(plan.identity_reason)
+    if made.without_expected:
+        console.warn(f"{len(made.without_expected)} case(s) have no \"expected\" answer "
+                     f"(first: {made.without_expected[0]}); 'plan run' needs one per case to score the arms")
     if args.json or not args.out:
         console.print_json(data)
     else:
@@ -147,50 +166,45 @@ def _json_arg(text: str, flag: str) -> dict:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from execsys import console, declaration
-    from execsys.ledger import Ledger
-    from execsys.plan import load_plan, parse_arm_endpoints, run_plan
+    from execsys import console
+    from execsys.plan import (
+        ArmAnswered,
+        NoPinnedIdentity,
+        PlacementChecked,
+        PlanRunOptions,
+        load_plan,
+        parse_assignments,
+        run_plan,
+    )
+    from execsys.sources import load_sources
 
     plan = load_plan(args.plan)
-    endpoints = parse_arm_endpoints(args.arm, plan)
-    params = _json_arg(args.params, "--params") if args.params else {}
-    arm_params: dict[str, dict] = {}
-    for item in args.arm_params:
-        arm, sep, text = item.partition("=")
-        if not sep:
-            raise UsageError(f"--arm-params {item!r}: expected ARM=JSON")
-        if arm not in plan.arms:
-            raise UsageError(f"--arm-params: unknown arm '{arm}' (arms: {', '.join(plan.arms)})")
-        arm_params[arm] = _json_arg(text, f"--arm-params {arm}")
-    artifact, digest, lock_identity = args.artifact, None, None
-    if args.lock:
-        from execsys.identity import load_lock
+    sources = load_sources(args.config, args.lock)
+    endpoints = parse_assignments(args.arm, "--arm", "URL", "A=http://127.0.0.1:8000/v1")
+    arm_params = {arm: _json_arg(text, f"--arm-params {arm}")
+                  for arm, text in parse_assignments(args.arm_params, "--arm-params", "JSON",
+                                                         'B={"temperature": 0.8}').items()}
+    options = PlanRunOptions.from_sources(
+        sources.declaration, sources.lock, plan=plan, endpoints=endpoints,
+        params=_json_arg(args.params, "--params") if args.params else None, arm_params=arm_params,
+        extract=args.extract, cases=args.cases, artifact=args.artifact, log=args.log, plan_path=args.plan,
+        timeout=args.timeout, api_key_env=args.api_key_env, lock_path=sources.lock_path)
 
-        lock_identity = load_lock(args.lock).id
-        artifact_info = _lock_artifact(args.lock)
-        artifact = artifact or artifact_info.get("path")
-        digest = artifact_info.get("digest")
-    decl = declaration.load()
-    log_path = args.log or f"{args.plan}.executed.jsonl"
-
-    def progress(event: dict) -> None:
-        if event["event"] == "case" and not args.json:
-            mark = "✓" if event.get("correct") else "·"
+    def progress(event: object) -> None:
+        if isinstance(event, ArmAnswered) and not args.json:
+            mark = "✓" if event.correct else "·"
             # case ids come from the user's file: never markup ('[/x]' would stop the run half-way)
-            console.err().print(f"  {event['case']:<16} {event['arm']:<8} {event['position']:<6} {mark}",
+            console.err().print(f"  {event.case_id:<16} {event.arm:<8} {event.position:<6} {mark}",
                                 highlight=False, markup=False)
-        elif event["event"] == "placement" and event.get("checks"):
-            for check in event["checks"]:
-                status = "ok" if check["passed"] else "fail"
-                console.err().print(f"  {console.symbol(status)} placement {event['arm']}@{event['host']} "
-                                    f"{check['name']}: {check['detail']}", highlight=False, markup=False)
+        elif isinstance(event, NoPinnedIdentity):
+            console.warn(event.reason)
+        elif isinstance(event, PlacementChecked):
+            for check in event.checks:
+                status = "ok" if check.passed else "fail"
+                console.err().print(f"  {console.symbol(status)} placement {event.arm}@{event.host} "
+                                    f"{check.name}: {check.detail}", highlight=False, markup=False)
 
-    with Ledger.open() as ledger:
-        result = run_plan(plan, endpoints, ledger, params=params, arm_params=arm_params, extract=args.extract,
-                          cases_path=args.cases, artifact_path=artifact, expected_digest=digest,
-                          placement_table=decl.tables.get("placement") or {}, log_path=log_path,
-                          timeout=args.timeout, api_key_env=args.api_key_env, on_event=progress,
-                          base_dir=Path(args.plan).parent, lock_identity=lock_identity)
+    result = run_plan(options, on_event=progress)
     if args.json:
         console.print_json(result.to_json())
     else:
@@ -205,29 +219,17 @@ def _run(args: argparse.Namespace) -> int:
     return ExitCode.OK if result.label == "causal" else ExitCode.FINDING
 
 
-def _lock_artifact(path: str) -> dict:
-    """Path and digest of the pinned artifact in a lock file."""
-    from execsys.quant import _lock_components
-
-    artifact = _lock_components(path).get("artifact") or {}
-    found: dict = {}
-    for source in (artifact, artifact.get("observed") or {}, artifact.get("declared") or {}):
-        if isinstance(source, dict):
-            for key in ("path", "digest"):
-                if key not in found and isinstance(source.get(key), str):
-                    found[key] = source[key]
-    return found
-
-
 def _check(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from execsys import console
     from execsys.ledger import Ledger
     from execsys.plan import check_plan
+    from execsys.sources import load_sources
 
+    sources = load_sources(args.config, args.lock)
     with Ledger.open() as ledger:
-        result = check_plan(args.plan, ledger, args.executed)
+        result = check_plan(args.plan, ledger, args.executed, lock_identity=sources.identity_id)
     if args.json:
         console.print_json(result.to_json())
     else:
