@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from execsys.redact import redact_text
+from execsys.redact import REDACTED, redact_text
 
 
 def strip_credentials(url: str) -> str:
@@ -126,7 +126,10 @@ _DESCRIBE_INTERPRETER = (
 
 
 def _first_word(command: str) -> tuple[str | None, str | None]:
-    """(program, why it runs through a shell or None). ``VAR=x`` and ``env [-opts] VAR=x`` are skipped."""
+    """(program, the shell it runs through or None). ``VAR=x`` and ``env [-opts] VAR=x`` are skipped.
+
+    ``verify`` reads the commands back from the lock, redacted: ``<redacted>`` is a word, not a redirection."""
+    command = command.replace(REDACTED, "redacted")
     try:
         words = shlex.split(command)
     except ValueError:
@@ -134,7 +137,7 @@ def _first_word(command: str) -> tuple[str | None, str | None]:
     shell = "sh" if _SHELL_SYNTAX.search(command) else None
     while words and (_ASSIGNMENT.match(words[0]) or os.path.basename(words[0]) == "env"):
         if os.path.basename(words[0]) == "env":
-            words = [w for w in words[1:]]
+            words = words[1:]
             while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
                 words = words[1:]
             break
