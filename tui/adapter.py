@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from execsys.operation import OnEvent
 from execsys.tui.state import Paths
+
+from execsys.operation import OnEvent
 
 # -- doctor ------------------------------------------------------------------
 
