@@ -270,6 +270,44 @@ def _observe_runtime_component(declared: dict[str, Any], base_dir: Path | None, 
     return observed
 
 
+def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dict[str, Any] | None,
+                      harness: dict[str, Any]) -> dict[str, Any]:
+    """A Python engine's version as installed where it runs -- the serving process's interpreter, else the
+    harness's (an in-process engine) -- never execsys's own interpreter, which is the observer's install."""
+    import re
+
+    from execsys.observe.harness import interpreter_facts, is_python
+    from execsys.observe.runtime import ENGINES, canonical_engine
+
+    name = canonical_engine(declared_engine if isinstance(declared_engine, str) else None)
+    if not name:
+        return engine
+    packages = ENGINES[name]["packages"] if name in ENGINES else [name]
+    if not packages or str(engine.get("source") or "").endswith("--version"):
+        return engine  # a binary engine (llama.cpp, ollama): found through PATH, as the launcher finds it
+    candidates: list[tuple[str, str]] = []
+    exe = (process or {}).get("exe")
+    if isinstance(exe, str) and exe and is_python(exe):
+        candidates.append((exe, "the serving process's interpreter"))
+    for command in harness.get("commands") or []:
+        interpreter = command.get("interpreter") or {}
+        if interpreter.get("executable") and not interpreter.get("note"):
+            candidates.append((interpreter["executable"], "the harness's interpreter"))
+    wanted: dict[str, str] = {}
+    for package in packages:  # the first spelling names the source, as runtime.engine_version does
+        wanted.setdefault(re.sub(r"[-_.]+", "-", package).lower(), package)
+    for executable, where in candidates:
+        _info, dists, _note = interpreter_facts(executable)
+        for dist in dists:
+            key, _, version = dist.partition("==")
+            if key in wanted:
+                return {"name": name, "version": version, "source": f"package metadata ({wanted[key]})",
+                        "interpreter": os.path.realpath(executable), "found_in": where}
+    return {"name": name, "version": None,
+            "source": "not installed in the serving process's or the harness's interpreter "
+                      "(or neither is visible from here)"}
+
+
 def _hash_progress(on_event: OnEvent | None):
     if on_event is None:
         return None
@@ -338,6 +376,9 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
     observed["hardware"] = observe_hardware(declared["hardware"])
     finished("hardware")
     observed["harness"] = observe_harness(declared["harness"], base_dir=base, exclude=exclude)
+    observed["runtime"]["engine"] = _engine_as_served(observed["runtime"].get("engine") or {},
+                                                      declared["runtime"].get("engine"),
+                                                      observed["runtime"].get("process"), observed["harness"])
     finished("harness")
     observed["environment"] = observe_environment(declared["environment"],
                                                   harness_shells=_harness_shells(observed["harness"]))
@@ -784,5 +825,9 @@ def diff_identities(a: Identity, b: Identity) -> DiffReport:
 # re-exported for callers that re-observe one component (the probes' restart axis)
 def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True,
                     base_dir: Path | None = None) -> dict[str, Any]:
-    """Re-observe the runtime component alone, redacted, as pin records it (see :mod:`execsys.observe.runtime`)."""
-    return _normalise(_observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint))
+    """Re-observe the runtime component alone, redacted, as pin records it (see :mod:`execsys.observe.runtime`);
+    the engine's package version as installed in the serving process's interpreter."""
+    observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint)
+    observed["engine"] = _engine_as_served(observed.get("engine") or {}, (declared_runtime or {}).get("engine"),
+                                           observed.get("process"), {})
+    return _normalise(observed)

@@ -322,8 +322,11 @@ def test_real_llama_cpp_server_runtime_identity(cli, tmp_path: Path, llama_serve
     runtime = result.json()["components"]["runtime"]["observed"]
     from importlib.metadata import version
 
+    # the version installed where the engine runs (the serving process's interpreter), not execsys's own
+    server_python = os.path.realpath(runtime["process"]["exe"])
     assert runtime["engine"] == {"name": "llama-cpp-python", "version": version("llama_cpp_python"),
-                                 "source": "package metadata (llama_cpp_python)"}
+                                 "source": "package metadata (llama_cpp_python)", "interpreter": server_python,
+                                 "found_in": "the serving process's interpreter"}
     assert runtime["endpoint"]["models"] == [llama_server.alias]
     assert "llama_cpp.server" in " ".join(runtime["process"]["argv"])
     assert cli("verify", cwd=tmp_path).returncode == 0

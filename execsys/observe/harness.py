@@ -200,10 +200,9 @@ def installed_distributions(directories: list[str]) -> list[str]:
     return sorted(found)
 
 
-def describe_interpreter(executable: str, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, Any]:
-    """Version, prefix and installed distributions of a Python interpreter, asked with a bounded run."""
-    import blake3
-
+def interpreter_facts(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
+                      ) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """(what the interpreter says of itself, its installed ``name==version`` list, why it could not say)."""
     from execsys.doctor import files
 
     inv = files.bounded_run([executable, "-I", "-c", _DESCRIBE_INTERPRETER], timeout, keep=1 << 20)
@@ -212,8 +211,17 @@ def describe_interpreter(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
     except (ValueError, IndexError):
         info = None
     if not isinstance(info, dict):
-        return {"executable": os.path.realpath(executable), "note": redact_text(inv.describe())}
-    dists = installed_distributions([str(p) for p in info.get("path") or []])
+        return None, [], redact_text(inv.describe())
+    return info, installed_distributions([str(p) for p in info.get("path") or []]), None
+
+
+def describe_interpreter(executable: str, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, Any]:
+    """Version, prefix and installed distributions of a Python interpreter, asked with a bounded run."""
+    import blake3
+
+    info, dists, note = interpreter_facts(executable, timeout)
+    if info is None:
+        return {"executable": os.path.realpath(executable), "note": note}
     return {
         # resolved, so one interpreter reached under two names is one system; the prefix keeps a venv distinct
         "executable": os.path.realpath(str(info.get("executable") or executable)),
@@ -224,6 +232,10 @@ def describe_interpreter(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
         "distributions": len(dists),
         "distributions_blake3": blake3.blake3("\n".join(dists).encode()).hexdigest(),
     }
+
+
+def is_python(path: str) -> bool:
+    return bool(_PYTHON_NAME.match(os.path.basename(path)) or _PYTHON_NAME.match(os.path.basename(os.path.realpath(path))))
 
 
 def observe_command(command: str, *, base_dir: Path | None = None) -> dict[str, Any]:
