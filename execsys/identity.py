@@ -795,12 +795,20 @@ class DiffReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": DIFF_SCHEMA,
-            "a": {"id": self.a.id, "recorded_at": self.a.recorded_at, "source": self.a.source},
-            "b": {"id": self.b.id, "recorded_at": self.b.recorded_at, "source": self.b.source},
+            "a": {"id": self.a.id, "recorded_at": self.a.recorded_at, "source": self.a.source, "schema": self.a.schema},
+            "b": {"id": self.b.id, "recorded_at": self.b.recorded_at, "source": self.b.source, "schema": self.b.schema},
             "moved": self.moved,
             "changes": self.changes,
             "sentence": self.sentence,
         }
+
+    @property
+    def schema_note(self) -> str | None:
+        """Identities of two schemas hold different fields: what moved may be the definition, not the system."""
+        if self.a.schema == self.b.schema:
+            return None
+        return (f"A was pinned with identity schema {self.a.schema_version}, B with schema "
+                f"{self.b.schema_version}: fields that moved may reflect the schema, not the system; re-pin both")
 
 
 def diff_sentence(moved: list[str]) -> str:

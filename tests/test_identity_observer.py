@@ -279,6 +279,10 @@ def test_verify_of_a_schema_1_lock_says_re_pin(cli, system: Path) -> None:
     assert report.returncode == 1
     assert report.json()["verdict"] == "new-identity" and report.json()["lock_schema"] == "execsys.identity/1"
     assert not any(c["status"] == "changed" for c in report.json()["components"].values())
+    # diff still compares (both ids are valid under their own schema) and says the schemas differ
+    diff = cli("diff", "old.lock.json", "execsys.lock.json", "--json", cwd=system)
+    assert diff.returncode == 0 and "schema 1, B with schema 2" in diff.stderr
+    assert (diff.json()["a"]["schema"], diff.json()["b"]["schema"]) == ("execsys.identity/1", "execsys.identity/2")
 
 
 # -- issue 15: the lock is not replaced when the ledger cannot take the record ------------------
