@@ -177,6 +177,18 @@ def install_execsys_copy(base_python: str, venv: Path) -> Path | None:
     return script if works.returncode == 0 else None
 
 
+def test_another_users_git_preferences_do_not_move_a_dirty_harness(cli, system: Path, tmp_path: Path) -> None:
+    (system / "eval.py").write_text("print('an edit not yet committed')\n")
+    env = {"OMP_NUM_THREADS": "4"}
+    plain = cli("pin", "--json", "--lock", "plain.lock.json", cwd=system, env=env).json()
+    home = tmp_path / "other-home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[diff]\n\tnoprefix = true\n\tmnemonicPrefix = true\n")
+    theirs = cli("pin", "--json", "--lock", "theirs.lock.json", cwd=system, env={**env, "HOME": str(home)}).json()
+    assert plain["components"]["harness"]["observed"]["dirty"] is True
+    assert theirs["id"] == plain["id"]
+
+
 def test_two_execsys_installs_on_two_interpreters_pin_one_id(system: Path, tmp_path: Path,
                                                             ledger_path: Path) -> None:
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"

@@ -98,8 +98,11 @@ def _observe_git(declared: dict[str, Any], *, base_dir: Path | None, exclude: li
     if commit is None:
         diff = b""
     else:
-        diff = repo.git.diff("HEAD", "--binary", "--no-ext-diff", "--no-color", "--no-textconv", *pathspec,
-                             stdout_as_string=False, strip_newline_in_stdout=False)
+        # the invoking user's ~/.gitconfig (diff.noprefix, mnemonicPrefix, ...) spells the same edits another
+        # way: the observer's preference, not the harness; the repository's own config still applies
+        with repo.git.custom_environment(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1"):
+            diff = repo.git.diff("HEAD", "--binary", "--no-ext-diff", "--no-color", "--no-textconv", *pathspec,
+                                 stdout_as_string=False, strip_newline_in_stdout=False)
     observed["dirty"] = bool(diff)
     observed["diff_blake3"] = blake3.blake3(diff).hexdigest() if diff else None
     return observed
