@@ -45,7 +45,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "reasoning_budget": (int, str), "repeat_penalty": FLOAT, "stop": LIST,
     },
     "grader": {"name": STR, "command": STR, "version": STR, "model": STR},
-    "environment": {"variables": TABLE, "layers": LIST, "hosts": LIST, "env_file": STR},
+    "environment": {"variables": TABLE, "layers": LIST, "hosts": LIST, "env_file": STR, "shell": STR},
     # Tool settings, not components of the system under test.
     "doctor": {
         "commands": LIST, "ports": LIST, "paths": LIST, "venvs": LIST, "repos": LIST, "pins": TABLE,

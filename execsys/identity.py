@@ -1,39 +1,91 @@
 """The pinned identity of an execution system: twelve components, each declared and observed.
 
 ``pin`` records, before a run, what the operator declared (``execsys.toml``) beside
-what this machine shows (artifact bytes, engine, hardware, git, environment). The
-identity ``id`` is the BLAKE3 of the canonical JSON of the components -- no
-timestamps, nothing volatile -- so the same system always gets the same id and any
-moved component gives a new one. ``verify`` re-observes everything (the artifact
-digest always from the bytes) and says, component by component, whether this is
-still the system that was pinned; ``diff_identities`` says which components moved
-between two identities and therefore what a comparison of their results can claim.
+what this machine shows (artifact bytes, engine, hardware, git, the harness's own
+interpreter, environment). The identity ``id`` is the BLAKE3 of the canonical JSON of the
+components -- no timestamps, nothing volatile, nothing that depends on who pins or from where --
+so the same system always gets the same id and any moved component gives a new one. The
+observer (execsys's own version and interpreter, the invoking shell, terminal, cwd, user) is
+recorded beside it as ``observer`` and never compared. ``verify`` re-observes everything (the
+artifact digest always from the bytes) and says, component by component, whether this is still
+the system that was pinned; ``diff_identities`` says which components moved between two
+identities and therefore what a comparison of their results can claim.
 
-This is the public API the probes, scope/plan and the TUI build on; the CLI
-commands ``pin``, ``verify`` and ``diff`` only call it and render.
+The engine layer of ``pin`` and ``verify``: ``PinOptions.from_sources`` -> :func:`run_pin` ->
+:class:`PinReport`, ``VerifyOptions.from_sources`` -> :func:`run_verify` -> :class:`VerifyReport`,
+with typed events (:class:`ComponentObserved`, :class:`ArtifactHashed`, ...). The CLI commands
+``pin``, ``verify`` and ``diff`` and the TUI only call these and render.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execsys import COMPONENTS
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError
+from execsys.operation import Cancel, Event, OnEvent, emit, first_given
 from execsys.redact import redact_argv, redact_env, redact_text, redact_url, scrub
+from execsys.sources import LOCK_NAME
 
-SCHEMA = "execsys.identity/1"
+if TYPE_CHECKING:
+    from execsys.ledger import Ledger
+
+SCHEMA_VERSION = 2
+SCHEMA = f"execsys.identity/{SCHEMA_VERSION}"
+# every identity schema this execsys reads; ids of older ones are checked under their own rule
+READABLE_SCHEMAS = {"execsys.identity/1": 1, SCHEMA: SCHEMA_VERSION}
 VERIFY_SCHEMA = "execsys.verify/1"
 DIFF_SCHEMA = "execsys.diff/1"
-DEFAULT_LOCK = "execsys.lock.json"
+DEFAULT_LOCK = LOCK_NAME
 
-ProgressFn = Callable[[int, int], None]
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComponentObserved(Event):
+    """One component's observation is done (``index`` of ``total``, counting from 1)."""
+
+    name: str
+    index: int
+    total: int
+
+
+@dataclass(frozen=True)
+class ArtifactHashed(Event):
+    """Hashing progress of the artifact (pin) or its re-hash (verify), in bytes."""
+
+    done_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class IdentityRecorded(Event):
+    """The identity is in the ledger and the lock is written."""
+
+    identity_id: str
+    record_id: str
+    lock_path: str
+
+
+@dataclass(frozen=True)
+class ComponentChecked(Event):
+    """Verify compared one component: ``status`` is same, changed or unverifiable."""
+
+    name: str
+    status: str
+    changes: int
+    reason: str | None
+
+
+# -- the identity ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -47,6 +99,7 @@ class Identity:
     notes: list[str] = field(default_factory=list)
     schema: str = SCHEMA
     source: str | None = None  # where it was loaded from (lock path or ledger id); not serialised
+    observer: dict[str, Any] = field(default_factory=dict)  # who pinned it: outside the id, never compared
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,7 +110,12 @@ class Identity:
             "declaration": self.declaration,
             "components": self.components,
             "notes": self.notes,
+            "observer": self.observer,
         }
+
+    @property
+    def schema_version(self) -> int:
+        return READABLE_SCHEMAS.get(self.schema, 0)
 
     @property
     def summary(self) -> str:
@@ -70,18 +128,20 @@ class Identity:
         if artifact.get("digest"):
             parts.append(f"artifact {artifact['digest'][:12]} {artifact.get('format') or ''} "
                          f"{artifact.get('quantization') or ''}".strip())
-        if engine.get("name"):
+        if isinstance(engine, dict) and engine.get("name"):
             parts.append(f"{engine['name']} {engine.get('version') or '?'}")
         host = hardware.get("hostname") or "?"
-        parts.append(f"{host} {len(gpus)}x {gpus[0]['name']}" if gpus else f"{host} no GPU")
+        first = gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else None
+        parts.append(f"{host} {len(gpus)}x {first.get('name')}" if first else f"{host} no GPU")
         return "; ".join(parts)
 
     @classmethod
     def from_json(cls, data: Any, *, where: str) -> Identity:
+        """Read a lock or ledger record; anything a reader would trip over later is refused here, naming it."""
         if not isinstance(data, dict):
             raise InputError(f"{where}: not an execsys identity (expected a JSON object)")
         schema = data.get("schema")
-        if schema != SCHEMA:
+        if schema not in READABLE_SCHEMAS:
             raise InputError(f"{where}: identity schema {schema!r} is not understood (this execsys reads {SCHEMA}); "
                              "re-pin with 'execsys pin' or upgrade execsys")
         components = data.get("components")
@@ -95,14 +155,51 @@ class Identity:
         if data.get("id") != expected:
             raise InputError(f"{where}: the id does not match the components it claims to identify "
                              "(edited by hand?); re-pin with 'execsys pin'")
+        _check_inner_types(components, data, where)
         return cls(id=expected, recorded_at=str(data.get("recorded_at") or ""), components=components,
-                   declaration=data.get("declaration") or {}, notes=list(data.get("notes") or []), source=where)
+                   declaration=data.get("declaration") or {}, notes=list(data.get("notes") or []),
+                   schema=str(schema), source=where, observer=data.get("observer") or {})
 
     def observed(self, component: str) -> dict[str, Any]:
         return self.components.get(component, {}).get("observed", {})
 
     def declared(self, component: str) -> dict[str, Any]:
         return self.components.get(component, {}).get("declared", {})
+
+
+# observed fields that pin/verify/probes read back as values (not only compare): their types must hold
+_OBSERVED_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
+    ("artifact", "path"): (str,), ("artifact", "digest"): (str,), ("artifact", "kind"): (str,),
+    ("artifact", "size_bytes"): (int,), ("runtime", "engine"): (dict,), ("runtime", "endpoint"): (dict,),
+    ("hardware", "hostname"): (str,), ("hardware", "gpus"): (list,), ("harness", "commands"): (list,),
+}
+
+
+def _check_inner_types(components: dict[str, Any], data: dict[str, Any], where: str) -> None:
+    """A lock whose id was recomputed over wrongly typed fields is bad input (exit 2), never a crash later."""
+    from execsys.declaration import SCHEMA as DECLARED_TYPES
+    from execsys.declaration import _type_name, _type_ok
+
+    for name in COMPONENTS:
+        known = DECLARED_TYPES[name]
+        for key, value in components[name]["declared"].items():
+            if key in known and not _type_ok(value, known[key]):
+                raise InputError(f"{where}: components.{name}.declared.{key} must be {_type_name(known[key])}, "
+                                 f"not {type(value).__name__}")
+    for (name, key), types in _OBSERVED_TYPES.items():
+        value = components[name]["observed"].get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise InputError(f"{where}: components.{name}.observed.{key} must be a {types[0].__name__}, "
+                             f"not {type(value).__name__}")
+    for key, types in (("declaration", (dict,)), ("notes", (list,)), ("observer", (dict,)),
+                       ("recorded_at", (str,))):
+        value = data.get(key)
+        if value is not None and not isinstance(value, types):
+            raise InputError(f"{where}: '{key}' must be a {types[0].__name__}, not {type(value).__name__}")
+    for key in ("path", "base_dir"):
+        value = (data.get("declaration") or {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{where}: declaration.{key} must be a string, not {type(value).__name__}")
 
 
 # -- observing ---------------------------------------------------------------------------------
@@ -125,6 +222,8 @@ def sanitize_declared(name: str, table: dict[str, Any]) -> dict[str, Any]:
         from execsys.observe.harness import strip_credentials
 
         clean["repo"] = strip_credentials(clean["repo"])
+    if name == "harness" and isinstance(clean.get("commands"), list):
+        clean["commands"] = [redact_text(str(c)) for c in clean["commands"]]
     return scrub(clean)
 
 
@@ -134,6 +233,7 @@ def _normalise(obj: Any) -> Any:
 
 
 def _base_dir(decl: Declaration) -> Path:
+    # relative paths in a declaration mean "beside the declaration", from whichever directory it is pinned
     return Path(os.path.abspath(decl.path)).parent if decl.path else Path.cwd()
 
 
@@ -148,7 +248,154 @@ def _path_digest(path_text: str, base_dir: Path) -> dict[str, Any]:
     return {"path": str(path), "kind": result.kind, "digest": result.digest, "files": result.files}
 
 
-def observe_components(decl: Declaration, *, progress: ProgressFn | None = None,
+def _runtime_as_declared(declared: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
+    """The runtime table with its env_file resolved beside the declaration, not the pinning shell's cwd."""
+    table = dict(declared or {})
+    env_file = table.get("env_file")
+    if isinstance(env_file, str) and env_file and base_dir is not None:
+        from execsys.observe.artifact import resolve
+
+        table["env_file"] = str(resolve(env_file, base_dir))
+    return table
+
+
+def _observe_runtime_component(declared: dict[str, Any], base_dir: Path | None, *,
+                               require_endpoint: bool) -> dict[str, Any]:
+    from execsys.observe import runtime
+
+    observed = runtime.observe_runtime(_runtime_as_declared(declared, base_dir), require_endpoint=require_endpoint)
+    # the numerics switches set in the *pinning* process are the observer's (see observe_observer);
+    # the serving process's own (observed.process.numerics_env) stay in the id
+    observed.pop("numerics_env", None)
+    return observed
+
+
+def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dict[str, Any] | None,
+                      harness: dict[str, Any]) -> dict[str, Any]:
+    """A Python engine's version as installed where it runs -- the serving process's interpreter, else the
+    harness's (an in-process engine) -- never execsys's own interpreter, which is the observer's install."""
+    import re
+
+    from execsys.observe.harness import interpreter_facts, is_python
+    from execsys.observe.runtime import ENGINES, canonical_engine
+
+    name = canonical_engine(declared_engine if isinstance(declared_engine, str) else None)
+    if not name:
+        return engine
+    packages = ENGINES[name]["packages"] if name in ENGINES else [name]
+    if not packages or str(engine.get("source") or "").endswith("--version"):
+        return engine  # a binary engine (llama.cpp, ollama): found through PATH, as the launcher finds it
+    candidates: list[tuple[str, str]] = []
+    exe = (process or {}).get("exe")
+    if isinstance(exe, str) and exe and is_python(exe):
+        candidates.append((exe, "the serving process's interpreter"))
+    for command in harness.get("commands") or []:
+        interpreter = command.get("interpreter") or {}
+        if interpreter.get("executable") and not interpreter.get("note"):
+            candidates.append((interpreter["executable"], "the harness's interpreter"))
+    wanted: dict[str, str] = {}
+    for package in packages:  # the first spelling names the source, as runtime.engine_version does
+        wanted.setdefault(re.sub(r"[-_.]+", "-", package).lower(), package)
+    for executable, where in candidates:
+        _info, dists, _note = interpreter_facts(executable)
+        for dist in dists:
+            key, _, version = dist.partition("==")
+            if key in wanted:
+                return {"name": name, "version": version, "source": f"package metadata ({wanted[key]})",
+                        "interpreter": os.path.realpath(executable), "found_in": where}
+    return {"name": name, "version": None,
+            "source": "not installed in the serving process's or the harness's interpreter "
+                      "(or neither is visible from here)"}
+
+
+def _hash_progress(on_event: OnEvent | None):
+    if on_event is None:
+        return None
+
+    def progress(done: int, total: int) -> None:
+        emit(on_event, ArtifactHashed(done, total))
+
+    return progress
+
+
+def _harness_shells(harness: dict[str, Any]) -> list[tuple[str, str]]:
+    shells = []
+    for command in harness.get("commands") or []:
+        if isinstance(command, dict) and command.get("shell"):
+            shells.append((str(command["shell"]), f"harness command {command.get('command')!r} runs through it"))
+    return shells
+
+
+class Cancelled(InputError):
+    """The operation was asked to stop; nothing was written."""
+
+
+def _check_cancel(cancel: Cancel | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("cancelled: nothing was written")
+
+
+def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: OnEvent | None,
+                 cancel: Cancel | None, require_endpoint: bool, exclude: list[Path] | None,
+                 reasons: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+    """The observed half of every component. With ``reasons`` (verify), what cannot be observed is
+    recorded there instead of raised."""
+    from execsys.observe.artifact import observe_artifact
+    from execsys.observe.environment import observe_environment
+    from execsys.observe.hardware import observe_hardware
+    from execsys.observe.harness import observe_harness
+
+    observed: dict[str, dict[str, Any]] = {name: {} for name in COMPONENTS}
+    total = len(COMPONENTS)
+    done: list[str] = []
+
+    def finished(*names: str) -> None:
+        for name in names:
+            done.append(name)
+            emit(on_event, ComponentObserved(name, len(done), total))
+        _check_cancel(cancel)
+
+    # the runtime first: an endpoint that does not answer fails before minutes of hashing
+    observed["runtime"] = _observe_runtime_component(declared["runtime"], base, require_endpoint=require_endpoint)
+    if reasons is not None:
+        endpoint_error = (observed["runtime"].get("endpoint") or {}).get("error")
+        if endpoint_error:
+            reasons["runtime"] = endpoint_error
+    finished("runtime")
+    try:
+        observed["artifact"], model_facts = observe_artifact(declared["artifact"], base_dir=base,
+                                                             progress=_hash_progress(on_event))
+        if model_facts:
+            observed["model"]["from_files"] = model_facts
+    except InputError as exc:
+        if reasons is None:
+            raise
+        reasons["artifact"] = f"cannot re-hash the artifact: {exc}"
+        reasons["model"] = "the artifact's files cannot be read"
+    finished("artifact", "model")
+    observed["hardware"] = observe_hardware(declared["hardware"])
+    finished("hardware")
+    observed["harness"] = observe_harness(declared["harness"], base_dir=base, exclude=exclude)
+    observed["runtime"]["engine"] = _engine_as_served(observed["runtime"].get("engine") or {},
+                                                      declared["runtime"].get("engine"),
+                                                      observed["runtime"].get("process"), observed["harness"])
+    finished("harness")
+    observed["environment"] = observe_environment(declared["environment"],
+                                                  harness_shells=_harness_shells(observed["harness"]))
+    finished("environment")
+    for component, key in (("context_policy", "template"), ("retrieval", "index"), ("retrieval", "corpus")):
+        if declared[component].get(key):
+            try:
+                observed[component][key] = _path_digest(declared[component][key], base)
+            except InputError as exc:
+                if reasons is None:
+                    raise
+                reasons[component] = str(exc)
+    finished(*(name for name in COMPONENTS if name not in done))
+    return _normalise(observed)
+
+
+def observe_components(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
                        require_endpoint: bool = True, exclude: list[Path] | None = None,
                        base_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """Declared and observed facts for all twelve components (redacted, JSON-ready).
@@ -156,31 +403,19 @@ def observe_components(decl: Declaration, *, progress: ProgressFn | None = None,
     Raises InputError for what makes the identity unusable: a declared artifact that is
     missing or unreadable, or (with ``require_endpoint``) a declared endpoint that does not answer.
     """
-    from execsys.observe.artifact import observe_artifact
-    from execsys.observe.environment import observe_environment
-    from execsys.observe.hardware import observe_hardware
-    from execsys.observe.harness import observe_harness
-    from execsys.observe.runtime import observe_runtime
-
     base = base_dir or _base_dir(decl)
     declared = {name: decl.component(name) for name in COMPONENTS}
-    observed: dict[str, dict[str, Any]] = {name: {} for name in COMPONENTS}
-
-    # the runtime first: an endpoint that does not answer fails before minutes of hashing
-    observed["runtime"] = observe_runtime(declared["runtime"], require_endpoint=require_endpoint)
-    observed["artifact"], model_facts = observe_artifact(declared["artifact"], base_dir=base, progress=progress)
-    if model_facts:
-        observed["model"]["from_files"] = model_facts
-    observed["hardware"] = observe_hardware(declared["hardware"])
-    observed["harness"] = observe_harness(declared["harness"], base_dir=base, exclude=exclude)
-    observed["environment"] = observe_environment(declared["environment"])
-    if declared["context_policy"].get("template"):
-        observed["context_policy"]["template"] = _path_digest(declared["context_policy"]["template"], base)
-    for key in ("index", "corpus"):
-        if declared["retrieval"].get(key):
-            observed["retrieval"][key] = _path_digest(declared["retrieval"][key], base)
+    observed = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
+                            exclude=exclude, reasons=None)
     return _normalise({name: {"declared": sanitize_declared(name, declared[name]), "observed": observed[name]}
                        for name in COMPONENTS})
+
+
+def observe_observer() -> dict[str, Any]:
+    """Who and what is pinning or verifying now (recorded outside the id)."""
+    from execsys.observe.environment import observe_observer as _observe
+
+    return _normalise(_observe())
 
 
 def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str]:
@@ -192,6 +427,12 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
     missing = components["environment"]["observed"].get("variables_not_holding") or []
     if missing:
         notes.append(f"declared environment variables that do not hold here: {', '.join(missing)}")
+    for command in components["harness"]["observed"].get("commands") or []:
+        if command.get("note"):
+            notes.append(f"harness command {command.get('command')!r}: {command['note']}")
+        elif (command.get("interpreter") or {}).get("note"):
+            notes.append(f"harness command {command.get('command')!r}: its interpreter did not describe itself "
+                         f"({command['interpreter']['note']})")
     endpoint = components["runtime"]["observed"].get("endpoint") or {}
     if endpoint.get("models_status") in (401, 403):
         notes.append(f"the endpoint refused /v1/models ({endpoint['models_status']}): name the variable holding "
@@ -212,14 +453,17 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
     return notes
 
 
-def pin(decl: Declaration, *, progress: ProgressFn | None = None, exclude: list[Path] | None = None) -> Identity:
+def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
+        exclude: list[Path] | None = None, require_endpoint: bool = True) -> Identity:
     """Observe the declared system and return its identity (not yet written anywhere)."""
     from execsys.ledger import now_iso
 
-    components = observe_components(decl, progress=progress, require_endpoint=True, exclude=exclude)
+    components = observe_components(decl, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
+                                    exclude=exclude)
     declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(_base_dir(decl))}
     return Identity(id=content_id(components), recorded_at=now_iso(), components=components,
-                    declaration=declaration, notes=_normalise(_notes(decl, components)))
+                    declaration=declaration, notes=_normalise(_notes(decl, components)),
+                    observer=observe_observer())
 
 
 def write_lock(identity: Identity, path: str | os.PathLike[str]) -> Path:
@@ -229,9 +473,14 @@ def write_lock(identity: Identity, path: str | os.PathLike[str]) -> Path:
     return write_output(path, scrub(identity.to_json()), "the lock")
 
 
-def record_identity(identity: Identity, ledger: Any) -> str:
-    """Append the identity to the ledger (kind ``identity``); returns the record id."""
-    return ledger.append("identity", identity.to_json(), identity=identity.id)
+def record_identity(identity: Identity, ledger: Ledger) -> str:
+    """Append the identity to the ledger (kind ``identity``); returns the record id.
+
+    A ledger that turns out to be damaged (a corrupt page) is bad input naming the file, exit 2."""
+    try:
+        return ledger.append("identity", identity.to_json(), identity=identity.id)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"ledger {ledger.path}: not a usable execsys ledger ({exc}); nothing was written") from exc
 
 
 def load_lock(path: str | os.PathLike[str]) -> Identity:
@@ -279,6 +528,79 @@ def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
     finally:
         if own:
             ledger.close()
+
+
+# -- pin: the operation ---------------------------------------------------------------------------
+
+
+def lock_beside(decl: Declaration) -> Path:
+    """The lock that belongs to a declaration (see :mod:`execsys.sources`): beside it, else ./execsys.lock.json."""
+    return Path(decl.path).with_name(LOCK_NAME) if decl.path else Path(LOCK_NAME)
+
+
+@dataclass(frozen=True)
+class PinOptions:
+    """What ``pin`` observes and where it records it."""
+
+    declaration: Declaration
+    lock_path: Path
+    previous: Identity | None = None  # the lock being replaced, if it could be read (for the diff)
+    ledger_path: Path | None = None  # None: $EXECSYS_LEDGER or the user data dir
+    record: bool = True  # False: observe only (the TUI's "observe now"); nothing is written
+    require_endpoint: bool = True
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration, lock: Identity | None = None, *,
+                     lock_path: str | os.PathLike[str] | None = None, ledger: str | os.PathLike[str] | None = None,
+                     record: bool | None = None, require_endpoint: bool | None = None) -> PinOptions:
+        """``lock_path`` (``--lock``/``--out``) over the lock beside the declaration; ``lock`` is the
+        identity currently pinned there, if any."""
+        if lock_path is not None and not str(lock_path).strip():
+            raise InputError("the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration")
+        target = Path(os.path.expanduser(lock_path)) if lock_path is not None else lock_beside(declaration)
+        if target.is_dir():
+            raise InputError(f"{target}: cannot write the lock (is a directory)")
+        record_value = first_given(record, True)
+        require = first_given(require_endpoint, bool(record_value))
+        return cls(declaration=declaration, lock_path=target, previous=lock,
+                   ledger_path=Path(ledger).expanduser() if ledger else None,
+                   record=bool(record_value), require_endpoint=bool(require))
+
+
+@dataclass
+class PinReport:
+    """The pinned identity, where it was recorded, and how it differs from the lock it replaced."""
+
+    identity: Identity
+    lock_path: Path | None
+    record_id: str | None
+    diff: DiffReport | None  # against the previous lock, when there was one
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented ``pin --json``: the lock itself."""
+        return self.identity.to_json()
+
+
+def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> PinReport:
+    """Observe, then append to the ledger, then replace the lock: a ledger that cannot take the record
+    leaves the old lock untouched; a cancel before the end writes nothing."""
+    from execsys.ledger import Ledger
+
+    ledger = Ledger.open(options.ledger_path) if options.record else None  # fail before minutes of hashing
+    try:
+        identity = pin(options.declaration, on_event=on_event, cancel=cancel,
+                       exclude=[options.lock_path.resolve()], require_endpoint=options.require_endpoint)
+        record_id = None
+        if ledger is not None:
+            _check_cancel(cancel)
+            record_id = record_identity(identity, ledger)
+            write_lock(identity, options.lock_path)
+            emit(on_event, IdentityRecorded(identity.id, record_id, str(options.lock_path)))
+    finally:
+        if ledger is not None:
+            ledger.close()
+    diff = diff_identities(options.previous, identity) if options.previous is not None else None
+    return PinReport(identity, options.lock_path if ledger is not None else None, record_id, diff)
 
 
 # -- comparing ------------------------------------------------------------------------------------
@@ -334,6 +656,11 @@ class ComponentCheck:
         return {"status": self.status, "changes": self.changes, "reason": self.reason}
 
 
+def schema_outdated_sentence(identity: Identity) -> str:
+    return (f"pinned with identity schema {identity.schema_version}; "
+            f"re-pin to compare under schema {SCHEMA_VERSION}")
+
+
 @dataclass
 class VerifyReport:
     lock_id: str
@@ -341,61 +668,51 @@ class VerifyReport:
     verdict: str  # same-system | new-identity
     components: dict[str, ComponentCheck]
     sentence: str
+    observer: dict[str, Any] = field(default_factory=dict)  # who verifies now (never compared)
+    pinned_observer: dict[str, Any] = field(default_factory=dict)  # who pinned (never compared)
+    lock_schema: str = SCHEMA
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": VERIFY_SCHEMA,
             "lock_id": self.lock_id,
+            "lock_schema": self.lock_schema,
             "observed_id": self.observed_id,
             "verdict": self.verdict,
             "sentence": self.sentence,
             "components": {name: check.to_json() for name, check in self.components.items()},
+            "observer": self.observer,
+            "pinned_observer": self.pinned_observer,
         }
 
+    @property
+    def schema_outdated(self) -> bool:
+        return self.lock_schema != SCHEMA
 
-def verify(identity: Identity, *, progress: ProgressFn | None = None, declaration: Declaration | None = None,
-           exclude: list[Path] | None = None) -> VerifyReport:
+
+def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
+           declaration: Declaration | None = None, exclude: list[Path] | None = None) -> VerifyReport:
     """Re-observe the pinned system and compare component by component.
 
     The lock's own declarations drive the observation (the artifact path pinned is the one
     re-hashed); when ``declaration`` (the current ``execsys.toml``) is given, its tables are
-    compared with the pinned ones too, so an edited declaration also counts as a move.
+    compared with the pinned ones too, so an edited declaration also counts as a move. A lock of an
+    older identity schema is not compared at all: its id was defined over other fields, and
+    listing every component as changed would be a false alarm.
     """
-    from execsys.observe.artifact import observe_artifact
-    from execsys.observe.environment import observe_environment
-    from execsys.observe.hardware import observe_hardware
-    from execsys.observe.harness import observe_harness
-    from execsys.observe.runtime import observe_runtime
-
+    observer = observe_observer()
+    if identity.schema != SCHEMA:
+        reason = f"pinned with identity schema {identity.schema_version}"
+        checks = {name: ComponentCheck("unverifiable", [], reason) for name in COMPONENTS}
+        return VerifyReport(identity.id, None, "new-identity", checks, schema_outdated_sentence(identity),
+                            observer, identity.observer, identity.schema)
     base = Path(identity.declaration.get("base_dir") or Path.cwd())
     if exclude is None and identity.source and os.path.exists(identity.source):
         exclude = [Path(identity.source)]
     declared = {name: identity.declared(name) for name in COMPONENTS}
-    fresh: dict[str, dict[str, Any]] = {name: {} for name in COMPONENTS}
     reasons: dict[str, str] = {}
-
-    try:
-        fresh["artifact"], model_facts = observe_artifact(declared["artifact"], base_dir=base, progress=progress)
-        if model_facts:
-            fresh["model"]["from_files"] = model_facts
-    except InputError as exc:
-        reasons["artifact"] = f"cannot re-hash the artifact: {exc}"
-        reasons["model"] = "the artifact's files cannot be read"
-    fresh["runtime"] = observe_runtime(declared["runtime"], require_endpoint=False)
-    endpoint_error = (fresh["runtime"].get("endpoint") or {}).get("error")
-    if endpoint_error:
-        reasons["runtime"] = endpoint_error
-    fresh["hardware"] = observe_hardware(declared["hardware"])
-    fresh["harness"] = observe_harness(declared["harness"], base_dir=base, exclude=exclude)
-    fresh["environment"] = observe_environment(declared["environment"])
-    for key_component, key in (("context_policy", "template"), ("retrieval", "index"), ("retrieval", "corpus")):
-        if declared[key_component].get(key):
-            try:
-                target = fresh[key_component]
-                target[key] = _path_digest(declared[key_component][key], base)
-            except InputError as exc:
-                reasons[key_component] = str(exc)
-    fresh = _normalise(fresh)
+    fresh = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=False,
+                         exclude=exclude, reasons=reasons)
 
     checks: dict[str, ComponentCheck] = {}
     for name in COMPONENTS:
@@ -415,6 +732,7 @@ def verify(identity: Identity, *, progress: ProgressFn | None = None, declaratio
             checks[name] = ComponentCheck("changed", changes)
         else:
             checks[name] = ComponentCheck("same")
+        emit(on_event, ComponentChecked(name, checks[name].status, len(checks[name].changes), checks[name].reason))
 
     observed_id = None
     if not reasons:
@@ -434,7 +752,36 @@ def verify(identity: Identity, *, progress: ProgressFn | None = None, declaratio
             parts.append(f"{len(unverifiable)} unverifiable ({', '.join(unverifiable)})")
         sentence = (f"{'; '.join(parts)} since {identity.id[:12]} was pinned; "
                     "re-measure before comparing results across this change")
-    return VerifyReport(identity.id, observed_id, verdict, checks, sentence)
+    return VerifyReport(identity.id, observed_id, verdict, checks, sentence, observer, identity.observer,
+                        identity.schema)
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Which lock ``verify`` checks, and which current declaration (if any) it compares with the pinned one."""
+
+    lock: Identity
+    declaration: Declaration | None = None
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration | None, lock: Identity | None, *,
+                     lock_path: str | os.PathLike[str] | None = None) -> VerifyOptions:
+        """``declaration``: the one named (``--config``), else None to use the pinned one if it still exists."""
+        if lock is None:
+            where = lock_path if lock_path is not None else LOCK_NAME
+            raise InputError(f"{where}: no such lock file (create one with 'execsys pin')")
+        if declaration is None:
+            pinned = lock.declaration.get("path")
+            if pinned and Path(pinned).is_file():
+                from execsys import declaration as declaration_module
+
+                declaration = declaration_module.load(pinned)
+        return cls(lock=lock, declaration=declaration)
+
+
+def run_verify(options: VerifyOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> VerifyReport:
+    """Re-observe the pinned system (the artifact re-hashed from its bytes) and compare."""
+    return verify(options.lock, on_event=on_event, cancel=cancel, declaration=options.declaration)
 
 
 @dataclass
@@ -448,12 +795,20 @@ class DiffReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": DIFF_SCHEMA,
-            "a": {"id": self.a.id, "recorded_at": self.a.recorded_at, "source": self.a.source},
-            "b": {"id": self.b.id, "recorded_at": self.b.recorded_at, "source": self.b.source},
+            "a": {"id": self.a.id, "recorded_at": self.a.recorded_at, "source": self.a.source, "schema": self.a.schema},
+            "b": {"id": self.b.id, "recorded_at": self.b.recorded_at, "source": self.b.source, "schema": self.b.schema},
             "moved": self.moved,
             "changes": self.changes,
             "sentence": self.sentence,
         }
+
+    @property
+    def schema_note(self) -> str | None:
+        """Identities of two schemas hold different fields: what moved may be the definition, not the system."""
+        if self.a.schema == self.b.schema:
+            return None
+        return (f"A was pinned with identity schema {self.a.schema_version}, B with schema "
+                f"{self.b.schema_version}: fields that moved may reflect the schema, not the system; re-pin both")
 
 
 def diff_sentence(moved: list[str]) -> str:
@@ -476,8 +831,11 @@ def diff_identities(a: Identity, b: Identity) -> DiffReport:
 
 
 # re-exported for callers that re-observe one component (the probes' restart axis)
-def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True) -> dict[str, Any]:
-    """Re-observe the runtime component alone, redacted (see :mod:`execsys.observe.runtime`)."""
-    from execsys.observe import runtime
-
-    return _normalise(runtime.observe_runtime(declared_runtime, require_endpoint=require_endpoint))
+def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True,
+                    base_dir: Path | None = None) -> dict[str, Any]:
+    """Re-observe the runtime component alone, redacted, as pin records it (see :mod:`execsys.observe.runtime`);
+    the engine's package version as installed in the serving process's interpreter."""
+    observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint)
+    observed["engine"] = _engine_as_served(observed.get("engine") or {}, (declared_runtime or {}).get("engine"),
+                                           observed.get("process"), {})
+    return _normalise(observed)

@@ -139,7 +139,7 @@ def test_pin_records_twelve_components_declared_and_observed(cli, project: Path,
     assert result.returncode == 0, result.stderr
     lock = result.json()
     assert lock == json.loads((project / "execsys.lock.json").read_text())
-    assert lock["schema"] == "execsys.identity/1"
+    assert lock["schema"] == "execsys.identity/2"
     assert list(lock["components"]) == list(COMPONENTS)
     for name in COMPONENTS:
         assert set(lock["components"][name]) == {"declared", "observed"}
@@ -161,8 +161,10 @@ def test_pin_records_twelve_components_declared_and_observed(cli, project: Path,
     assert runtime["endpoint"]["server_version"] == "0.6.3"
     assert runtime["endpoint"]["openapi"] == {"title": "vLLM", "version": "0.6.3"}
     assert runtime["endpoint"]["system_fingerprint"] == "fp_44709d6fcb"
-    assert runtime["numerics_env"]["VLLM_ATTENTION_BACKEND"] == "FLASHINFER"
-    assert runtime["numerics_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    # numerics switches set in the pinning shell are the observer's, outside the id (issue 17)
+    assert "numerics_env" not in runtime
+    assert lock["observer"]["numerics_env"]["VLLM_ATTENTION_BACKEND"] == "FLASHINFER"
+    assert lock["observer"]["numerics_env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert "argv" in runtime["process"]  # the process listening on the port (this test run) was found
 
     harness = lock["components"]["harness"]["observed"]
@@ -177,7 +179,11 @@ def test_pin_records_twelve_components_declared_and_observed(cli, project: Path,
         assert hardware["gpu_note"]
     env = lock["components"]["environment"]["observed"]
     assert env["variables"] == {"OMP_NUM_THREADS": "4"} and env["variables_not_holding"] == []
-    assert env["python"]["executable"] and env["shell"]["name"]
+    # execsys's interpreter and the operator's shell are the observer's, never the id's
+    assert "python" not in env and "shell" not in env and "shells" not in env
+    observer = lock["observer"]
+    assert observer["python"]["executable"] and observer["shell"]["name"] and observer["cwd"] == str(project)
+    assert observer["execsys"] and observer["user"]
 
     records = cli("ledger", "list", "--kind", "identity", "--json").json()
     assert len(records) == 1 and records[0]["identity"] == lock["id"]
@@ -316,8 +322,11 @@ def test_real_llama_cpp_server_runtime_identity(cli, tmp_path: Path, llama_serve
     runtime = result.json()["components"]["runtime"]["observed"]
     from importlib.metadata import version
 
+    # the version installed where the engine runs (the serving process's interpreter), not execsys's own
+    server_python = os.path.realpath(runtime["process"]["exe"])
     assert runtime["engine"] == {"name": "llama-cpp-python", "version": version("llama_cpp_python"),
-                                 "source": "package metadata (llama_cpp_python)"}
+                                 "source": "package metadata (llama_cpp_python)", "interpreter": server_python,
+                                 "found_in": "the serving process's interpreter"}
     assert runtime["endpoint"]["models"] == [llama_server.alias]
     assert "llama_cpp.server" in " ".join(runtime["process"]["argv"])
     assert cli("verify", cwd=tmp_path).returncode == 0
@@ -358,7 +367,7 @@ def test_init_writes_a_template_that_loads_clean_and_refuses_overwrite(cli, tmp_
 
 def test_python_api_round_trip(project: Path, engine: FakeEngine, ledger_path: Path,
                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The API the probes, plans and TUI call: pin -> write_lock/record -> load -> verify/diff."""
+    """The engine layer the CLI and the TUI call: options from sources -> run -> report, with typed events."""
     from execsys import declaration, identity
     from execsys.ledger import Ledger
 
@@ -366,25 +375,44 @@ def test_python_api_round_trip(project: Path, engine: FakeEngine, ledger_path: P
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     decl = declaration.load(project / "execsys.toml")
-    calls: list[tuple[int, int]] = []
-    pinned = identity.pin(decl, progress=lambda done, total: calls.append((done, total)))
+    events: list[object] = []
+    options = identity.PinOptions.from_sources(decl, None)
+    assert options.lock_path == project / "execsys.lock.json"  # beside the declaration
+    report = identity.run_pin(options, on_event=events.append)
+    pinned = report.identity
     size = (project / "model.gguf").stat().st_size
-    assert calls and calls[-1] == (size, size)
-    lock = identity.write_lock(pinned, project / "execsys.lock.json")
+    hashed = [e for e in events if isinstance(e, identity.ArtifactHashed)]
+    assert hashed and (hashed[-1].done_bytes, hashed[-1].total_bytes) == (size, size)
+    observed = [e for e in events if isinstance(e, identity.ComponentObserved)]
+    assert sorted(e.name for e in observed) == sorted(COMPONENTS)
+    assert [e.index for e in observed] == list(range(1, 13)) and {e.total for e in observed} == {12}
+    recorded = [e for e in events if isinstance(e, identity.IdentityRecorded)]
+    assert recorded == [identity.IdentityRecorded(pinned.id, report.record_id, str(options.lock_path))]
+    lock = options.lock_path
     with Ledger.open() as ledger:
-        record_id = identity.record_identity(pinned, ledger)
-        assert identity.load_identity_ref(record_id, ledger).id == pinned.id
+        assert identity.load_identity_ref(report.record_id, ledger).id == pinned.id
         assert identity.load_identity_ref(pinned.id[:8], ledger).id == pinned.id
     loaded = identity.load_lock(lock)
     assert loaded.to_json() == pinned.to_json()
-    report = identity.verify(loaded)
-    assert report.verdict == "same-system" and report.to_json()["observed_id"] == pinned.id
+    checked: list[object] = []
+    verified = identity.run_verify(identity.VerifyOptions.from_sources(None, loaded), on_event=checked.append)
+    assert verified.verdict == "same-system" and verified.to_json()["observed_id"] == pinned.id
+    assert [e.name for e in checked if isinstance(e, identity.ComponentChecked)] == list(COMPONENTS)
     engine.models = ["org/model-7b", "org/other"]
     runtime = identity.observe_runtime(decl.component("runtime"))
     assert runtime["endpoint"]["models"] == ["org/model-7b", "org/other"]
-    moved = identity.diff_identities(loaded, identity.pin(decl))
-    assert moved.moved == ["runtime"] and moved.sentence == "isolates runtime"
+    again = identity.run_pin(identity.PinOptions.from_sources(decl, loaded, record=False))
+    assert again.record_id is None and again.lock_path is None
+    assert identity.load_lock(lock).id == pinned.id  # observing only writes nothing
+    moved = again.diff
+    assert moved is not None and moved.moved == ["runtime"] and moved.sentence == "isolates runtime"
     assert moved.to_json()["changes"]["runtime"][0]["field"] == "observed.endpoint.models"
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(identity.Cancelled):
+        identity.run_pin(identity.PinOptions.from_sources(decl, None, lock_path=project / "other.lock.json"),
+                         cancel=cancel)
+    assert not (project / "other.lock.json").exists()
 
 
 def test_lock_is_readable_like_any_file_the_user_writes(cli, project: Path) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 from execsys.tui.state import Paths
 
+from execsys.operation import OnEvent
+
 # -- doctor ------------------------------------------------------------------
 
 
@@ -182,25 +184,20 @@ def detected_tables() -> dict[str, dict[str, Any]]:
     return declaration.parse(render_template(detect())).tables
 
 
-def observe(paths: Paths, progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, dict[str, Any]], Any]:
+def observe(paths: Paths, on_event: OnEvent | None = None) -> tuple[dict[str, dict[str, Any]], Any]:
     """What this machine observes now, per component, as ``execsys pin`` would record it (no endpoint
-    required); and, when a lock exists, the diff from the lock to now (``execsys diff``'s report)."""
-    from execsys.canonical import content_id
-    from execsys.identity import Identity, diff_identities, observe_components
-    from execsys.ledger import now_iso
+    required, nothing written); and, when a lock exists, the diff from the lock to now (``execsys diff``'s
+    report). ``on_event`` receives pin's events (ComponentObserved, ArtifactHashed)."""
+    from execsys.identity import PinOptions, run_pin
 
-    decl = load_declaration(paths)
-    components = observe_components(decl, progress=progress, require_endpoint=False,
-                                    exclude=[paths.lock.resolve()])
-    observed = {name: value.get("observed", {}) for name, value in components.items()}
     try:
         lock = last_lock(paths)
     except Exception:  # an unreadable lock: nothing to compare with (the status line says so)
         lock = None
-    if lock is None:
-        return observed, None
-    now = Identity(id=content_id(components), recorded_at=now_iso(), components=components)
-    return observed, diff_identities(lock, now)
+    options = PinOptions.from_sources(load_declaration(paths), lock, lock_path=paths.lock, record=False)
+    report = run_pin(options, on_event=on_event)
+    observed = {name: value.get("observed", {}) for name, value in report.identity.components.items()}
+    return observed, report.diff
 
 
 def last_lock(paths: Paths) -> Any:
@@ -228,25 +225,18 @@ def save_declaration(paths: Paths, tables: dict[str, dict[str, Any]]) -> Path:
     return save_text(paths.config, text)
 
 
-def pin(paths: Paths, tables: dict[str, dict[str, Any]], progress: Callable[[int, int], None] | None = None):
+def pin(paths: Paths, tables: dict[str, dict[str, Any]], on_event: OnEvent | None = None):
     """Save the declaration, then pin it as ``execsys pin`` does; returns (identity, diff vs the previous lock)."""
-    from execsys.identity import diff_identities, record_identity, write_lock
-    from execsys.identity import pin as pin_identity
-    from execsys.ledger import Ledger
+    from execsys.identity import PinOptions, run_pin
 
     save_declaration(paths, tables)
-    decl = load_declaration(paths)
     try:
         previous = last_lock(paths)
     except Exception:  # an unreadable old lock is replaced; there is nothing to diff against
         previous = None
-    ledger = Ledger.open(paths.ledger)  # fail on an unusable ledger before minutes of hashing
-    with ledger:
-        identity = pin_identity(decl, progress=progress, exclude=[paths.lock.resolve()])
-        write_lock(identity, paths.lock)
-        record_identity(identity, ledger)
-    diff = diff_identities(previous, identity) if previous is not None else None
-    return identity, diff
+    options = PinOptions.from_sources(load_declaration(paths), previous, lock_path=paths.lock, ledger=paths.ledger)
+    report = run_pin(options, on_event=on_event)
+    return report.identity, report.diff
 
 
 # -- probes ----------------------------------------------------------------------------

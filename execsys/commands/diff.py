@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     a = load_identity_ref(args.a)
     b = load_identity_ref(args.b)
     report = diff_identities(a, b)
+    if report.schema_note:
+        console.warn(report.schema_note)
     if args.json:
         console.print_json(report.to_json())
         return ExitCode.OK

@@ -32,7 +32,8 @@ ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "llama_cpp_python": "llam
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="PATH", default="execsys.toml", help="where to write (default: execsys.toml)")
+    parser.add_argument("--config", metavar="PATH",
+                        help="where to write (default: $EXECSYS_CONFIG, else ./execsys.toml: where pin looks)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
 
 
@@ -118,10 +119,10 @@ def _portable_repo_path(repo: Path, config: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from execsys import console
+    from execsys import console, sources
     from execsys.fsutil import write_output
 
-    target = Path(args.config)
+    target = sources.config_path(args.config)
     if target.is_dir():
         raise InputError(f"{target} is a directory; give the path of the declaration file (e.g. {target / 'execsys.toml'})")
     if target.exists() and not args.force:

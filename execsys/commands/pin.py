@@ -5,60 +5,81 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from execsys.cli import add_json
-from execsys.errors import ExitCode
+from execsys.cli import add_json, add_sources
+from execsys.errors import ExitCode, UsageError
+from execsys.operation import first_given
 
 HELP = "pin the twelve-component identity of the declared system (execsys.lock.json + ledger)"
 DESCRIPTION = """\
 Observe the system declared in execsys.toml -- artifact bytes (BLAKE3), engine and endpoint,
 numerics environment variables and serving flags, hardware and GPUs, git state of the
-harness, interpreter and environment -- and record it beside what was declared, before the
-run. The identity id is the BLAKE3 of the canonical components: the same system always gets
-the same id. The lock is written atomically and appended to the ledger.
+harness and the interpreters its [harness] commands run, environment -- and record it beside
+what was declared, before the run. The identity id is the BLAKE3 of the canonical components:
+the same system always gets the same id, whichever shell, directory or execsys install pins it
+(who pinned is recorded as `observer`, outside the id). The record is appended to the ledger,
+then the lock is replaced atomically.
 
 examples:
   execsys init && execsys pin                       declare, then pin
-  execsys pin --config eval/execsys.toml --out eval/execsys.lock.json
+  execsys pin --config eval/execsys.toml            writes eval/execsys.lock.json
+  execsys pin --lock runs/today.lock.json          (--out is the same flag, kept for scripts)
   execsys pin --json | jq .id
   execsys verify                                    later: is it still the same system?
 
-exit codes: 0 pinned, 2 unusable declaration, artifact or endpoint (nothing written)
+exit codes: 0 pinned, 2 unusable declaration, artifact, endpoint or ledger (lock left as it was)
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="PATH", help="the declaration (default: ./execsys.toml if present)")
-    parser.add_argument("--out", metavar="PATH", help="the lock to write (default: execsys.lock.json beside the config)")
+    add_sources(parser, lock_help="the lock to write (default: execsys.lock.json beside the declaration)")
+    parser.add_argument("--out", metavar="PATH", help="the lock to write (same as --lock; kept for scripts)")
     add_json(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from execsys import console, declaration
+    from execsys import console, declaration, sources
     from execsys.digest import artifact_size, with_progress_bar
-    from execsys.identity import DEFAULT_LOCK, pin, record_identity, write_lock
-    from execsys.ledger import Ledger
+    from execsys.identity import ArtifactHashed, PinOptions, run_pin
     from execsys.observe.artifact import resolve
 
-    decl = declaration.load(args.config)
+    if args.out is not None and args.lock is not None and args.out != args.lock:
+        raise UsageError("--out and --lock both name the lock to write: give one of them")
+    path = sources.config_path(args.config)
+    decl = declaration.load(path if sources.config_given(args.config) or path.exists() else None,
+                            required=sources.config_given(args.config))
     for warning in decl.warnings:
         console.warn(warning)
-    base = Path(decl.path).resolve().parent if decl.path else Path.cwd()
-    out = Path(args.out) if args.out else base / DEFAULT_LOCK
-    ledger = Ledger.open()  # fail on an unusable ledger before minutes of hashing
+    options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock))
     artifact_path = decl.get("artifact", "path")
+    base = Path(decl.path).resolve().parent if decl.path else Path.cwd()
     size = artifact_size(resolve(artifact_path, base)) if artifact_path else 0
-    identity = with_progress_bar(lambda progress: pin(decl, progress=progress, exclude=[out.resolve()]),
-                                 label="hashing the artifact", total_hint=size)
-    write_lock(identity, out)
-    with ledger:
-        record_id = record_identity(identity, ledger)
+
+    def pin_with(progress):
+        def on_event(event) -> None:
+            if progress is not None and isinstance(event, ArtifactHashed):
+                progress(event.done_bytes, event.total_bytes)
+
+        return run_pin(options, on_event=on_event)
+
+    report = with_progress_bar(pin_with, label="hashing the artifact", total_hint=size)
+    identity = report.identity
     for note in identity.notes[len(decl.warnings):]:  # the declaration's own warnings were shown above
         console.warn(note)
     if args.json:
-        console.print_json(identity.to_json())
+        console.print_json(report.to_json())
         return ExitCode.OK
-    render(identity, out, record_id)
+    render(identity, options.lock_path, report.record_id or "")
     return ExitCode.OK
+
+
+def observer_line(observer: dict) -> str:
+    """Who pinned or verifies: shown, never compared."""
+    if not observer:
+        return "not recorded (pinned before identity schema 2)"
+    python = observer.get("python") or {}
+    shell = (observer.get("shell") or {}).get("name") or "?"
+    return (f"execsys {observer.get('execsys')}, python {python.get('version')} ({python.get('executable')}), "
+            f"shell {shell}, user {observer.get('user')}, cwd {observer.get('cwd')}")
 
 
 def component_summary(name: str, component: dict) -> str:
@@ -86,11 +107,15 @@ def component_summary(name: str, component: dict) -> str:
         if not observed.get("git"):
             return observed.get("note", "no git repository")
         dirty = " +dirty" if observed.get("dirty") else ""
-        return f"{(observed.get('commit') or 'no commit')[:12]}{dirty}  {observed.get('branch') or 'detached'}"
+        text = f"{(observed.get('commit') or 'no commit')[:12]}{dirty}  {observed.get('branch') or 'detached'}"
+        pythons = [c["interpreter"] for c in observed.get("commands") or [] if c.get("interpreter")]
+        if pythons:
+            text += f"  python {pythons[0].get('version')} ({pythons[0].get('distributions')} distributions)"
+        return text
     if name == "environment":
-        py = observed.get("python") or {}
-        return f"python {py.get('version')}  shell {(observed.get('shell') or {}).get('name')}  " \
-               f"container {observed.get('container')}"
+        shells = ", ".join(str(s.get("program")) for s in observed.get("shells") or []) or "none declared"
+        return f"container {observed.get('container')}  locale {observed.get('locale')}  " \
+               f"timezone {observed.get('timezone')}  shell {shells}"
     if name == "model":
         facts = observed.get("from_files") or {}
         return str(declared.get("name") or facts.get("name") or facts.get("_name_or_path") or "not declared")
@@ -113,3 +138,4 @@ def render(identity, out: Path, record_id: str) -> None:
     console.out().print(table)
     console.out().print(f"identity {identity.id}", markup=False)
     console.out().print(f"lock     {out}  (ledger record {record_id})", markup=False)
+    console.out().print(f"observer {observer_line(identity.observer)}  (not part of the id)", markup=False)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from execsys.cli import add_json
-from execsys.errors import ExitCode, InputError
+from execsys.cli import add_json, add_sources
+from execsys.errors import ExitCode
 
 HELP = "re-observe the pinned system and say whether it is still the same one"
 DESCRIPTION = """\
@@ -16,8 +15,12 @@ component is `same`, `changed` (old -> new) or `unverifiable` (why). The declara
 (execsys.toml) is compared with the pinned one too. This is the check that catches "what
 the launch script intended to load is not what loaded".
 
+A lock pinned under an older identity schema is not compared (its id was defined over other
+fields): verify says so and exits 1; re-pin to compare.
+
 examples:
   execsys verify
+  execsys verify --config eval/execsys.toml         checks eval/execsys.lock.json
   execsys verify --lock runs/2026-11-30/execsys.lock.json --json
 
 exit codes: 0 same-system, 1 new-identity (re-measure before comparing), 2 unusable lock
@@ -25,32 +28,38 @@ exit codes: 0 same-system, 1 new-identity (re-measure before comparing), 2 unusa
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lock", metavar="PATH", default=None, help="the lock to check (default: execsys.lock.json)")
-    parser.add_argument("--config", metavar="PATH",
-                        help="declaration to compare with the pinned one (default: the one pinned, if it still exists)")
+    add_sources(parser)
     add_json(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from execsys import console, declaration
+    from execsys import console, declaration, sources
     from execsys.digest import artifact_size, with_progress_bar
-    from execsys.identity import DEFAULT_LOCK, load_lock, verify
+    from execsys.identity import ArtifactHashed, VerifyOptions, load_lock, run_verify
 
-    if args.lock is not None and not args.lock.strip():
-        raise InputError("the lock path is empty: give --lock FILE, or omit it for ./execsys.lock.json")
-    if args.config is not None and not args.config.strip():
-        raise InputError("the declaration path is empty: give --config FILE, or omit it for the pinned one")
-    lock_path = Path(args.lock or DEFAULT_LOCK)
+    lock_path = sources.lock_path(args.lock, args.config)
     identity = load_lock(lock_path)
     decl = None
-    config = args.config or identity.declaration.get("path")
-    if config and Path(config).exists():
-        decl = declaration.load(config)
+    if sources.config_given(args.config):
+        # named: it must exist; otherwise the declaration pinned is compared, if it still exists
+        decl = declaration.load(sources.config_path(args.config), required=True)
         for warning in decl.warnings:
             console.warn(warning)
+    options = VerifyOptions.from_sources(decl, identity, lock_path=lock_path)
+    if options.declaration is not None and decl is None:
+        for warning in options.declaration.warnings:
+            console.warn(warning)
     artifact = identity.observed("artifact").get("path")
-    report = with_progress_bar(lambda progress: verify(identity, progress=progress, declaration=decl),
-                               label="re-hashing the artifact", total_hint=artifact_size(artifact) if artifact else 0)
+
+    def verify_with(progress):
+        def on_event(event) -> None:
+            if progress is not None and isinstance(event, ArtifactHashed):
+                progress(event.done_bytes, event.total_bytes)
+
+        return run_verify(options, on_event=on_event)
+
+    report = with_progress_bar(verify_with, label="re-hashing the artifact",
+                               total_hint=artifact_size(artifact) if artifact else 0)
     if args.json:
         console.print_json(report.to_json())
     else:
@@ -62,8 +71,13 @@ def render(report) -> None:
     from rich.markup import escape
 
     from execsys import console
+    from execsys.commands.pin import observer_line
     from execsys.identity import describe_change
 
+    if report.schema_outdated:
+        # an id defined over other fields: comparing would list every component as changed
+        console.out().print(report.sentence, markup=False)
+        return
     look = {"same": "ok", "changed": "fail", "unverifiable": "error"}
     for name, check in report.components.items():
         key = look[check.status]
@@ -75,4 +89,6 @@ def render(report) -> None:
             console.out().print(f"    {escape(describe_change(change))}")
         if len(check.changes) > 12:
             console.out().print(f"    ... and {len(check.changes) - 12} more (--json lists all)")
+    console.out().print(f"pinned by   {observer_line(report.pinned_observer)}", markup=False)
+    console.out().print(f"checked by  {observer_line(report.observer)}  (observers are never compared)", markup=False)
     console.out().print(f"{report.verdict}: {report.sentence}", markup=False)

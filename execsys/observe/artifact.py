@@ -169,6 +169,9 @@ def _norm(text: str | None) -> str:
 
 
 def resolve(path_text: str, base_dir: Path | None) -> Path:
+    """A declared path as the system means it: relative to the declaration's directory (never the
+    pinning shell's cwd, so pinning from a subdirectory finds the same files); ``~`` is the invoking
+    user's home, which is right: another user's ``~/models/m`` is another file, another system."""
     path = Path(os.path.expanduser(path_text))
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path

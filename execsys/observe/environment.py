@@ -1,16 +1,25 @@
-"""Observe the environment component: interpreter, shell, container, locale, timezone, declared variables.
+"""Observe the environment component -- and, apart from it, the observer that pins it.
 
-The declared variables are the ones the operator says must hold for the run
-(``[environment] variables``); their observed values are recorded -- redacted
-when the name looks secret, so only their presence is compared -- and any that do
-not hold are listed.
+The same system must get the same id whichever shell, terminal, directory, user or execsys
+install pins it. So this module keeps two records:
+
+- :func:`observe_environment` (in the id): what the harness gets whoever launches it -- the
+  container, the machine's configured locale and timezone, the declared ``[environment]
+  variables`` (redacted when the name looks secret, so only their presence is compared) and the
+  shells a declared harness command runs through (or that ``[environment] shell`` declares).
+- :func:`observe_observer` (outside the id, the lock's ``observer``): execsys's own version and
+  interpreter, the invoking shell, terminal, working directory, user, the process's locale and
+  ``$TZ``, and the numerics variables that happen to be set in the pinning process. Shown by
+  ``pin`` and ``verify``, never compared as identity.
 """
 
 from __future__ import annotations
 
+import contextlib
 import locale
 import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,8 +27,14 @@ from typing import Any
 from execsys.observe.hardware import detect_container
 from execsys.redact import REDACTED, is_secret_name, redact_text
 
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "busybox"})
+
+
+# -- the observer (outside the id) -------------------------------------------------------------
+
 
 def detect_shell() -> dict[str, Any]:
+    """The operator's interactive shell (the parent chain, else ``$SHELL``): the observer's, not the system's."""
     try:
         import shellingham
 
@@ -32,9 +47,56 @@ def detect_shell() -> dict[str, Any]:
         return {"name": None, "path": None, "source": None}
 
 
-def timezone_name() -> str | None:
-    if os.environ.get("TZ"):
-        return os.environ["TZ"]
+def locale_facts() -> dict[str, Any]:
+    """The pinning process's locale variables: the operator's terminal settings (observer)."""
+    return {
+        "LANG": os.environ.get("LANG"),
+        "LC_ALL": os.environ.get("LC_ALL"),
+        "LC_CTYPE": os.environ.get("LC_CTYPE"),
+        "preferred_encoding": locale.getpreferredencoding(False),
+    }
+
+
+def _user() -> str | None:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no name for this uid (containers): the uid says enough
+        return str(os.getuid()) if hasattr(os, "getuid") else None
+
+
+def observe_observer() -> dict[str, Any]:
+    """Who and what pinned: recorded beside the identity, never part of its id."""
+    from execsys import __version__
+    from execsys.observe.runtime import numerics_env
+
+    size = shutil.get_terminal_size(fallback=(0, 0))
+    return {
+        "execsys": __version__,
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": os.path.realpath(sys.executable),
+            "prefix": sys.prefix,
+        },
+        "shell": detect_shell(),
+        "terminal": {"TERM": os.environ.get("TERM"), "stdout_is_terminal": sys.stdout.isatty(),
+                     "columns": size.columns or None, "lines": size.lines or None},
+        "cwd": os.getcwd(),
+        "user": _user(),
+        "locale": locale_facts(),
+        "TZ": os.environ.get("TZ"),
+        # the serving process's numerics switches are runtime's (the id); these are the pinning shell's
+        "numerics_env": numerics_env(os.environ),
+    }
+
+
+# -- the environment component (in the id) -----------------------------------------------------
+
+
+def system_timezone() -> str | None:
+    """The machine's configured zone (``/etc/timezone``, ``/etc/localtime``), not the pinning shell's ``$TZ``."""
     try:
         text = Path("/etc/timezone").read_text().strip()
         if text:
@@ -47,21 +109,44 @@ def timezone_name() -> str | None:
             return target.split("zoneinfo/", 1)[1]
     except OSError:
         pass
-    import time
-
-    return time.tzname[0] if time.tzname else None
+    return None
 
 
-def locale_facts() -> dict[str, Any]:
-    return {
-        "LANG": os.environ.get("LANG"),
-        "LC_ALL": os.environ.get("LC_ALL"),
-        "LC_CTYPE": os.environ.get("LC_CTYPE"),
-        "preferred_encoding": locale.getpreferredencoding(False),
-    }
+def system_locale() -> str | None:
+    """The machine's default ``LANG`` (what a service or cron job gets), not the pinning shell's."""
+    for path in ("/etc/default/locale", "/etc/locale.conf"):
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+                key, _, value = line.strip().partition("=")
+                if key == "LANG" and value:
+                    return value.strip().strip("'\"")
+    return None
 
 
-def observe_environment(declared: dict[str, Any]) -> dict[str, Any]:
+def observe_shell(program: str, because: str) -> dict[str, Any]:
+    """The shell a harness command runs through: which file it is, and its version where it says one."""
+    from execsys.doctor import files
+
+    matches = files.which_all(program)
+    if not matches:
+        return {"program": program, "executable": None, "because": because, "note": "not found on PATH"}
+    real = os.path.realpath(matches[0])
+    record: dict[str, Any] = {"program": program, "executable": real, "because": because}
+    try:
+        record["digest"] = files.digest(real)
+    except OSError as exc:
+        record["digest"] = None
+        record["note"] = f"unreadable ({exc.strerror})"
+    if os.path.basename(real) in ("bash", "zsh", "ksh", "mksh", "fish"):
+        inv = files.bounded_run([real, "--version"], 5.0)
+        record["version"] = inv.first_line() if inv.ok else None
+    return record
+
+
+def observe_environment(declared: dict[str, Any], *, harness_shells: list[tuple[str, str]] | None = None
+                        ) -> dict[str, Any]:
+    """The environment the harness runs in. ``harness_shells``: (shell, why) for each declared harness
+    command that runs through a shell (see :func:`execsys.observe.harness.observe_commands`)."""
     variables = declared.get("variables") or {}
     observed_vars: dict[str, Any] = {}
     not_holding: list[str] = []
@@ -77,19 +162,21 @@ def observe_environment(declared: dict[str, Any]) -> dict[str, Any]:
         holds = actual is not None and (is_secret_name(name) or str(expected) == actual)
         if not holds:
             not_holding.append(name)
-    return {
-        "python": {
-            "version": platform.python_version(),
-            "implementation": platform.python_implementation(),
-            # resolved: `execsys` (python3.11 shebang) and `python -m execsys` run the same
-            # interpreter and must pin the same identity; sys.prefix keeps a venv distinct
-            "executable": os.path.realpath(sys.executable),
-            "prefix": sys.prefix,
-        },
-        "shell": detect_shell(),
+    observed: dict[str, Any] = {
+        # the harness runs in the same container as the pinning process: a property of the system
         "container": detect_container() or "none",
-        "locale": locale_facts(),
-        "timezone": timezone_name(),
+        # machine configuration, the same for every operator; the shell's LANG/TZ are the observer's
+        "locale": system_locale(),
+        "timezone": system_timezone(),
         "variables": observed_vars,
         "variables_not_holding": not_holding,
     }
+    wanted: dict[str, str] = {}
+    if declared.get("shell"):
+        wanted[str(declared["shell"])] = "declared in [environment] shell"
+    for shell, why in harness_shells or []:
+        wanted.setdefault(shell, why)
+    if wanted:
+        # only a shell the harness actually runs through is part of the system; the operator's is not
+        observed["shells"] = [observe_shell(program, why) for program, why in sorted(wanted.items())]
+    return observed

@@ -240,6 +240,8 @@ def observe_hardware(declared: dict[str, Any] | None = None) -> dict[str, Any]:
     """Stable facts about this machine (what the ``hardware`` component observes)."""
     cpu = cpu_info()
     gpus, note = observe_gpus()
+    # Machine facts only, the same whoever pins and from wherever (audited for issue 17): no uptime, free
+    # memory, load, the invoking user's limits or cgroup share, which belong to a moment or an observer.
     observed: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "machine_id": machine_id(),

@@ -5,16 +5,26 @@ edits in it -- so the record carries the dirty flag and a BLAKE3 of the diff
 against HEAD (tracked files, binary-safe), plus branch and the remote URL with any
 credentials removed (a token in a clone URL must never reach a record, and removing
 it keeps the identity stable when the token rotates).
+
+The harness's own environment is observed from the harness, not from execsys: for each
+``[harness] commands`` entry, the program its first word names (through PATH and shebangs, with
+the doctor's own resolution code), and when that is a Python interpreter (or a script run by
+one), its version, ``sys.prefix`` and a digest of the distributions installed where it imports
+from -- read from their ``*.dist-info/METADATA`` files, never by importing them. Whether execsys
+itself runs in a venv, pipx or the system interpreter is the observer's business, not the id's.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from execsys.redact import redact_text
+from execsys.redact import REDACTED, redact_text
 
 
 def strip_credentials(url: str) -> str:
@@ -31,11 +41,19 @@ def strip_credentials(url: str) -> str:
 
 def observe_harness(declared: dict[str, Any], *, base_dir: Path | None = None,
                     exclude: list[Path] | None = None) -> dict[str, Any]:
-    """Git facts of the declared repo (default: the working directory's repository).
+    """Git facts of the declared repo (default: the declaration's directory's repository), and what
+    each of ``[harness] commands`` runs (:func:`observe_commands`).
 
     ``exclude`` names files left out of the diff (the lock file being written cannot
     be part of the identity it records).
     """
+    observed = _observe_git(declared, base_dir=base_dir, exclude=exclude)
+    if declared.get("commands"):
+        observed["commands"] = observe_commands(list(declared["commands"]), base_dir=base_dir)
+    return observed
+
+
+def _observe_git(declared: dict[str, Any], *, base_dir: Path | None, exclude: list[Path] | None) -> dict[str, Any]:
     import blake3
 
     start = Path(os.path.expanduser(declared["repo"])) if declared.get("repo") else (base_dir or Path.cwd())
@@ -80,8 +98,200 @@ def observe_harness(declared: dict[str, Any], *, base_dir: Path | None = None,
     if commit is None:
         diff = b""
     else:
-        diff = repo.git.diff("HEAD", "--binary", "--no-ext-diff", "--no-color", "--no-textconv", *pathspec,
-                             stdout_as_string=False, strip_newline_in_stdout=False)
+        # the invoking user's ~/.gitconfig (diff.noprefix, mnemonicPrefix, ...) spells the same edits another
+        # way: the observer's preference, not the harness; the repository's own config still applies
+        with repo.git.custom_environment(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1"):
+            diff = repo.git.diff("HEAD", "--binary", "--no-ext-diff", "--no-color", "--no-textconv", *pathspec,
+                                 stdout_as_string=False, strip_newline_in_stdout=False)
     observed["dirty"] = bool(diff)
     observed["diff_blake3"] = blake3.blake3(diff).hexdigest() if diff else None
     return observed
+
+
+# -- the programs the harness runs ----------------------------------------------------------------
+
+# a command with any of these runs through `sh -c`, whatever its first word is
+_SHELL_SYNTAX = re.compile(r"[|&;<>()$`*?~]|\[\[|\{|\}")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON_NAME = re.compile(r"^(python|pypy)[0-9.]*$")
+INTERPRETER_TIMEOUT_S = 10.0
+
+# Run by the harness's interpreter (-I: its own configuration, not the pinning shell's PYTHONPATH or
+# user site, which are undeclared variables of the observer). Prints where it imports from; the
+# distributions there are read by execsys from the files, without importing anything.
+_DESCRIBE_INTERPRETER = (
+    "import json, os, platform, sys\n"
+    "print(json.dumps({'executable': sys.executable, 'version': platform.python_version(),"
+    " 'implementation': platform.python_implementation(), 'prefix': sys.prefix,"
+    " 'base_prefix': getattr(sys, 'base_prefix', sys.prefix),"
+    " 'path': [p for p in sys.path if p and os.path.isdir(p)]}))\n"
+)
+
+
+def _first_word(command: str) -> tuple[str | None, str | None]:
+    """(program, the shell it runs through or None). ``VAR=x`` and ``env [-opts] VAR=x`` are skipped.
+
+    ``verify`` reads the commands back from the lock, redacted: ``<redacted>`` is a word, not a redirection."""
+    command = command.replace(REDACTED, "redacted")
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None, "sh"
+    shell = "sh" if _SHELL_SYNTAX.search(command) else None
+    while words and (_ASSIGNMENT.match(words[0]) or os.path.basename(words[0]) == "env"):
+        if os.path.basename(words[0]) == "env":
+            words = words[1:]
+            while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
+                words = words[1:]
+            break
+        words = words[1:]
+    return (words[0] if words else None), shell
+
+
+def _resolve(program: str, base_dir: Path | None) -> str | None:
+    """A program as the harness's launcher would find it: a path relative to the declaration's
+    directory (never the pinning shell's cwd), or a bare name through PATH as the doctor resolves it."""
+    from execsys.doctor import files
+
+    if os.sep in program:
+        path = Path(os.path.expanduser(program))
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        found = files.which_all(str(path))
+        return os.path.abspath(found[0]) if found else None
+    found = files.which_all(program)
+    return os.path.abspath(found[0]) if found else None
+
+
+def _metadata_name_version(path: Path) -> tuple[str, str] | None:
+    name = version = None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _ in range(200):  # the headers come first; a description may follow for megabytes
+                line = fh.readline()
+                if not line or not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                if key == "Name" and name is None:
+                    name = value.strip()
+                elif key == "Version" and version is None:
+                    version = value.strip()
+    except OSError:
+        return None
+    return (name, version) if name and version else None
+
+
+def installed_distributions(directories: list[str]) -> list[str]:
+    """``name==version`` of every distribution in these import directories (PEP 503 names), sorted."""
+    found: set[str] = set()
+    for directory in directories:
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info"):
+                meta = Path(directory, entry, "METADATA")
+            elif entry.endswith(".egg-info"):
+                meta = Path(directory, entry)
+                meta = meta / "PKG-INFO" if meta.is_dir() else meta
+            else:
+                continue
+            pair = _metadata_name_version(meta)
+            if pair is not None:
+                found.add(f"{re.sub(r'[-_.]+', '-', pair[0]).lower()}=={pair[1]}")
+    return sorted(found)
+
+
+def interpreter_facts(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
+                      ) -> tuple[dict[str, Any] | None, list[str], str | None]:
+    """(what the interpreter says of itself, its installed ``name==version`` list, why it could not say)."""
+    from execsys.doctor import files
+
+    inv = files.bounded_run([executable, "-I", "-c", _DESCRIBE_INTERPRETER], timeout, keep=1 << 20)
+    try:
+        info = json.loads(inv.output.strip().splitlines()[-1]) if inv.ok else None
+    except (ValueError, IndexError):
+        info = None
+    if not isinstance(info, dict):
+        return None, [], redact_text(inv.describe())
+    return info, installed_distributions([str(p) for p in info.get("path") or []]), None
+
+
+def describe_interpreter(executable: str, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, Any]:
+    """Version, prefix and installed distributions of a Python interpreter, asked with a bounded run."""
+    import blake3
+
+    info, dists, note = interpreter_facts(executable, timeout)
+    if info is None:
+        return {"executable": os.path.realpath(executable), "note": note}
+    return {
+        # resolved, so one interpreter reached under two names is one system; the prefix keeps a venv distinct
+        "executable": os.path.realpath(str(info.get("executable") or executable)),
+        "version": info.get("version"),
+        "implementation": info.get("implementation"),
+        "prefix": info.get("prefix"),
+        "base_prefix": info.get("base_prefix"),
+        "distributions": len(dists),
+        "distributions_blake3": blake3.blake3("\n".join(dists).encode()).hexdigest(),
+    }
+
+
+def is_python(path: str) -> bool:
+    return bool(_PYTHON_NAME.match(os.path.basename(path)) or _PYTHON_NAME.match(os.path.basename(os.path.realpath(path))))
+
+
+def observe_command(command: str, *, base_dir: Path | None = None) -> dict[str, Any]:
+    """What one declared harness command runs: its program, the interpreter behind it, its shell."""
+    from execsys.doctor import files
+
+    program, shell = _first_word(command)
+    record: dict[str, Any] = {"command": redact_text(command), "program": program}
+    if program is None:
+        record["note"] = "no program in the command"
+        return record
+    if os.path.basename(program) in _shells():
+        shell = os.path.basename(program)
+    path = _resolve(program, base_dir)
+    if path is None:
+        record["executable"] = None
+        record["note"] = "not found (on PATH, or relative to the declaration)"
+        if shell:
+            record["shell"] = shell
+        return record
+    real = os.path.realpath(path)
+    record["executable"] = real
+    interpreter: str | None = None
+    if _PYTHON_NAME.match(os.path.basename(program)) or _PYTHON_NAME.match(os.path.basename(real)):
+        interpreter = path
+    else:
+        try:
+            record["digest"] = files.digest(real)
+        except OSError as exc:
+            record["digest"] = None
+            record["note"] = f"unreadable ({exc.strerror})"
+        sb = files.shebang(files.read_head(real, 512))
+        if sb is not None and sb.interpreter:
+            record["shebang"] = sb.text()
+            named = os.path.basename(sb.program)
+            if named in _shells():
+                shell = shell or named
+            elif _PYTHON_NAME.match(named):
+                found = files.which_all(sb.program) if os.sep not in sb.program else [sb.program]
+                interpreter = found[0] if found else None
+    if interpreter is not None:
+        record["interpreter"] = describe_interpreter(interpreter)
+    if shell:
+        record["shell"] = shell
+    return record
+
+
+def _shells() -> frozenset[str]:
+    from execsys.observe.environment import SHELLS
+
+    return SHELLS
+
+
+def observe_commands(commands: list[Any], *, base_dir: Path | None = None) -> list[dict[str, Any]]:
+    """One record per ``[harness] commands`` entry, in the declared order."""
+    return [observe_command(str(command), base_dir=base_dir) for command in commands]

@@ -114,7 +114,7 @@ class IdentityScreen(StepScreen):
         diff = None
         if lock is None:
             self.post_message(self.PinProgressed(0, 0))
-            observed, diff = adapter.observe(self.app.paths, progress=self._progress_callback())
+            observed, diff = adapter.observe(self.app.paths, on_event=self._on_event())
             source += "; observed: now, on this machine"
         self.post_message(self.Observed(declared, observed, source, diff))
 
@@ -224,7 +224,7 @@ class IdentityScreen(StepScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pin")
     def pin(self, tables: dict[str, dict[str, Any]]) -> None:
-        identity, diff = adapter.pin(self.app.paths, tables, progress=self._progress_callback())
+        identity, diff = adapter.pin(self.app.paths, tables, on_event=self._on_event())
         self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock)))
 
     def _show_progress(self) -> None:
@@ -232,17 +232,22 @@ class IdentityScreen(StepScreen):
         bar.update(total=None, progress=0)
         bar.display = True
 
-    def _progress_callback(self):
-        """Hashing progress from the worker thread, posted about a hundred times, not once per block."""
+    def _on_event(self):
+        """Pin's hashing events from the worker thread, posted about a hundred times, not once per block."""
+        from execsys.identity import ArtifactHashed
+
         last = [-1.0]
 
-        def progress(done: int, total: int) -> None:
+        def on_event(event: object) -> None:
+            if not isinstance(event, ArtifactHashed):
+                return
+            done, total = event.done_bytes, event.total_bytes
             fraction = done / total if total else 1.0
             if fraction - last[0] >= 0.01 or done >= total:
                 last[0] = fraction
                 self.post_message(self.PinProgressed(done, total))
 
-        return progress
+        return on_event
 
     @on(PinProgressed)
     def pin_progressed(self, message: PinProgressed) -> None:
