@@ -179,7 +179,7 @@ def declared_components(paths: Paths) -> tuple[dict[str, dict[str, Any]], str]:
 def detected_tables() -> dict[str, dict[str, Any]]:
     """What ``execsys init`` would write for this machine, as declaration tables."""
     from execsys import declaration
-    from execsys.commands.init import detect, render_template
+    from execsys.scaffold import detect, render_template
 
     return declaration.parse(render_template(detect())).tables
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from execsys.errors import ExitCode, InputError
@@ -23,104 +22,16 @@ examples:
 exit codes: 0 written, 2 the file exists (use --force) or cannot be written
 """
 
-# ports where common engines listen by default -> engine name
-COMMON_PORTS = {8000: "vllm", 30000: "sglang", 8080: "llama.cpp", 11434: "ollama"}
-ENGINE_BINARIES = {"vllm": "vllm", "llama-server": "llama.cpp", "ollama": "ollama",
-                   "text-generation-launcher": "tgi", "trtllm-serve": "tensorrt-llm"}
-ENGINE_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "llama_cpp_python": "llama-cpp-python",
-                   "tensorrt_llm": "tensorrt-llm"}
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="PATH",
                         help="where to write (default: $EXECSYS_CONFIG, else ./execsys.toml: where pin looks)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
 
 
-def toml_string(value: str) -> str:
-    """A TOML basic string (JSON escapes are valid TOML escapes)."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def detect() -> dict:
-    """What this machine shows: host, GPUs, git repo, engine, endpoint. Every probe is quick and optional."""
-    import shutil
-    import socket
-    from importlib import metadata
-
-    from execsys.observe.hardware import observe_gpus
-
-    found: dict = {"host": socket.gethostname()}
-    gpus, _note = observe_gpus()
-    if gpus:
-        found["gpu"] = gpus[0]["name"]
-        found["gpu_count"] = len(gpus)
-    try:
-        import git
-
-        repo = git.Repo(Path.cwd(), search_parent_directories=True)
-        found["repo"] = repo.working_tree_dir
-    except Exception:  # noqa: BLE001 - not a repository: nothing to fill in
-        pass
-    for package, engine in ENGINE_PACKAGES.items():
-        try:
-            metadata.version(package)
-            found["engine"] = engine
-            break
-        except metadata.PackageNotFoundError:
-            continue
-    if "engine" not in found:
-        for binary, engine in ENGINE_BINARIES.items():
-            if shutil.which(binary):
-                found["engine"] = engine
-                break
-    for port, engine in COMMON_PORTS.items():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                found["endpoint"] = f"http://127.0.0.1:{port}/v1"
-                found.setdefault("engine", engine)
-                break
-        except OSError:
-            continue
-    return found
-
-
-def render_template(found: dict) -> str:
-    from importlib import resources
-    from string import Template
-
-    def line(key: str, value, example: str, quote: bool = True) -> str:
-        if value is None:
-            return f"# {key} = {example}"
-        rendered = toml_string(str(value)) if quote else str(value)
-        return f"{key} = {rendered}   # detected"
-
-    text = resources.files("execsys.data").joinpath("init_template.toml").read_text(encoding="utf-8")
-    return Template(text).substitute(
-        artifact_line='# path = "models/model.gguf"',
-        engine_line=line("engine", found.get("engine"), '"vllm"        # vllm, sglang, llama.cpp, llama-cpp-python, ...'),
-        endpoint_line=line("endpoint", found.get("endpoint"), '"http://127.0.0.1:8000/v1"'),
-        host_line=line("host", found.get("host"), '"gpu1"'),
-        gpu_line=line("gpu", found.get("gpu"), '"NVIDIA H100 80GB HBM3"'),
-        gpu_count_line=line("gpu_count", found.get("gpu_count"), "1", quote=False),
-        repo_line=line("repo", found.get("repo"), '"."   # the git repository of the harness'),
-    )
-
-
-def _portable_repo_path(repo: Path, config: Path) -> str:
-    """The repository as the declaration should name it: relative to the declaration when the
-    declaration lives inside it ('.', '..'), so a clone elsewhere still points at itself."""
-    import os
-
-    repo, home = repo.resolve(), config.parent.resolve()
-    if home == repo or repo in home.parents:
-        return Path(os.path.relpath(repo, home)).as_posix()
-    return str(repo)
-
-
 def run(args: argparse.Namespace) -> int:
     from execsys import console, sources
     from execsys.fsutil import write_output
+    from execsys.scaffold import detect, portable_repo_path, render_template
 
     target = sources.config_path(args.config)
     if target.is_dir():
@@ -129,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{target} already exists; use --force to overwrite it")
     found = detect()
     if found.get("repo"):
-        found["repo"] = _portable_repo_path(Path(found["repo"]), target)
+        found["repo"] = portable_repo_path(Path(found["repo"]), target)
     text = render_template(found)
     write_output(target, text, "the declaration")
     detected = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"
