@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from execsys.tui.screens.doctor import DoctorScreen
@@ -68,9 +69,9 @@ class ExecsysApp(App[int]):
     def __init__(
         self,
         *,
-        config: str | os.PathLike[str] | None = None,
-        lock: str | os.PathLike[str] | None = None,
-        ledger: str | os.PathLike[str] | None = None,
+        config: str | Path | None = None,
+        lock: str | Path | None = None,
+        ledger: str | Path | None = None,
         hosts: Iterable[str] = (),
         autostart: bool = True,
         theme: str = DARK,

@@ -119,7 +119,7 @@ def prepare_project(root: Path, ledger_path: Path) -> str:
         record_identity(identity, ledger)
         for axis, m, n in (("session", 30, 30), ("restart", 17, 20), ("concurrency", 20, 20)):
             body = {"schema": "execsys.probe/1", "axis": axis, "identity": identity.id, "n": n, "m": m,
-                    "agreement_rate": m / n, "ci95": list(wilson(m, n)), "flipped": [], "cases": []}
+                    "agreement_rate": m / n, "ci95": list(wilson(m, n) or ()), "flipped": [], "cases": []}
             ledger.append("probe", body, identity=identity.id)
     return identity.id
 
@@ -260,7 +260,7 @@ async def capture(step: str, size: tuple[int, int], out: Path, recorded: Path | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m execsys.tui.screenshots", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m execsys.tui.screenshots", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", default="screenshots", help="directory for the SVGs (default: screenshots/)")
     parser.add_argument("--size", default="120x40", help="terminal size COLSxROWS (default 120x40)")
     parser.add_argument("--recorded", metavar="FILE",

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from execsys.tui.widgets.header import StateHeader
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+if TYPE_CHECKING:
+    from execsys.tui.app import ExecsysApp
+
 
 class StepScreen(Screen):
     """A step of the procedure. Subclasses set ``STEP`` and implement ``compose_body``."""
 
     STEP = ""
+
+    if TYPE_CHECKING:
+        @property
+        def app(self) -> ExecsysApp: ...  # the screens only ever run inside ExecsysApp
 
     def compose(self) -> ComposeResult:
         yield StateHeader(self.STEP)

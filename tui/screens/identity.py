@@ -108,11 +108,11 @@ class IdentityScreen(StepScreen):
                 lock = adapter.last_lock(self.app.paths)
             except Exception as exc:  # an unreadable lock: say so and observe live instead
                 source += f"; the lock could not be read ({' '.join(str(exc).split())})"
+        diff = None
         if lock is not None:
             observed = {name: lock.observed(name) for name in COMPONENTS}
             source += f"; observed: as pinned in {self.app.paths.lock} at {lock.recorded_at} (ctrl+r observes now)"
-        diff = None
-        if lock is None:
+        else:
             self.post_message(self.PinProgressed(0, 0))
             observed, diff = adapter.observe(self.app.paths, on_event=self._on_event())
             source += "; observed: now, on this machine"

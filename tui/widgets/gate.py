@@ -8,13 +8,21 @@ colour alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.widgets import Static
 
 from execsys.console import SYMBOLS
 
+if TYPE_CHECKING:
+    from execsys.tui.app import ExecsysApp
+
 
 class GateBanner(Static):
+    if TYPE_CHECKING:
+        @property
+        def app(self) -> ExecsysApp: ...  # shown only inside ExecsysApp
     """One or two lines: open (✓), overridden (!), or closed (✗) with the reason and the way out."""
 
     DEFAULT_CSS = """
