@@ -12,7 +12,7 @@ import threading
 import time
 
 from execsys.doctor import remote
-from execsys.doctor.runner import DoctorOptions, run_doctor
+from execsys.doctor.runner import DoctorOptions, HazardChecked, run_doctor
 
 HAZARD_IDS = ["binary-aliasing", "interop-mangling", "stub-executables", "unread-env-config", "baked-paths",
               "package-prefixes", "lost-mode-bits", "port-collisions", "clock-skew"]
@@ -47,13 +47,14 @@ def test_remote_hazard_found_over_ssh_and_nothing_left_behind(ssh_config_env, tm
     live: list[tuple[str, str, str]] = []
     lock = threading.Lock()
 
-    def on_result(host, result):
-        with lock:
-            live.append((host, result.id, result.status))
+    def on_event(event):
+        if isinstance(event, HazardChecked):
+            with lock:
+                live.append((event.host, event.result.id, event.result.status))
 
     options = DoctorOptions(hosts=[ssh_config_env.dest], commands=[str(zero)], only=["stub-executables",
                                                                                     "clock-skew"])
-    report = run_doctor(options, on_result=on_result)
+    report = run_doctor(options, on_event)
     far = report.hosts[1]
     assert far.error is None
     assert far.result("stub-executables").status == "fail"

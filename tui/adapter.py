@@ -8,11 +8,18 @@ engine changes its names, this is the one module that follows.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execsys.tui.state import Paths
+
+from execsys.operation import OnEvent
+
+if TYPE_CHECKING:
+    from execsys.doctor.model import DoctorReport
+    from execsys.doctor.runner import DoctorOptions
 
 # -- doctor ------------------------------------------------------------------
 
@@ -30,30 +37,32 @@ def declared_doctor_hosts(paths: Paths) -> list[str]:
 
     try:
         decl = load_declaration(paths)
+        return list(DoctorOptions.from_sources(decl).hosts)
     except Exception:  # a broken declaration is reported when the checks run, not here
         return []
-    return list(DoctorOptions.from_declaration(decl).hosts)
 
 
-def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None):
-    """The options `execsys doctor --config ... --host ... --only ...` would build."""
+def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None) -> DoctorOptions:
+    """The options `execsys doctor --config ... --lock ... --host ... --only ...` would build."""
     from execsys.doctor.runner import DoctorOptions
 
-    decl = load_declaration(paths)
-    overrides: dict[str, Any] = {"hosts": list(hosts)}
-    if only:
-        overrides["only"] = list(only)
-    return DoctorOptions.from_declaration(decl, **overrides)
+    from execsys.sources import load_sources
+
+    sources = load_sources(paths.config if paths.config.exists() else None,
+                           paths.lock if paths.lock.exists() else None)
+    return DoctorOptions.from_sources(sources.declaration, sources.lock, hosts=list(hosts),
+                                      only=list(only) if only else None)
 
 
-def run_doctor(options, on_result: Callable[[str, Any], None], cancel, include_local: bool = True) -> Any:
+def run_doctor(options: DoctorOptions, on_event: OnEvent, cancel: threading.Event,
+               include_local: bool = True) -> DoctorReport:
     """Run the doctor; ``include_local=False`` checks only the remote hosts (a re-run on one remote column)."""
     from execsys.doctor.runner import run_doctor as _run
 
-    return _run(options, on_result=on_result, cancel=cancel, include_local=include_local)
+    return _run(options, on_event, cancel, include_local=include_local)
 
 
-def record_doctor(paths: Paths, report) -> str:
+def record_doctor(paths: Paths, report: DoctorReport) -> str:
     """Store the report in the ledger, as `execsys doctor` does."""
     from execsys.ledger import Ledger
 
