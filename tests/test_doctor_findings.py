@@ -182,7 +182,6 @@ def test_an_unknown_accepted_id_is_one_line_exit_2(cli, tmp_path):
 def test_from_sources_layers_flags_over_declaration_over_lock_and_validates(tmp_path):
     from execsys import declaration
     from execsys.sources import load_sources
-
     from tests.test_scope import write_lock
 
     lock_path = tmp_path / "execsys.lock.json"

@@ -14,7 +14,6 @@ from execsys.doctor.runner import (
     DoctorStarted,
     HazardChecked,
     HostFinished,
-    HostUnreachable,
     run_doctor,
     run_hazard,
 )
