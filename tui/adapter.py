@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from execsys.doctor.model import DoctorReport
     from execsys.doctor.runner import DoctorOptions
 
+    from execsys.scope import ScopeOptions
+
 # -- doctor ------------------------------------------------------------------
 
 
@@ -85,15 +87,27 @@ def current_identity_id(paths: Paths) -> str | None:
 # -- scope ---------------------------------------------------------------------
 
 
+def scope_options(paths: Paths, identity_id: str) -> ScopeOptions:
+    """The options `execsys scope --config ...` builds: the lock beside the declaration when it is the
+    identity in question (its components name the host and fill the contract), else the id itself."""
+    from execsys.scope import ScopeOptions
+
+    try:
+        lock = last_lock(paths)
+    except Exception:  # an unreadable lock: the identity is still known by its id (the Identity step says why)
+        lock = None
+    if lock is not None and lock.id == identity_id:
+        return ScopeOptions.from_sources(None, lock, ledger=paths.ledger)
+    return ScopeOptions.from_sources(None, None, identity=identity_id, ledger=paths.ledger)
+
+
 def licence_for(paths: Paths, identity_id: str | None) -> str:
     """A few words for the header: the widest boundary licensed under this identity, and what is unstable."""
     if not identity_id:
         return "none (no pinned identity)"
-    from execsys.ledger import Ledger
-    from execsys.scope import compute_scope
+    from execsys.scope import run_scope
 
-    with Ledger.open(paths.ledger) as ledger:
-        return licence_line(compute_scope(ledger, identity_id))
+    return licence_line(run_scope(scope_options(paths, identity_id)))
 
 
 def licence_line(report: Any) -> str:
@@ -133,18 +147,10 @@ def scope_and_contract(paths: Paths, identity_id: str | None) -> tuple[Any, str]
     """The scope report for this identity and its contract section (both None/'' without an identity)."""
     if not identity_id:
         return None, ""
-    from execsys.ledger import Ledger
-    from execsys.scope import compute_scope, contract_markdown, resolve_identity
+    from execsys.scope import contract_markdown, run_scope
 
-    with Ledger.open(paths.ledger) as ledger:
-        report = compute_scope(ledger, identity_id)
-        ref_source = str(paths.lock) if paths.lock.exists() else identity_id
-        try:
-            identity = resolve_identity(ref_source, ledger)
-        except Exception:  # the contract still names the id when the components cannot be found
-            identity = None
-        contract = contract_markdown(report, identity)
-    return report, contract
+    report = run_scope(scope_options(paths, identity_id))
+    return report, contract_markdown(report, report.ref)
 
 
 def save_text(path: str | Path, text: str) -> Path:
