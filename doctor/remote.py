@@ -245,7 +245,8 @@ def run_remote_doctor(dest: str, options: DoctorOptions, on_event: OnEvent | Non
                 best = (rtt, (sent + received) // 2, int(line.split()[1]))
         if samples == CLOCK_SAMPLES and _send(b"GO\n"):
             with contextlib.suppress(OSError):
-                proc.stdin.close()
+                if proc.stdin is not None:
+                    proc.stdin.close()
             while True:
                 line = _next_line(deadline)
                 if line is None:

@@ -260,7 +260,8 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         if owner != identity_id:
             other.setdefault(str(owner or "none (probe taken without a pinned identity)"), []).append(record.id)
             continue
-        scope_info = body.get("scope") if isinstance(body.get("scope"), dict) else {}
+        raw_scope = body.get("scope")
+        scope_info: dict[str, Any] = raw_scope if isinstance(raw_scope, dict) else {}
         if scope_info.get("engine_changed"):
             # The engine itself changed between the passes: the probe measured that change, not the axis.
             excluded.append({"record": record.id, "reason": f"{axis} probe saw the engine change between passes: "
