@@ -15,10 +15,14 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from execsys.doctor import files, sysinfo
+
+if TYPE_CHECKING:  # never imported at run time: this module also runs on remote hosts, stdlib only
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
 
 DEFAULT_COMMANDS = ("python3", "python", "pip", "pip3", "git", "nvidia-smi")
 DEFAULT_TIMEOUT = 3.0
@@ -55,7 +59,8 @@ class DoctorOptions:
     accept: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_sources(cls, declaration: Any = None, lock: Any = None, **overrides: Any) -> DoctorOptions:
+    def from_sources(cls, declaration: Declaration | None = None, lock: Identity | None = None,
+                     **overrides: Any) -> DoctorOptions:
         """Options from their sources: ``overrides`` (flags, a TUI form) > ``declaration`` > ``lock``.
 
         ``declaration`` is a loaded ``execsys.toml`` (``execsys.declaration.Declaration``) or None;
@@ -82,7 +87,7 @@ class DoctorOptions:
         return opts
 
     @classmethod
-    def _from_declaration(cls, decl: Any) -> DoctorOptions:
+    def _from_declaration(cls, decl: Declaration | None) -> DoctorOptions:
         opts = cls()
         if decl is None:
             return opts
@@ -122,7 +127,7 @@ class DoctorOptions:
         opts._resolve_relative(base)
         return opts
 
-    def _fill_from_lock(self, lock: Any) -> None:
+    def _fill_from_lock(self, lock: Identity) -> None:
         """What the pinned identity declared, where the declaration is silent (the lowest layer)."""
         def pinned(component: str, key: str) -> Any:
             value = (lock.components.get(component) or {}).get("declared", {}).get(key)
