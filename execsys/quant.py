@@ -315,6 +315,13 @@ def quantization_from_lock(path: str) -> dict[str, str | None]:
     return quantization_from_identity(load_lock(path))
 
 
+def _lock_components(path: str) -> dict[str, Any]:
+    """The components of the lock at ``path``, read by ``load_lock`` (``execsys plan`` imports this)."""
+    from execsys.identity import load_lock
+
+    return load_lock(path).components
+
+
 def quantization_from_identity(identity: Identity) -> dict[str, str | None]:
     """The pinned artifact's format and scheme, and the runtime engine, from a pinned identity.
 
