@@ -27,7 +27,7 @@ def _say(line: str, lock: threading.Lock) -> None:
 def main(payload: dict) -> None:
     from execsys.doctor import sysinfo
     from execsys.doctor.context import DoctorOptions
-    from execsys.doctor.runner import run_local
+    from execsys.doctor.runner import HazardChecked, run_local
 
     lock = threading.Lock()
     while True:
@@ -41,6 +41,9 @@ def main(payload: dict) -> None:
             break
     options = DoctorOptions.from_payload(payload)
     _say("H " + json.dumps(sysinfo.host_facts()), lock)
-    run_local(options, on_result=lambda _host, result: _say("R " + json.dumps(
-        {**result.to_json(), "duration_s": result.duration_s}), lock))
+    def send(event: object) -> None:
+        if isinstance(event, HazardChecked):
+            _say("R " + json.dumps({**event.result.to_json(), "duration_s": event.result.duration_s}), lock)
+
+    run_local(options, send)
     _say("END", lock)

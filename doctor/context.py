@@ -15,10 +15,14 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from execsys.doctor import files, sysinfo
+
+if TYPE_CHECKING:  # never imported at run time: this module also runs on remote hosts, stdlib only
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
 
 DEFAULT_COMMANDS = ("python3", "python", "pip", "pip3", "git", "nvidia-smi")
 DEFAULT_TIMEOUT = 3.0
@@ -52,47 +56,22 @@ class DoctorOptions:
     endpoint_port: int | None = None
     config_path: str | None = None
 
+    accept: list[str] = field(default_factory=list)
+
     @classmethod
-    def from_declaration(cls, decl: Any = None, **overrides: Any) -> DoctorOptions:
-        """Options from a loaded ``execsys.toml`` (``execsys.declaration.Declaration`` or None), then overrides.
+    def from_sources(cls, declaration: Declaration | None = None, lock: Identity | None = None,
+                     **overrides: Any) -> DoctorOptions:
+        """Options from their sources: ``overrides`` (flags, a TUI form) > ``declaration`` > ``lock``.
 
-        An override of ``None`` leaves the declared value alone, so CLI flags can be passed straight in.
-        """
-        opts = cls()
-        if decl is not None:
-            get = decl.get
-            doctor = decl.tables.get("doctor", {})
-            opts.commands = _strs(doctor.get("commands"))
-            try:
-                opts.ports = _ints(doctor.get("ports"))
-            except (TypeError, ValueError):
-                from execsys.errors import InputError
-
-                raise InputError(f"{decl.path}: [doctor] ports must be a list of port numbers, "
-                                 f"not {doctor.get('ports')!r}") from None
-            opts.paths = _strs(doctor.get("paths"))
-            opts.venvs = _strs(doctor.get("venvs"))
-            opts.repos = _strs(doctor.get("repos"))
-            if opts.repos is None and get("harness", "repo"):
-                opts.repos = [str(get("harness", "repo"))]
-            opts.layers = _strs(doctor.get("layers")) or _strs(get("environment", "layers"))
-            opts.hosts = _strs(doctor.get("hosts")) or _strs(get("environment", "hosts")) or []
-            if doctor.get("timeout") is not None:
-                opts.timeout = float(doctor["timeout"])
-            if doctor.get("clock_skew_threshold_ms") is not None:
-                opts.clock_skew_threshold_ms = float(doctor["clock_skew_threshold_ms"])
-            opts.pins = normalise_pins(doctor.get("pins") or {})
-            opts.env_file = get("runtime", "env_file") or get("environment", "env_file")
-            opts.declared_env = {str(k): str(v) for k, v in (get("environment", "variables") or {}).items()}
-            opts.artifact_path = get("artifact", "path")
-            opts.engine = get("runtime", "engine")
-            opts.process = get("runtime", "process")
-            opts.endpoint_port = endpoint_port(get("runtime", "endpoint"))
-            if opts.ports is None and opts.endpoint_port:
-                opts.ports = [opts.endpoint_port]
-            base = os.path.dirname(str(decl.path)) if getattr(decl, "path", None) else ""
-            opts.config_path = str(decl.path) if getattr(decl, "path", None) else None
-            opts._resolve_relative(base)
+        ``declaration`` is a loaded ``execsys.toml`` (``execsys.declaration.Declaration``) or None;
+        ``lock`` the pinned ``execsys.identity.Identity`` or None -- it fills in only what the
+        declaration leaves open (the artifact path, the engine, its process and endpoint as pinned).
+        An override of ``None`` is "not given" and leaves the declared value alone, so CLI flags can be
+        passed straight in. Everything is validated here (:meth:`validate`): a bad flag or declared
+        value raises ``UsageError``/``InputError`` naming it, before any check runs."""
+        opts = cls._from_declaration(declaration)
+        if lock is not None:
+            opts._fill_from_lock(lock)
         for key, value in overrides.items():
             if not hasattr(opts, key):
                 raise TypeError(f"unknown doctor option {key!r}")
@@ -103,7 +82,89 @@ class DoctorOptions:
             setattr(opts, key, value)
         if overrides.get("pid") is not None and overrides.get("process") is None:
             opts.process = None  # an explicit --pid wins over a declared process name
+        opts.validate_flags(overrides)
+        opts.validate()
         return opts
+
+    @classmethod
+    def _from_declaration(cls, decl: Declaration | None) -> DoctorOptions:
+        opts = cls()
+        if decl is None:
+            return opts
+        get = decl.get
+        doctor = decl.tables.get("doctor", {})
+        opts.commands = _strs(doctor.get("commands"))
+        try:
+            opts.ports = _ints(doctor.get("ports"))
+        except (TypeError, ValueError):
+            from execsys.errors import InputError
+
+            raise InputError(f"{decl.path}: [doctor] ports must be a list of port numbers, "
+                             f"not {doctor.get('ports')!r}") from None
+        opts.paths = _strs(doctor.get("paths"))
+        opts.venvs = _strs(doctor.get("venvs"))
+        opts.repos = _strs(doctor.get("repos"))
+        if opts.repos is None and get("harness", "repo"):
+            opts.repos = [str(get("harness", "repo"))]
+        opts.layers = _strs(doctor.get("layers")) or _strs(get("environment", "layers"))
+        opts.hosts = _strs(doctor.get("hosts")) or _strs(get("environment", "hosts")) or []
+        opts.accept = _strs(doctor.get("accept")) or []
+        if doctor.get("timeout") is not None:
+            opts.timeout = float(doctor["timeout"])
+        if doctor.get("clock_skew_threshold_ms") is not None:
+            opts.clock_skew_threshold_ms = float(doctor["clock_skew_threshold_ms"])
+        opts.pins = normalise_pins(doctor.get("pins") or {})
+        opts.env_file = get("runtime", "env_file") or get("environment", "env_file")
+        opts.declared_env = {str(k): str(v) for k, v in (get("environment", "variables") or {}).items()}
+        opts.artifact_path = get("artifact", "path")
+        opts.engine = get("runtime", "engine")
+        opts.process = get("runtime", "process")
+        opts.endpoint_port = endpoint_port(get("runtime", "endpoint"))
+        if opts.ports is None and opts.endpoint_port:
+            opts.ports = [opts.endpoint_port]
+        base = os.path.dirname(str(decl.path)) if getattr(decl, "path", None) else ""
+        opts.config_path = str(decl.path) if getattr(decl, "path", None) else None
+        opts._resolve_relative(base)
+        return opts
+
+    def _fill_from_lock(self, lock: Identity) -> None:
+        """What the pinned identity declared, where the declaration is silent (the lowest layer)."""
+        def pinned(component: str, key: str) -> Any:
+            value = (lock.components.get(component) or {}).get("declared", {}).get(key)
+            return value if isinstance(value, str) and value else None
+
+        base = str((getattr(lock, "declaration", None) or {}).get("base_dir") or "")
+        if self.artifact_path is None and pinned("artifact", "path"):
+            path = str(pinned("artifact", "path"))
+            absolute = "://" in path or os.path.isabs(path) or not base
+            self.artifact_path = path if absolute else os.path.normpath(os.path.join(base, path))
+        self.engine = self.engine or pinned("runtime", "engine")
+        self.process = self.process or pinned("runtime", "process")
+        if self.endpoint_port is None:
+            self.endpoint_port = endpoint_port(pinned("runtime", "endpoint"))
+            if self.ports is None and self.endpoint_port:
+                self.ports = [self.endpoint_port]
+
+    def validate_flags(self, given: dict[str, Any]) -> None:
+        """UsageError naming the flag for values given as overrides (``--only``, ``--host``, ``--layer``)."""
+        from execsys.doctor import registry
+
+        from execsys.errors import UsageError
+        from execsys.ssh import Destination
+
+        for hazard_id in given.get("only") or []:
+            if hazard_id not in registry.IDS:
+                raise UsageError(f"unknown hazard {hazard_id!r} for --only (known: {', '.join(registry.IDS)})")
+        for dest in given.get("hosts") or []:
+            try:
+                Destination.parse(dest)
+            except ValueError as exc:
+                raise UsageError(f"--host: {exc}") from None
+        for layer in given.get("layers") or []:
+            try:
+                layer_argv(layer)
+            except ValueError as exc:
+                raise UsageError(f"--layer {layer!r}: not a command prefix ({exc})") from None
 
     def validate(self) -> None:
         """InputError naming the first option that cannot work (from the flags or execsys.toml), before
@@ -130,6 +191,15 @@ class DoctorOptions:
                 layer_argv(layer)
             except ValueError as exc:
                 raise InputError(f"layer {layer!r}: not a command prefix ({exc}){where}") from None
+        from execsys.doctor import registry
+
+        known = registry.finding_ids()
+        for finding_id in self.accept:
+            if finding_id not in known:
+                hazard = finding_id.split("/", 1)[0]
+                hint = (f"known for {hazard}: {', '.join(sorted(i for i in known if i.startswith(hazard + '/')))}"
+                        if hazard in registry.IDS else "ids are <hazard>/<kind>, as `execsys doctor -v` shows them")
+                raise InputError(f"[doctor] accept: unknown finding id {finding_id!r} ({hint}){where}")
 
     def _resolve_relative(self, base: str) -> None:
         """Paths in execsys.toml are relative to the file, not to wherever the doctor was started."""
@@ -217,6 +287,7 @@ class Context:
 
     def __init__(self, options: DoctorOptions, cancel: threading.Event | None = None):
         self.options = options
+        self.accept = tuple(options.accept)  # the finding ids the operator accepted ([doctor] accept)
         self.cancel = cancel or threading.Event()
         self._lock = threading.Lock()
         self._memo: dict[Any, Any] = {}

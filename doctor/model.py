@@ -7,7 +7,8 @@ module is stdlib-only because it is also shipped to remote hosts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 SCHEMA = "execsys.doctor/1"
@@ -15,6 +16,48 @@ STATUSES = ("ok", "warn", "fail", "skip", "error")
 # Which statuses keep a report from being clean. An ``error`` counts: a check that could
 # not look is not evidence of a clean system.
 BLOCKING = ("fail", "error")
+# A finding's level, worst first: the worst active finding is the hazard's status.
+LEVELS = ("fail", "error", "warn")
+# Levels an operator may accept. An ``error`` says the check could not look; accepting it would
+# turn "not inspected" into "clean", so it is never silenced.
+ACCEPTABLE = ("fail", "warn")
+# Kinds of finding the runner itself emits for any hazard (``<hazard>/<kind>``, level ``error``).
+RUNNER_FINDINGS = ("check-failed", "check-did-not-finish", "host-not-inspected", "no-remote-result")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a hazard check found, with an id stable across runs and hosts.
+
+    ``id`` is ``<hazard>/<kind>`` (``lost-mode-bits/core-filemode-false``): one id per kind of
+    finding, never per path or host, so ``[doctor] accept = ["<id>"]`` in execsys.toml means the
+    same thing on every machine. ``accepted`` is set by :func:`fold` from that list: an accepted
+    finding no longer decides the status, and is still shown, marked as accepted."""
+
+    level: str
+    text: str
+    id: str
+    accepted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"unknown finding level {self.level!r}")
+
+    @property
+    def active(self) -> bool:
+        return not self.accepted
+
+    def shown(self) -> str:
+        """The finding as an evidence line: its text, marked when it was accepted."""
+        return f"accepted ({self.id}): {self.text}" if self.accepted else self.text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "level": self.level, "text": self.text, "accepted": self.accepted}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        return cls(level=str(data["level"]), text=str(data["text"]), id=str(data["id"]),
+                   accepted=bool(data.get("accepted", False)))
 
 
 @dataclass
@@ -27,25 +70,78 @@ class HazardResult:
     evidence: list[str] = field(default_factory=list)
     fix: str = ""
     duration_s: float = 0.0  # not part of the JSON contract; shown with -v
+    findings: list[Finding] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown hazard status {self.status!r}")
 
+    @property
+    def accepted(self) -> list[Finding]:
+        return [f for f in self.findings if f.accepted]
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "summary": self.summary,
-                "evidence": list(self.evidence), "fix": self.fix}
+                "evidence": list(self.evidence), "fix": self.fix,
+                "findings": [f.to_json() for f in self.findings]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HazardResult:
         return cls(id=str(data["id"]), status=str(data["status"]), summary=str(data.get("summary", "")),
                    evidence=[str(e) for e in data.get("evidence", [])], fix=str(data.get("fix", "")),
-                   duration_s=float(data.get("duration_s", 0.0) or 0.0))
+                   duration_s=float(data.get("duration_s", 0.0) or 0.0),
+                   findings=[Finding.from_json(f) for f in data.get("findings", [])])
 
 
 def headline(findings: list[str]) -> str:
     """A hazard's one-line summary from its findings: the first, and how many more the evidence lists."""
     return findings[0] + (f" (+{len(findings) - 1} more)" if len(findings) > 1 else "")
+
+
+def mark_accepted(findings: Iterable[Finding], accept: Iterable[str]) -> list[Finding]:
+    """``findings`` with ``accepted`` set on those whose id the operator accepted (warn/fail only)."""
+    wanted = set(accept)
+    return [replace(f, accepted=f.id in wanted and f.level in ACCEPTABLE) for f in findings]
+
+
+def status_of(findings: Iterable[Finding], quiet: str = "ok") -> str:
+    """The one rule from findings to a status: the worst active finding's level, else ``quiet``."""
+    levels = {f.level for f in findings if f.active}
+    return next((level for level in LEVELS if level in levels), quiet)
+
+
+def fold(hazard_id: str, findings: list[Finding], *, ok: str, fix: str | Mapping[str, str], evidence: Iterable[str] = (),
+         accept: Iterable[str] = (), quiet: str = "ok", listed: bool = False,
+         summary: Callable[[list[Finding]], str] | None = None) -> HazardResult:
+    """One hazard's result from its findings: the single fold every hazard module uses.
+
+    The status is the worst active (not accepted) finding's level, else ``quiet`` (``ok``, or
+    ``skip`` when nothing could be checked). The summary is ``summary(worst active findings)``
+    (default: the first of them and how many more), else what was accepted, else ``ok``.
+    The evidence lists the findings first (worst first, accepted ones marked), then
+    ``evidence``; with ``listed`` the caller's ``evidence`` already holds the finding texts in
+    its own order, and only the accepted ones are marked there. ``fix`` (one text, or one per
+    status) is shown only when something is active."""
+    findings = mark_accepted(findings, accept)
+    status = status_of(findings, quiet)
+    top = [f for f in findings if f.active and f.level == status]
+    accepted = [f for f in findings if f.accepted]
+    if top:
+        line = summary(top) if summary is not None else headline([f.text for f in top])
+    elif accepted:
+        # not ``ok``: its words ("one copy of each distribution") would deny what was accepted
+        line = headline([f.shown() for f in accepted])
+    else:
+        line = ok
+    if listed:
+        marked = {f.text: f.shown() for f in findings if f.accepted}
+        lines = [marked.get(text, text) for text in evidence]
+        lines += [f.shown() for f in findings if f.accepted and f.text not in lines and f.shown() not in lines]
+    else:
+        ordered = sorted(findings, key=lambda f: (f.accepted, LEVELS.index(f.level)))
+        lines = [f.shown() for f in ordered] + list(evidence)
+    advice = (fix if isinstance(fix, str) else fix.get(status, "")) if top else ""
+    return HazardResult(hazard_id, status, line, lines, advice, findings=findings)
 
 
 def blocking(results: list[HazardResult], strict: bool = False) -> list[HazardResult]:

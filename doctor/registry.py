@@ -1,7 +1,8 @@
 """The nine hazards, in the order they are checked and shown.
 
 An explicit list rather than discovery: adding a hazard is one new module under
-``hazards/`` (with ``ID``, ``TITLE`` and ``check(ctx)``) and one line here, and
+``hazards/`` (with ``ID``, ``TITLE``, ``FINDINGS`` -- the kinds of finding it emits, each
+``<ID>/<kind>`` -- and ``check(ctx)``) and one line here, and
 nothing else changes -- the CLI, the TUI, the remote bundle and the JSON all
 read this list.
 """
@@ -48,3 +49,10 @@ def load(hazard_id: str):
 
 def title(hazard_id: str) -> str:
     return get(hazard_id).title
+
+
+def finding_ids() -> frozenset[str]:
+    """Every finding id the hazard checks declare (each module's ``FINDINGS``, as ``<hazard>/<kind>``):
+    the ids ``[doctor] accept`` may name. The runner's own ``error`` rows (a check that crashed, a
+    host not inspected) are not among them: a check that could not look is never accepted."""
+    return frozenset(f"{hazard.id}/{kind}" for hazard in HAZARDS for kind in load(hazard.id).FINDINGS)

@@ -28,15 +28,15 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from execsys.doctor import registry
 from execsys.doctor.context import DoctorOptions
-from execsys.doctor.model import HazardResult, HostReport
-from execsys.doctor.runner import selected_ids
+from execsys.doctor.model import Finding, HazardResult, HostReport, mark_accepted, status_of
+from execsys.doctor.runner import HazardChecked, error_result, selected_ids
 
 from execsys import ssh
+from execsys.operation import OnEvent, emit
 
 BOOTSTRAP = "import sys;exec(sys.stdin.readline())"
 CLOCK_SAMPLES = 5
@@ -45,6 +45,7 @@ MIN_PYTHON = (3, 9)
 # Module name -> is it a package. Order does not matter; the in-memory importer finds them by name.
 BUNDLED = {
     "execsys.redact": False,
+    "execsys.operation": False,
     "execsys.doctor": True,
     "execsys.doctor.model": False,
     "execsys.doctor.files": False,
@@ -91,8 +92,8 @@ def _source(module: str) -> str:
 _bundle_cache: dict[str, str] = {}
 
 
-def bundle_sources() -> dict[str, list]:
-    sources: dict[str, list] = {"execsys": [True, f"__version__ = {_version()!r}\n"]}
+def bundle_sources() -> dict[str, list[object]]:
+    sources: dict[str, list[object]] = {"execsys": [True, f"__version__ = {_version()!r}\n"]}
     for module, is_pkg in BUNDLED.items():
         if module not in _bundle_cache:
             _bundle_cache[module] = _source(module)
@@ -125,10 +126,11 @@ class ClockSample:
 
 def unreachable_report(dest: str, options: DoctorOptions, reason: str,
                        partial: dict[str, HazardResult] | None = None,
-                       facts: dict | None = None) -> HostReport:
+                       facts: dict[str, object] | None = None) -> HostReport:
     """A host that could not be (fully) inspected: each missing check is an ``error`` naming why."""
     partial = partial or {}
-    hazards = [partial.get(h) or HazardResult(h, "error", f"host not inspected: {reason}", [f"{dest}: {reason}"],
+    hazards = [partial.get(h) or error_result(h, "host-not-inspected", f"host not inspected: {reason}",
+                                              [f"{dest}: {reason}"],
                                               "Check that `ssh DEST python3 -V` works non-interactively "
                                               "(keys/agent, BatchMode) and that python3 >= 3.9 is installed.")
                for h in selected_ids(options)]
@@ -152,10 +154,13 @@ def _describe(returncode: int | None, stderr: str, timed_out: bool, elapsed: flo
     return f"remote doctor exited {returncode}: {last or 'no output'}"
 
 
-def run_remote_doctor(dest: str, options: DoctorOptions, *,
-                      on_result: Callable[[str, HazardResult], None] | None = None,
+def run_remote_doctor(dest: str, options: DoctorOptions, on_event: OnEvent | None = None,
                       cancel: threading.Event | None = None) -> HostReport:
-    """Inspect one host; never raises, never waits past the host timeout."""
+    """Inspect one host; never raises, never waits past the host timeout.
+
+    Emits ``HazardChecked(dest, result)`` for every selected hazard (the clock-skew row once the
+    inter-host skew is folded in); the caller (:func:`execsys.doctor.runner.run_doctor`) says when
+    the host is done."""
     start = time.monotonic()
     cancel = cancel or threading.Event()
     timeout = options.effective_host_timeout
@@ -222,7 +227,7 @@ def run_remote_doctor(dest: str, options: DoctorOptions, *,
 
     best: tuple[int, int, int] | None = None  # (rtt, local midpoint, remote) in ns
     samples = 0
-    facts: dict = {}
+    facts: dict[str, object] = {}
     results: dict[str, HazardResult] = {}
     finished = False
     if _send(program_line(options)):
@@ -240,7 +245,8 @@ def run_remote_doctor(dest: str, options: DoctorOptions, *,
                 best = (rtt, (sent + received) // 2, int(line.split()[1]))
         if samples == CLOCK_SAMPLES and _send(b"GO\n"):
             with contextlib.suppress(OSError):
-                proc.stdin.close()
+                if proc.stdin is not None:
+                    proc.stdin.close()
             while True:
                 line = _next_line(deadline)
                 if line is None:
@@ -250,8 +256,8 @@ def run_remote_doctor(dest: str, options: DoctorOptions, *,
                 elif line.startswith("R "):
                     result = HazardResult.from_json(json.loads(line[2:]))
                     results[result.id] = result
-                    if on_result is not None and result.id != "clock-skew":
-                        on_result(dest, result)
+                    if result.id != "clock-skew":
+                        emit(on_event, HazardChecked(dest, result))
                 elif line == "END":
                     finished = True
                     break
@@ -276,42 +282,54 @@ def run_remote_doctor(dest: str, options: DoctorOptions, *,
         report = unreachable_report(dest, options, reason, results, facts)
     else:
         facts = {"name": dest, "destination": dest, **facts}
-        report = HostReport(dest, facts, [results.get(h) or HazardResult(h, "error", "no result from the remote",
-                                                                       [], "") for h in selected_ids(options)],
+        report = HostReport(dest, facts, [results.get(h) or error_result(h, "no-remote-result",
+                                                                       "no result from the remote", [], "")
+                                          for h in selected_ids(options)],
                             time.monotonic() - start, strict=options.strict)
     if clock is not None:
         report.host["clock_offset_ms"] = round(clock.offset_s * 1000, 3)
         report.host["clock_bound_ms"] = round(clock.bound_s * 1000, 3)
     skew = report.result("clock-skew")
     if skew is not None and clock is not None and skew.status != "error":
-        apply_skew(skew, clock, options.clock_skew_threshold_ms)
-    if on_result is not None:  # every row the caller has not seen yet (all of them for a dead host)
-        for result in report.hazards:
-            if result.id == "clock-skew" or results.get(result.id) is not result:
-                on_result(dest, result)
+        apply_skew(skew, clock, options.clock_skew_threshold_ms, options.accept)
+    for result in report.hazards:  # every row the caller has not seen yet (all of them for a dead host)
+        if result.id == "clock-skew" or results.get(result.id) is not result:
+            emit(on_event, HazardChecked(dest, result))
     report.duration_s = time.monotonic() - start
     return report
 
 
-def apply_skew(result: HazardResult, clock: ClockSample, threshold_ms: float) -> None:
-    """Fold the measured inter-host skew into the remote host's clock-skew result."""
+def apply_skew(result: HazardResult, clock: ClockSample, threshold_ms: float,
+               accept: tuple[str, ...] | list[str] = ()) -> None:
+    """Fold the measured inter-host skew into the remote host's clock-skew result.
+
+    The skew is one more finding (``clock-skew/inter-host-skew`` over the threshold,
+    ``clock-skew/inter-host-skew-uncertain`` when the RTT bound straddles it), and the status is
+    refolded from all the row's findings by the same rule every hazard uses."""
     skew_ms, bound_ms = clock.offset_s * 1000, clock.bound_s * 1000
     line = (f"clock vs local: {skew_ms:+.1f} ms ± {bound_ms:.1f} ms (RTT {clock.rtt_s * 1000:.1f} ms, "
             f"best of {clock.samples}); threshold {threshold_ms:.0f} ms")
     result.evidence.insert(0, line)
+    finding = None
     if abs(skew_ms) - bound_ms > threshold_ms:
-        result.status = "fail"
-        result.summary = f"clock is {skew_ms:+.0f} ms off the local clock (± {bound_ms:.0f} ms), over {threshold_ms:.0f} ms"
-        result.fix = ("Synchronise both clocks to the same time source (chrony/NTP/PTP); until then, do not order "
-                      "events across these hosts by timestamp.")
+        finding = Finding("fail", f"clock is {skew_ms:+.0f} ms off the local clock (± {bound_ms:.0f} ms), over "
+                          f"{threshold_ms:.0f} ms", "clock-skew/inter-host-skew")
     elif abs(skew_ms) + bound_ms > threshold_ms:
-        if result.status == "ok":
-            result.status = "warn"
-        result.summary = (f"clock is {skew_ms:+.0f} ms off the local clock, but ± {bound_ms:.0f} ms RTT bound "
-                          f"straddles the {threshold_ms:.0f} ms threshold")
+        finding = Finding("warn", f"clock is {skew_ms:+.0f} ms off the local clock, but ± {bound_ms:.0f} ms RTT bound "
+                          f"straddles the {threshold_ms:.0f} ms threshold", "clock-skew/inter-host-skew-uncertain")
+    if finding is not None:
+        finding = mark_accepted([finding], accept)[0]
+        result.findings.append(finding)
+        if finding.accepted:
+            result.evidence.insert(1, finding.shown())
+    if finding is not None and finding.active:
+        result.status = status_of(result.findings)
+        result.summary = finding.text
+        if finding.level == "fail":
+            result.fix = ("Synchronise both clocks to the same time source (chrony/NTP/PTP); until then, do not "
+                          "order events across these hosts by timestamp.")
     else:
-        prefix = f"skew {skew_ms:+.1f} ms ± {bound_ms:.1f} ms vs local"
-        result.summary = f"{prefix}; {result.summary}"
+        result.summary = f"skew {skew_ms:+.1f} ms ± {bound_ms:.1f} ms vs local; {result.summary}"
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -49,7 +49,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     # Tool settings, not components of the system under test.
     "doctor": {
         "commands": LIST, "ports": LIST, "paths": LIST, "venvs": LIST, "repos": LIST, "pins": TABLE,
-        "timeout": FLOAT, "clock_skew_threshold_ms": FLOAT, "layers": LIST, "hosts": LIST,
+        "timeout": FLOAT, "clock_skew_threshold_ms": FLOAT, "layers": LIST, "hosts": LIST, "accept": LIST,
     },
     "probe": {"cases": STR, "n": INT, "compare": STR, "extract": STR, "api_key_env": STR, "timeout": FLOAT},
     "placement": {"allowed": LIST, "hosts": TABLE, "policy": STR},

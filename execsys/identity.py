@@ -498,8 +498,23 @@ def load_lock(path: str | os.PathLike[str]) -> Identity:
     return Identity.from_json(data, where=where)
 
 
+# Ledger records that carry the identity they were taken under: a ref to one resolves to that identity.
+_CARRIES_IDENTITY = ("probe", "comparison", "plan-run")
+
+
+def _identity_by_id(ident: str, ledger: Any, *, where: str) -> Identity:
+    """The newest ``identity`` record of ``ident``; when the ledger only knows the id from the records
+    taken under it, an Identity known by its id alone (no components) -- enough to scope by."""
+    for record in ledger.iter(kind="identity", identity=ident, newest_first=True, limit=1):
+        return Identity.from_json(record.body, where=f"ledger record {record.id}")
+    return Identity(id=ident, recorded_at="", components={}, source=where,
+                    notes=[f"known only by its id from {where}: the ledger holds no identity record for it"])
+
+
 def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
-    """A lock file path, a ledger record id (or unique prefix), or an identity id prefix."""
+    """A lock file path, a ledger record id (or unique prefix) -- an identity record, or a probe,
+    comparison or plan-run record, which resolves to the identity it carries -- or an identity id
+    prefix (known from an identity record or from the records taken under it)."""
     if os.path.exists(ref) or ref.endswith(".json"):
         return load_lock(ref)
     from execsys.ledger import Ledger
@@ -520,10 +535,19 @@ def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
                                  f"{', ...' if len(matches) > 4 else ''}): give more characters") from None
             record = next(iter(matches.values()), None)
             if record is None:
+                carried = {r.identity for kind in _CARRIES_IDENTITY for r in ledger.iter(kind=kind)
+                           if r.identity and ref and r.identity.startswith(ref)}
+                if len(carried) > 1:
+                    raise InputError(f"identity prefix '{ref}' is ambiguous in the ledger: give more characters") \
+                        from None
+                if carried:
+                    return _identity_by_id(carried.pop(), ledger, where=f"identity {ref}")
                 raise InputError(f"'{ref}' is neither a lock file nor an identity in the ledger {ledger.path} "
                                  "(see 'execsys ledger list --kind identity')") from None
         if record.kind != "identity":
-            raise InputError(f"ledger record {record.id} is a {record.kind} record, not an identity")
+            if record.identity:
+                return _identity_by_id(record.identity, ledger, where=f"ledger record {record.id}")
+            raise InputError(f"ledger record {record.id} is a {record.kind} record and carries no identity")
         return Identity.from_json(record.body, where=f"ledger record {record.id}")
     finally:
         if own:

@@ -11,15 +11,17 @@ or ``auto`` (NVML on this machine, or over SSH on ``--host``).
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execsys.declaration import tomllib
 from execsys.errors import InputError
+
+if TYPE_CHECKING:
+    from execsys.identity import Identity
 
 ENGINE_ALIASES = {
     "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm",
@@ -223,20 +225,18 @@ _REMOTE_NVIDIA_SMI = ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=cs
 
 
 def detect_remote_target(dest: str, timeout: float = 30.0) -> Target:
-    """Compute capability of the first GPU on ``dest``: the foundation's remote hardware observer when
-    present, else ``nvidia-smi --query-gpu=name,compute_cap`` over SSH."""
+    """Compute capability of the first GPU on ``dest``: what ``execsys pin`` would observe there
+    (:func:`execsys.observe.hardware.observe_remote_hardware`), else -- when that cannot run there --
+    ``nvidia-smi --query-gpu=name,compute_cap`` over SSH."""
+    from execsys.observe.hardware import observe_remote_hardware
+
     gpus: list[dict[str, Any]] = []
     observed: dict[str, Any] | None = None
     try:
-        from execsys.observe.hardware import observe_remote_hardware  # type: ignore[attr-defined]
-    except ImportError:
-        observe_remote_hardware = None  # type: ignore[assignment]
-    if observe_remote_hardware is not None:
-        try:
-            observed = observe_remote_hardware(dest, timeout) or {}
-            gpus = list(observed.get("gpus") or [])
-        except InputError:  # fall through to the direct query, which reports its own failure
-            observed = None
+        observed = observe_remote_hardware(dest, timeout) or {}
+        gpus = list(observed.get("gpus") or [])
+    except InputError:  # e.g. its python failed: the direct nvidia-smi query reports its own failure
+        observed = None
     if observed is not None and not gpus:
         note = observed.get("gpu_note")
         raise InputError(f"--target auto --host {dest}: no NVIDIA GPU there" + (f" ({note})" if note else "")
@@ -309,20 +309,34 @@ def check_all_engines(fmt: str, *, scheme: str | None, target: Target) -> list[Q
 
 # ------------------------------------------------------------------ pinned artifacts
 def quantization_from_lock(path: str) -> dict[str, str | None]:
-    """The pinned artifact's format and scheme, and the runtime engine, from a lock file.
+    """:func:`quantization_from_identity` of the lock file at ``path`` (read by ``execsys.identity.load_lock``)."""
+    from execsys.identity import load_lock
+
+    return quantization_from_identity(load_lock(path))
+
+
+def _lock_components(path: str) -> dict[str, Any]:
+    """The components of the lock at ``path``, read by ``load_lock`` (``execsys plan`` imports this)."""
+    from execsys.identity import load_lock
+
+    return load_lock(path).components
+
+
+def quantization_from_identity(identity: Identity) -> dict[str, str | None]:
+    """The pinned artifact's format and scheme, and the runtime engine, from a pinned identity.
 
     Observed facts win over declared ones: a GGUF file is ``gguf`` whatever its quant type, and a
     Hugging Face checkpoint's ``quantization_config`` label ('awq 4-bit', 'fp8') names the format.
     ``format`` is None (with ``quantization`` holding the raw label) when nothing maps to a format
     the support table knows."""
-    components = _lock_components(path)
+    components = identity.components
     artifact = components.get("artifact") or {}
     runtime = components.get("runtime") or {}
-    layers = [artifact.get("observed") or {}, artifact.get("declared") or {}, artifact]
+    layers = [artifact.get("observed") or {}, artifact.get("declared") or {}]
     labels = [str(layer.get("quantization")) for layer in layers
-              if isinstance(layer, dict) and isinstance(layer.get("quantization"), str) and layer["quantization"].strip()]
+              if isinstance(layer.get("quantization"), str) and layer["quantization"].strip()]
     fmt, scheme = None, None
-    if any(isinstance(layer, dict) and layer.get("format") == "gguf" for layer in layers):
+    if any(layer.get("format") == "gguf" for layer in layers):
         fmt = "gguf"
     for label in labels if fmt is None else []:
         candidate, candidate_scheme = split_quantization(label)
@@ -334,34 +348,11 @@ def quantization_from_lock(path: str) -> dict[str, str | None]:
             scheme = candidate_scheme
         break
     engine = None
-    for layer in (runtime.get("observed") or {}, runtime.get("declared") or {}, runtime):
-        if isinstance(layer, dict) and isinstance(layer.get("engine"), str) and layer["engine"]:
+    for layer in (runtime.get("observed") or {}, runtime.get("declared") or {}):
+        if isinstance(layer.get("engine"), str) and layer["engine"]:
             engine = layer["engine"]
             break
     return {"format": fmt, "scheme": scheme, "quantization": labels[0] if labels else None, "engine": engine}
-
-
-def _lock_components(path: str) -> dict[str, Any]:
-    try:
-        from execsys.identity import load_lock  # type: ignore[attr-defined]
-    except ImportError:
-        load_lock = None  # type: ignore[assignment]
-    if load_lock is not None:
-        identity = load_lock(path)
-        components = getattr(identity, "components", None)
-        if isinstance(components, dict):
-            return components
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError as exc:
-        raise InputError(f"{path}: no such lock file (create one with 'execsys pin')") from exc
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable lock file ({exc})") from exc
-    components = data.get("components") if isinstance(data, dict) else None
-    if not isinstance(components, dict):
-        raise InputError(f"{path}: not an execsys lock file (no 'components')")
-    return components
 
 
 def split_quantization(text: str) -> tuple[str, str | None]:

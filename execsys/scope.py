@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from execsys.errors import InputError
+from execsys.errors import InputError, UsageError
 from execsys.ledger import Ledger, Record
+from execsys.operation import Event, OnEvent, emit
+
+if TYPE_CHECKING:
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
 
 SCHEMA = "execsys.scope/1"
 AUDIT_SCHEMA = "execsys.scope-audit/1"
@@ -52,7 +58,7 @@ class IdentityRef:
     id: str
     components: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # where it came from: a lock path, a ledger record id, or the bare id
-    identity: Any = None  # the foundation's Identity object, when it resolved one
+    identity: Identity | None = None  # the loaded identity, when there is one
 
     def host(self) -> str | None:
         hardware = self.components.get("hardware") or {}
@@ -64,63 +70,93 @@ class IdentityRef:
         return None
 
 
+# A complete identity id (the BLAKE3 hex of the components) names an identity even when nothing
+# has been recorded under it yet; its scope is then simply empty. A shorter string must be found.
+_COMPLETE_ID = re.compile(r"[0-9a-f]{64}")
+
+
 def resolve_identity(ref: str, ledger: Ledger) -> IdentityRef:
     """A lock file path, a ledger record id (an ``identity`` record or any record carrying an
-    identity), or a bare identity id (or a unique prefix of one that the ledger knows)."""
+    identity), or an identity id (or a unique prefix of one that the ledger knows), through the one
+    resolver every command uses, :func:`execsys.identity.load_identity_ref`."""
+    from execsys.identity import load_identity_ref
+
     try:
-        from execsys.identity import load_identity_ref  # type: ignore[attr-defined]
-    except ImportError:
-        load_identity_ref = None  # type: ignore[assignment]
-    if load_identity_ref is not None:
-        try:
-            identity = load_identity_ref(ref, ledger)
-        except InputError:
-            identity = None
-            if Path(ref).exists() or ref.endswith(".json") or "/" in ref:
-                raise
-        if identity is not None:
-            return IdentityRef(identity.id, dict(getattr(identity, "components", {}) or {}), ref, identity)
-    path = Path(ref)
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{ref}: not a readable lock file ({exc})") from exc
-        ident = data.get("id") or data.get("identity") if isinstance(data, dict) else None
-        if not isinstance(ident, str):
-            raise InputError(f"{ref}: not an execsys lock file (no identity id)")
-        return IdentityRef(ident, dict(data.get("components") or {}), ref)
-    # a ledger record id?
-    try:
-        record = ledger.get(ref)
+        identity = load_identity_ref(ref, ledger)
     except InputError:
-        record = None
-    if record is not None:
-        if record.kind == "identity":
-            body = record.body
-            ident = record.identity or body.get("id") or body.get("identity")
-            return IdentityRef(str(ident), dict(body.get("components") or {}), record.id)
-        if record.identity:
-            return _identity_by_id(record.identity, ledger, source=record.id)
-        raise InputError(f"ledger record {record.id} ({record.kind}) carries no identity")
-    return _identity_by_id(ref, ledger, source=ref)
+        if _COMPLETE_ID.fullmatch(ref) and not Path(ref).exists():
+            return IdentityRef(ref, {}, ref)
+        raise
+    return IdentityRef(identity.id, dict(identity.components), identity.source or ref, identity)
 
 
-def _identity_by_id(ident: str, ledger: Ledger, *, source: str) -> IdentityRef:
-    """A bare identity id: components from the ledger's identity record when there is one."""
-    matches = {r.identity for kind in ("identity", "probe", "comparison", "plan-run")
-               for r in ledger.iter(kind=kind) if r.identity and r.identity.startswith(ident)}
-    if len(matches) > 1:
-        raise InputError(f"identity '{ident}' is ambiguous in the ledger: give more characters")
-    known = bool(matches)
-    full = matches.pop() if matches else ident
-    components: dict[str, Any] = {}
-    for record in ledger.iter(kind="identity", identity=full, newest_first=True, limit=1):
-        components = dict(record.body.get("components") or {})
-    if not known and not components and len(ident) < 8 \
-            and not any(True for _ in ledger.iter(identity=full, limit=1)):
-        raise InputError(f"identity '{ident}': no lock file or ledger record by that name")
-    return IdentityRef(full, components, source)
+def identity_ref(identity: Identity) -> IdentityRef:
+    """An already loaded identity (the lock from :func:`execsys.sources.load_sources`) as a reference."""
+    return IdentityRef(identity.id, dict(identity.components), identity.source or identity.id, identity)
+
+
+# ------------------------------------------------------------------ the operation
+@dataclass(frozen=True)
+class ScopeOptions:
+    """Which identity to scope (a ref to resolve, or the loaded lock), from which ledger; or the audit."""
+
+    identity: str | None = None  # --identity: an identity id, a ledger record id, or a lock path
+    lock: Identity | None = None  # the pinned identity (--lock, else the lock beside the declaration)
+    audit: bool = False
+    ledger: str | Path | None = None  # None: $EXECSYS_LEDGER, else the user data directory
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration | None = None, lock: Identity | None = None, *,
+                     identity: str | None = None, audit: bool | None = None, ledger: str | Path | None = None,
+                     lock_path: Path | None = None) -> ScopeOptions:
+        """``identity`` (an override) > ``lock``. Without either, scope has nothing to speak for:
+        ``UsageError`` naming where the lock was looked for (``lock_path``) -- except for the audit,
+        which then checks every recorded comparison. ``declaration`` holds no scope settings today."""
+        if identity is not None and not identity.strip():
+            raise UsageError("--identity is empty: give an identity id, a ledger record id or a lock file")
+        if identity is None and lock is None and not audit:
+            where = lock_path if lock_path is not None else Path("execsys.lock.json")
+            raise UsageError(f"no pinned identity (looked for {where}): give --lock FILE or --identity ID, "
+                             "or pin one with 'execsys pin'")
+        return cls(identity=identity, lock=None if identity is not None else lock, audit=bool(audit), ledger=ledger)
+
+
+@dataclass(frozen=True)
+class IdentityResolved(Event):
+    """The identity the scope speaks for, and where it came from (a lock path, a ledger id, an id)."""
+
+    identity: str
+    source: str
+    components_known: bool
+
+
+def _resolve(options: ScopeOptions, ledger: Ledger) -> IdentityRef | None:
+    if options.identity is not None:
+        return resolve_identity(options.identity, ledger)
+    return identity_ref(options.lock) if options.lock is not None else None
+
+
+def run_scope(options: ScopeOptions, on_event: OnEvent | None = None,
+              cancel: threading.Event | None = None) -> ScopeReport:
+    """The comparability licence of the options' identity, from the ledger's probe records."""
+    with Ledger.open(options.ledger) as ledger:
+        ref = _resolve(options, ledger)
+        if ref is None:
+            raise UsageError("scope needs an identity: give --lock FILE or --identity ID")
+        emit(on_event, IdentityResolved(ref.id, ref.source, bool(ref.components)))
+        report = compute_scope(ledger, ref.id, host=ref.host())
+    report.ref = ref
+    return report
+
+
+def run_audit(options: ScopeOptions, on_event: OnEvent | None = None,
+              cancel: threading.Event | None = None) -> AuditReport:
+    """Recorded comparisons that crossed an axis since found unstable (all of them, or the identity's)."""
+    with Ledger.open(options.ledger) as ledger:
+        ref = _resolve(options, ledger)
+        if ref is not None:
+            emit(on_event, IdentityResolved(ref.id, ref.source, bool(ref.components)))
+        return audit(ledger, ref.id if ref is not None else None)
 
 
 # ------------------------------------------------------------------ the report
@@ -169,6 +205,7 @@ class ScopeReport:
     host: str | None = None
     other_identities: dict[str, list[str]] = field(default_factory=dict)  # identity -> probe record ids
     excluded: list[dict[str, str]] = field(default_factory=list)  # {record, reason}: this identity, not the axis
+    ref: IdentityRef | None = None  # the identity as resolved (components for the contract); not in the JSON
 
     @property
     def ignored_probes(self) -> int:
@@ -223,7 +260,8 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         if owner != identity_id:
             other.setdefault(str(owner or "none (probe taken without a pinned identity)"), []).append(record.id)
             continue
-        scope_info = body.get("scope") if isinstance(body.get("scope"), dict) else {}
+        raw_scope = body.get("scope")
+        scope_info: dict[str, Any] = raw_scope if isinstance(raw_scope, dict) else {}
         if scope_info.get("engine_changed"):
             # The engine itself changed between the passes: the probe measured that change, not the axis.
             excluded.append({"record": record.id, "reason": f"{axis} probe saw the engine change between passes: "

@@ -300,3 +300,43 @@ def test_non_utf8_path_argument_gives_valid_json(cli, tmp_path: Path) -> None:
     data = result.json()  # valid UTF-8 JSON: the undecodable byte is shown as U+FFFD, as b3sum shows it
     assert data["path"].endswith("caf\ufffd-latin1.bin")
     assert data["digest"] == b3sum("--no-names", raw).decode().strip()
+
+
+def test_digest_match_engine_reports_each_site_as_an_event(tmp_path: Path, ssh_config_env) -> None:
+    """The verdict is the engine's (execsys.digest_match): the command only renders it."""
+    from execsys.digest_match import (
+        DigestMatchOptions,
+        HashProgress,
+        LocalHashed,
+        SiteDigested,
+        run_digest_match,
+    )
+
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"weights" * 1000)
+    events: list = []
+    options = DigestMatchOptions.from_sources(None, None, path=str(path),
+                                              hosts=[ssh_config_env.dest, ssh_config_env.unreachable_dest])
+    match = run_digest_match(options, events.append)
+    local = digest_path(path).digest
+    assert events[0] == HashProgress(7000, 7000)
+    assert isinstance(events[1], LocalHashed) and events[1].result.digest == local
+    sites = {e.host: e for e in events if isinstance(e, SiteDigested)}
+    assert sites[ssh_config_env.dest].digest == local and sites[ssh_config_env.unreachable_dest].error
+    assert (match.verdict, match.m, match.n, match.exit_code) == ("unverified", 2, 2, 1)
+    assert match.to_json()["reference"] == {"digest": local, "source": "local"}
+    assert [s["status"] for s in match.to_json()["sites"]] == ["match", "match", "unavailable"]
+
+
+def test_digest_match_options_refuse_bad_input_before_hashing(tmp_path: Path) -> None:
+    from execsys.digest_match import DigestMatchOptions
+    from execsys.errors import UsageError
+
+    with pytest.raises(UsageError, match="not a BLAKE3 hex digest"):
+        DigestMatchOptions.from_sources(path="m.gguf", expect="abc")
+    with pytest.raises(UsageError, match="--host: "):
+        DigestMatchOptions.from_sources(path="m.gguf", hosts=["-oProxyCommand=sh"])
+    with pytest.raises(UsageError, match="give the artifact PATH"):
+        DigestMatchOptions.from_sources()
+    options = DigestMatchOptions.from_sources(path="m.gguf", expect="AB" * 32)
+    assert (options.expected, options.expected_source, options.compares) == ("ab" * 32, "--expect", True)

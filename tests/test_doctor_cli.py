@@ -18,7 +18,10 @@ def _assert_host_object(obj: dict) -> None:
     assert {"hostname", "os", "kernel"} <= set(obj["host"])
     assert [h["id"] for h in obj["hazards"]] == HAZARD_IDS
     for hazard in obj["hazards"]:
-        assert set(hazard) == {"id", "status", "summary", "evidence", "fix"}
+        assert set(hazard) == {"id", "status", "summary", "evidence", "fix", "findings"}
+        for finding in hazard["findings"]:
+            assert set(finding) == {"id", "level", "text", "accepted"}
+            assert finding["id"].startswith(hazard["id"] + "/") and finding["level"] in ("fail", "error", "warn")
         assert hazard["status"] in ("ok", "warn", "fail", "skip", "error")
         assert isinstance(hazard["summary"], str) and hazard["summary"]
         assert all(isinstance(e, str) for e in hazard["evidence"])

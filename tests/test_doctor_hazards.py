@@ -75,7 +75,7 @@ def test_binary_aliasing_pins_from_execsys_toml(two_tools, tmp_path):
     first, _ = two_tools
     decl = declaration.parse(f'[doctor]\ncommands = ["mytool"]\npins = {{ mytool = "{_blake3(first)}" }}\n',
                              tmp_path / "execsys.toml")
-    result = run_hazard("binary-aliasing", DoctorOptions.from_declaration(decl))
+    result = run_hazard("binary-aliasing", DoctorOptions.from_sources(decl))
     assert result.status == "warn"  # pinned digest matches the first; the second copy still warns
 
 

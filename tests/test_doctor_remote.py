@@ -12,7 +12,7 @@ import threading
 import time
 
 from execsys.doctor import remote
-from execsys.doctor.runner import DoctorOptions, run_doctor
+from execsys.doctor.runner import DoctorOptions, HazardChecked, HostFinished, HostUnreachable, run_doctor
 
 HAZARD_IDS = ["binary-aliasing", "interop-mangling", "stub-executables", "unread-env-config", "baked-paths",
               "package-prefixes", "lost-mode-bits", "port-collisions", "clock-skew"]
@@ -47,13 +47,14 @@ def test_remote_hazard_found_over_ssh_and_nothing_left_behind(ssh_config_env, tm
     live: list[tuple[str, str, str]] = []
     lock = threading.Lock()
 
-    def on_result(host, result):
-        with lock:
-            live.append((host, result.id, result.status))
+    def on_event(event):
+        if isinstance(event, HazardChecked):
+            with lock:
+                live.append((event.host, event.result.id, event.result.status))
 
     options = DoctorOptions(hosts=[ssh_config_env.dest], commands=[str(zero)], only=["stub-executables",
                                                                                     "clock-skew"])
-    report = run_doctor(options, on_result=on_result)
+    report = run_doctor(options, on_event)
     far = report.hosts[1]
     assert far.error is None
     assert far.result("stub-executables").status == "fail"
@@ -97,10 +98,21 @@ def test_remote_program_crosses_the_shell_only_as_a_fixed_bootstrap():
 
 def test_unreachable_host_does_not_delay_the_others(ssh_config_env):
     start = time.monotonic()
+    events: list = []
     report = run_doctor(DoctorOptions(hosts=[ssh_config_env.unreachable_dest, ssh_config_env.dest],
-                                      only=["clock-skew"]))
+                                      only=["clock-skew"]), events.append)
     assert report.hosts[1].error and not report.hosts[2].error
     assert time.monotonic() - start < 30
+    # each host ends with exactly one event saying how it went; the dead one's error rows came first
+    ends = {e.host: e for e in events if isinstance(e, (HostFinished, HostUnreachable))}
+    assert len(ends) == len([e for e in events if isinstance(e, (HostFinished, HostUnreachable))]) == 3
+    dead = ends[ssh_config_env.unreachable_dest]
+    assert isinstance(dead, HostUnreachable) and dead.reason == report.hosts[1].error
+    assert isinstance(ends[ssh_config_env.dest], HostFinished) and isinstance(ends["local"], HostFinished)
+    rows = [e for e in events if isinstance(e, HazardChecked) and e.host == ssh_config_env.unreachable_dest]
+    assert [(r.result.id, r.result.status) for r in rows] == [("clock-skew", "error")]
+    assert rows[0].result.findings[0].id == "clock-skew/host-not-inspected"
+    assert events.index(rows[0]) < events.index(dead)
 
 
 def _old_python(version: str) -> str | None:

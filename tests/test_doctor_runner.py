@@ -9,15 +9,34 @@ import types
 import pytest
 from execsys.doctor import registry
 from execsys.doctor.model import DoctorReport, HazardResult
-from execsys.doctor.runner import DoctorOptions, run_doctor, run_hazard
+from execsys.doctor.runner import (
+    DoctorOptions,
+    DoctorStarted,
+    HazardChecked,
+    HostFinished,
+    run_doctor,
+    run_hazard,
+)
+
+
+def hazards_seen(seen: list):
+    """A callback collecting (host, hazard id) from the HazardChecked events."""
+    def on_event(event) -> None:
+        if isinstance(event, HazardChecked):
+            seen.append((event.host, event.result.id))
+    return on_event
 
 
 def test_run_doctor_streams_every_result_and_keeps_registry_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    seen: list[str] = []
-    report = run_doctor(DoctorOptions(), on_result=lambda host, r: seen.append(f"{host}:{r.id}"))
+    events: list = []
+    report = run_doctor(DoctorOptions(), on_event=events.append)
     assert isinstance(report, DoctorReport)
-    assert sorted(seen) == sorted(f"local:{h.id}" for h in registry.HAZARDS)
+    assert events[0] == DoctorStarted(("local",), tuple(registry.IDS))
+    checked = [e for e in events if isinstance(e, HazardChecked)]
+    assert sorted(f"{e.host}:{e.result.id}" for e in checked) == sorted(f"local:{h.id}" for h in registry.HAZARDS)
+    assert events[-1] == HostFinished("local", report.local)  # after every hazard of the host
+    assert len(events) == len(registry.HAZARDS) + 2
     assert [r.id for r in report.local.hazards] == list(registry.IDS)
     assert report.verdict in ("clean", "hazards")
     assert report.to_json()["schema"] == "execsys.doctor/1"
@@ -69,7 +88,7 @@ def test_unknown_only_id_and_run_hazard():
     assert result.status == "ok" and result.duration_s > 0
 
 
-def test_options_from_declaration(tmp_path):
+def test_options_from_sources(tmp_path):
     from execsys import declaration
 
     decl = declaration.parse(
@@ -77,7 +96,7 @@ def test_options_from_declaration(tmp_path):
         '[environment]\nvariables = { CUDA_VISIBLE_DEVICES = "0" }\nlayers = ["ssh gpu1"]\n'
         '[artifact]\npath = "models/m.gguf"\n[doctor]\ntimeout = 7\nclock_skew_threshold_ms = 100\n',
         tmp_path / "execsys.toml")
-    opts = DoctorOptions.from_declaration(decl, layers=["env"])
+    opts = DoctorOptions.from_sources(decl, None, layers=["env"])
     assert opts.ports == [8011] and opts.endpoint_port == 8011 and opts.engine == "vllm"
     assert opts.env_file == str(tmp_path / "engine.env")
     assert opts.artifact_path == str(tmp_path / "models" / "m.gguf")
@@ -140,14 +159,17 @@ def test_include_local_false_checks_only_the_remote_host(ssh_config_env):
     dest = ssh_config_env.dest
     seen: list[tuple[str, str]] = []
     options = DoctorOptions(hosts=[dest], only=["port-collisions"])
-    report = run_doctor(options, on_result=lambda host, r: seen.append((host, r.id)), include_local=False)
+    events: list = []
+    report = run_doctor(options, lambda e: (events.append(e), hazards_seen(seen)(e)), include_local=False)
     assert seen == [(dest, "port-collisions")]
     assert [h.name for h in report.hosts] == [dest]
+    assert events[0] == DoctorStarted((dest,), ("port-collisions",))
+    assert events[-1] == HostFinished(dest, report.hosts[0])
     assert [r.id for r in report.hosts[0].hazards] == ["port-collisions"]
     assert report.to_json()["host"]["name"] == dest  # the stored report says which host it speaks for
     # the default (the CLI's behaviour) still checks this machine first
     seen.clear()
-    report = run_doctor(options, on_result=lambda host, r: seen.append((host, r.id)))
+    report = run_doctor(options, hazards_seen(seen))
     assert sorted(seen) == sorted([("local", "port-collisions"), (dest, "port-collisions")])
     assert [h.name for h in report.hosts] == ["local", dest]
 

@@ -220,3 +220,29 @@ def test_lock_without_a_known_quantization_is_exit_2(cli, tmp_path) -> None:
     _write_lock(lock, artifact={"path": "model"})
     result = cli("quant", "check", "--lock", str(lock), "--target", "sm_90")
     assert result.returncode == 2 and "give FORMAT" in result.stderr
+
+
+def test_the_pinned_quantization_comes_from_the_lock_beside_the_declaration(cli, tmp_path) -> None:
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "execsys.toml").write_text("")
+    _write_lock(tmp_path / "eval" / "execsys.lock.json", artifact={"path": "model", "quantization": "fp8"},
+                runtime={"engine": "vllm"})
+    result = cli("quant", "check", "--config", "eval/execsys.toml", "--target", "A100", "--json", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    data = result.json()
+    assert (data["format"], data["engine"], data["verdict"]) == ("fp8", "vllm", "fallback")
+
+
+def test_no_format_and_no_lock_names_where_it_looked(cli, tmp_path) -> None:
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "execsys.toml").write_text("")
+    result = cli("quant", "check", "--config", "eval/execsys.toml", "--target", "A100", cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "give a FORMAT" in result.stderr and "looked for eval/execsys.lock.json" in result.stderr
+    # with a FORMAT, no lock is read: a broken one lying beside the declaration does not matter
+    (tmp_path / "eval" / "execsys.lock.json").write_text("{not json")
+    named = cli("quant", "check", "fp8", "--engine", "vllm", "--config", "eval/execsys.toml", "--target", "H100",
+                cwd=tmp_path)
+    assert named.returncode == 0, named.stderr
+    broken = cli("quant", "check", "--lock", "eval/execsys.lock.json", "--target", "H100", cwd=tmp_path)
+    assert broken.returncode == 2 and "not valid JSON" in broken.stderr

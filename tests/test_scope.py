@@ -250,3 +250,60 @@ def test_a_probe_that_saw_the_engine_change_does_not_measure_the_axis(ledger_pat
     assert "restart" in report.unmeasured and report.unstable == []
     assert report.excluded[0]["record"] == rid
     assert "engine change" in report.statement
+
+
+def test_the_lock_beside_the_declaration_is_the_default(cli, ledger_path, tmp_path) -> None:
+    """`execsys pin --config eval/execsys.toml` writes eval/execsys.lock.json: scope run from the
+    repository root with the same --config speaks for that identity."""
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "execsys.toml").write_text('[runtime]\nengine = "vllm"\n')
+    ident = write_lock(tmp_path / "eval" / "execsys.lock.json", hardware={"host": "gpu1"})
+    add_probe(ledger_path, ident, "session", 5, 5)
+    data = cli("scope", "--config", "eval/execsys.toml", "--json", cwd=tmp_path).json()
+    assert data["identity"] == ident and data["licensed"] == ["session"]
+    # the same through $EXECSYS_CONFIG
+    via_env = cli("scope", "--json", cwd=tmp_path, env={"EXECSYS_CONFIG": "eval/execsys.toml"})
+    assert via_env.json()["identity"] == ident
+
+
+def test_no_lock_names_where_it_looked(cli, tmp_path) -> None:
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "execsys.toml").write_text("")
+    result = cli("scope", "--config", "eval/execsys.toml", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no pinned identity (looked for eval/execsys.lock.json)" in lines[0]
+    both = cli("scope", "--lock", "x.lock.json", "--identity", "abc", cwd=tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_record_carrying_an_identity_resolves_to_it(cli, ledger_path, lock) -> None:
+    """A probe record id (or a bare id the ledger knows only from probes) names the identity probed."""
+    _path, ident = lock
+    probe_id = add_probe(ledger_path, ident, "restart", 4, 4)
+    for ref in (probe_id, ident, ident[:10]):
+        data = cli("scope", "--identity", ref, "--json").json()
+        assert data["identity"] == ident and data["licensed"] == ["restart"], ref
+    # a complete id nothing was recorded under licenses nothing; a short unknown string is an error
+    unseen = cli("scope", "--identity", "e" * 64, "--json")
+    assert unseen.returncode == 0 and unseen.json()["licensed"] == []
+    assert cli("scope", "--identity", "e" * 10).returncode == 2
+
+
+def test_run_scope_is_the_engine_the_command_calls(ledger_path, lock) -> None:
+    from execsys.errors import UsageError
+    from execsys.identity import load_lock
+    from execsys.scope import IdentityResolved, ScopeOptions, run_audit, run_scope
+
+    path, ident = lock
+    add_probe(ledger_path, ident, "session", 3, 4)
+    events: list = []
+    options = ScopeOptions.from_sources(None, load_lock(path))
+    report = run_scope(options, events.append)
+    assert events == [IdentityResolved(ident, str(path), True)]
+    assert report.unstable == ["session"] and report.host == "gpu1"
+    assert report.ref is not None and report.ref.components["hardware"]["declared"] == {"host": "gpu1"}
+    assert "| hardware | host=gpu1 |" in contract_markdown(report, report.ref)
+    assert run_audit(ScopeOptions.from_sources(None, None, audit=True)).checked == 0
+    with pytest.raises(UsageError, match=r"no pinned identity \(looked for eval/execsys.lock.json\)"):
+        ScopeOptions.from_sources(None, None, lock_path=Path("eval/execsys.lock.json"))

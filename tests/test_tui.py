@@ -7,6 +7,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from execsys.doctor.registry import IDS
@@ -428,14 +429,12 @@ def _probe_body(axis: str, m: int, n: int, identity: str) -> dict:
 
 async def test_scope_states_the_licence_charts_rates_saves_the_contract_and_registers_a_plan(
         declared_project: Path, ledger_path: Path, cli) -> None:
-    from execsys.scope import compute_scope
-
     assert cli("pin").returncode == 0
     lock = json_load(declared_project / "execsys.lock.json")
     with Ledger.open(ledger_path) as ledger:
         ledger.append("probe", _probe_body("session", 20, 20, lock["id"]), identity=lock["id"])
         ledger.append("probe", _probe_body("restart", 12, 20, lock["id"]), identity=lock["id"])
-        expected = compute_scope(ledger, lock["id"])
+    expected = SimpleNamespace(**cli("scope", "--json").json())  # the TUI states what `execsys scope` states
     _write_cases(declared_project / "cases.jsonl", [f"q{i}" for i in range(6)])
 
     app = ExecsysApp(autostart=False)

@@ -8,13 +8,20 @@ engine changes its names, this is the one module that follows.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execsys.tui.state import Paths
 
 from execsys.operation import OnEvent
+
+if TYPE_CHECKING:
+    from execsys.doctor.model import DoctorReport
+    from execsys.doctor.runner import DoctorOptions
+
+    from execsys.scope import ScopeOptions
 
 # -- doctor ------------------------------------------------------------------
 
@@ -32,30 +39,32 @@ def declared_doctor_hosts(paths: Paths) -> list[str]:
 
     try:
         decl = load_declaration(paths)
+        return list(DoctorOptions.from_sources(decl).hosts)
     except Exception:  # a broken declaration is reported when the checks run, not here
         return []
-    return list(DoctorOptions.from_declaration(decl).hosts)
 
 
-def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None):
-    """The options `execsys doctor --config ... --host ... --only ...` would build."""
+def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None) -> DoctorOptions:
+    """The options `execsys doctor --config ... --lock ... --host ... --only ...` would build."""
     from execsys.doctor.runner import DoctorOptions
 
-    decl = load_declaration(paths)
-    overrides: dict[str, Any] = {"hosts": list(hosts)}
-    if only:
-        overrides["only"] = list(only)
-    return DoctorOptions.from_declaration(decl, **overrides)
+    from execsys.sources import load_sources
+
+    sources = load_sources(paths.config if paths.config.exists() else None,
+                           paths.lock if paths.lock.exists() else None)
+    return DoctorOptions.from_sources(sources.declaration, sources.lock, hosts=list(hosts),
+                                      only=list(only) if only else None)
 
 
-def run_doctor(options, on_result: Callable[[str, Any], None], cancel, include_local: bool = True) -> Any:
+def run_doctor(options: DoctorOptions, on_event: OnEvent, cancel: threading.Event,
+               include_local: bool = True) -> DoctorReport:
     """Run the doctor; ``include_local=False`` checks only the remote hosts (a re-run on one remote column)."""
     from execsys.doctor.runner import run_doctor as _run
 
-    return _run(options, on_result=on_result, cancel=cancel, include_local=include_local)
+    return _run(options, on_event, cancel, include_local=include_local)
 
 
-def record_doctor(paths: Paths, report) -> str:
+def record_doctor(paths: Paths, report: DoctorReport) -> str:
     """Store the report in the ledger, as `execsys doctor` does."""
     from execsys.ledger import Ledger
 
@@ -78,15 +87,27 @@ def current_identity_id(paths: Paths) -> str | None:
 # -- scope ---------------------------------------------------------------------
 
 
+def scope_options(paths: Paths, identity_id: str) -> ScopeOptions:
+    """The options `execsys scope --config ...` builds: the lock beside the declaration when it is the
+    identity in question (its components name the host and fill the contract), else the id itself."""
+    from execsys.scope import ScopeOptions
+
+    try:
+        lock = last_lock(paths)
+    except Exception:  # an unreadable lock: the identity is still known by its id (the Identity step says why)
+        lock = None
+    if lock is not None and lock.id == identity_id:
+        return ScopeOptions.from_sources(None, lock, ledger=paths.ledger)
+    return ScopeOptions.from_sources(None, None, identity=identity_id, ledger=paths.ledger)
+
+
 def licence_for(paths: Paths, identity_id: str | None) -> str:
     """A few words for the header: the widest boundary licensed under this identity, and what is unstable."""
     if not identity_id:
         return "none (no pinned identity)"
-    from execsys.ledger import Ledger
-    from execsys.scope import compute_scope
+    from execsys.scope import run_scope
 
-    with Ledger.open(paths.ledger) as ledger:
-        return licence_line(compute_scope(ledger, identity_id))
+    return licence_line(run_scope(scope_options(paths, identity_id)))
 
 
 def licence_line(report: Any) -> str:
@@ -126,18 +147,10 @@ def scope_and_contract(paths: Paths, identity_id: str | None) -> tuple[Any, str]
     """The scope report for this identity and its contract section (both None/'' without an identity)."""
     if not identity_id:
         return None, ""
-    from execsys.ledger import Ledger
-    from execsys.scope import compute_scope, contract_markdown, resolve_identity
+    from execsys.scope import contract_markdown, run_scope
 
-    with Ledger.open(paths.ledger) as ledger:
-        report = compute_scope(ledger, identity_id)
-        ref_source = str(paths.lock) if paths.lock.exists() else identity_id
-        try:
-            identity = resolve_identity(ref_source, ledger)
-        except Exception:  # the contract still names the id when the components cannot be found
-            identity = None
-        contract = contract_markdown(report, identity)
-    return report, contract
+    report = run_scope(scope_options(paths, identity_id))
+    return report, contract_markdown(report, report.ref)
 
 
 def save_text(path: str | Path, text: str) -> Path:

@@ -18,10 +18,13 @@ import re
 import sys
 
 from execsys.doctor import files
-from execsys.doctor.model import HazardResult, headline
+from execsys.doctor.model import Finding, HazardResult, fold
 
 ID = "baked-paths"
 TITLE = "Absolute paths baked into files"
+FINDINGS = ("not-a-venv", "venv-missing", "venv-home-missing", "activate-names-other-venv",
+            "script-interpreter-outside-venv", "dangling-python-link", "pth-path-missing", "path-missing",
+            "scan-truncated", "dead-shebang", "elf-interpreter-missing", "runpath-missing", "rpath-missing")
 
 FIX = ("Recreate a moved virtual environment in place (python -m venv NEW && pip install -r requirements.txt) "
        "instead of copying it; rebuild binaries whose RPATH/RUNPATH or interpreter point at missing directories; "
@@ -40,13 +43,18 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def check_venv(venv: str) -> tuple[list[str], list[str]]:
+def _problem(kind: str, text: str) -> Finding:
+    """Every baked path that does not hold fails: the program fails when it reaches it."""
+    return Finding("fail", text, f"{ID}/{kind}")
+
+
+def check_venv(venv: str) -> tuple[list[Finding], list[str]]:
     """(problems, evidence) for one virtual environment."""
-    problems: list[str] = []
+    problems: list[Finding] = []
     evidence: list[str] = []
     cfg_path = os.path.join(venv, "pyvenv.cfg")
     if not os.path.isfile(cfg_path):
-        return [f"{venv}: not a virtual environment (no pyvenv.cfg)"], []
+        return [_problem("not-a-venv", f"{venv}: not a virtual environment (no pyvenv.cfg)")], []
     cfg: dict[str, str] = {}
     with open(cfg_path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -55,7 +63,7 @@ def check_venv(venv: str) -> tuple[list[str], list[str]]:
                 cfg[key.strip().lower()] = value.strip()
     home = cfg.get("home")
     if home and not os.path.isdir(home):
-        problems.append(f"{cfg_path}: home = {home} does not exist")
+        problems.append(_problem("venv-home-missing", f"{cfg_path}: home = {home} does not exist"))
     created = cfg.get("command", "")
     if created:
         evidence.append(f"{venv}: created by `{created}`")
@@ -78,7 +86,8 @@ def check_venv(venv: str) -> tuple[list[str], list[str]]:
                     text = fh.read()
                 for match in re.finditer(r"""VIRTUAL_ENV[= ]\s*['"]?(/[^'"\s]*)""", text):
                     if not any(_inside(match.group(1), r) for r in roots):
-                        problems.append(f"{path}: activates {match.group(1)}, not this venv")
+                        problems.append(_problem("activate-names-other-venv",
+                                                 f"{path}: activates {match.group(1)}, not this venv"))
                         break
             continue
         scripts += 1
@@ -88,18 +97,19 @@ def check_venv(venv: str) -> tuple[list[str], list[str]]:
         if not any(_inside(interp, r) for r in roots) and "python" in os.path.basename(interp):
             stale_scripts.append(f"{entry} -> #!{interp}" + ("" if os.path.exists(interp) else " (missing)"))
     if stale_scripts:
-        problems.append(f"{venv}: {len(stale_scripts)} script(s) run an interpreter outside the venv (moved?): "
-                        + ", ".join(stale_scripts[:5]) + (" ..." if len(stale_scripts) > 5 else ""))
+        problems.append(_problem("script-interpreter-outside-venv",
+                                 f"{venv}: {len(stale_scripts)} script(s) run an interpreter outside the venv "
+                                 "(moved?): " + ", ".join(stale_scripts[:5]) + (" ..." if len(stale_scripts) > 5 else "")))
     for link in ("python", "python3"):
         path = os.path.join(bindir, link)
         if os.path.islink(path) and not os.path.exists(path):
-            problems.append(f"{path} -> {os.readlink(path)} (dangling)")
+            problems.append(_problem("dangling-python-link", f"{path} -> {os.readlink(path)} (dangling)"))
     evidence.append(f"{venv}: home = {home}, {scripts} script(s) with shebangs checked")
     return problems, evidence
 
 
-def check_pth_file(pth: str) -> list[str]:
-    problems: list[str] = []
+def check_pth_file(pth: str) -> list[Finding]:
+    problems: list[Finding] = []
     try:
         with open(pth, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()
@@ -110,11 +120,11 @@ def check_pth_file(pth: str) -> list[str]:
         if not line or line.startswith(("#", "import ", "import\t")):
             continue
         if os.path.isabs(line) and not os.path.exists(line):
-            problems.append(f"{pth}:{number}: {line} does not exist")
+            problems.append(_problem("pth-path-missing", f"{pth}:{number}: {line} does not exist"))
     return problems
 
 
-def check_pth(site_dir: str) -> list[str]:
+def check_pth(site_dir: str) -> list[Finding]:
     return [p for pth in sorted(glob.glob(os.path.join(site_dir, "*.pth"))) for p in check_pth_file(pth)]
 
 
@@ -127,14 +137,14 @@ def _walk(root: str):
             yield os.path.join(directory, name)
 
 
-def check_tree(root: str) -> tuple[list[str], list[str]]:
+def check_tree(root: str) -> tuple[list[Finding], list[str]]:
     """Shebangs, ELF interpreters, RPATH/RUNPATH and .pth files under ``root``."""
-    problems: list[str] = []
+    problems: list[Finding] = []
     count = 0
     elf_unread = 0
     for path in _walk(root):
         if count >= MAX_FILES:
-            problems.append(f"{root}: stopped after {MAX_FILES} files")
+            problems.append(_problem("scan-truncated", f"{root}: stopped after {MAX_FILES} files"))
             break
         if os.path.islink(path) or not os.path.isfile(path):
             continue
@@ -149,7 +159,7 @@ def check_tree(root: str) -> tuple[list[str], list[str]]:
         if sb is not None:
             missing = files.shebang_missing(sb)
             if missing:
-                problems.append(f"{path}: #!{sb.text()}: {missing}")
+                problems.append(_problem("dead-shebang", f"{path}: #!{sb.text()}: {missing}"))
             continue
         if not files.is_elf(head):
             continue
@@ -160,11 +170,12 @@ def check_tree(root: str) -> tuple[list[str], list[str]]:
             elf_unread += 1
             continue
         if info.interpreter and not os.path.exists(info.interpreter):
-            problems.append(f"{path}: ELF interpreter {info.interpreter} does not exist")
+            problems.append(_problem("elf-interpreter-missing",
+                                     f"{path}: ELF interpreter {info.interpreter} does not exist"))
         for kind, entries in (("RUNPATH", info.runpath), ("RPATH", info.rpath)):
             for entry in entries:
                 if not os.path.isdir(files.expand_origin(entry, path)):
-                    problems.append(f"{path}: {kind} {entry} does not exist")
+                    problems.append(_problem(f"{kind.lower()}-missing", f"{path}: {kind} {entry} does not exist"))
     evidence = [f"{root}: {count} executable/shared files read"]
     if elf_unread:
         evidence.append(f"{root}: {elf_unread} ELF file(s) could not be parsed")
@@ -175,15 +186,14 @@ def check(ctx) -> HazardResult:
     venvs = ctx.venvs()
     paths = ctx.paths()
     if not venvs and not paths:
-        extra = check_pth_dirs(ctx)
-        if extra[0]:
-            return HazardResult(ID, "fail", extra[0][0], extra[0] + extra[1], FIX)
-        return HazardResult(ID, "skip", "no virtual environment active and no --venv/--path given", extra[1], "")
-    problems: list[str] = []
+        found, notes = check_pth_dirs(ctx)
+        return fold(ID, found, ok="no virtual environment active and no --venv/--path given", quiet="skip", fix=FIX,
+                    evidence=notes, accept=ctx.accept, summary=lambda top: top[0].text)
+    problems: list[Finding] = []
     evidence: list[str] = []
     for venv in venvs:
         if not os.path.isdir(venv):
-            problems.append(f"{venv}: virtual environment does not exist")
+            problems.append(_problem("venv-missing", f"{venv}: virtual environment does not exist"))
             continue
         p, e = check_venv(venv)
         problems += p
@@ -192,25 +202,23 @@ def check(ctx) -> HazardResult:
             problems += check_pth(site)
     for path in paths:
         if not os.path.exists(path):
-            problems.append(f"{path}: does not exist")
+            problems.append(_problem("path-missing", f"{path}: does not exist"))
             continue
         p, e = check_tree(path)
         problems += p
         evidence += e
-    if problems:
-        return HazardResult(ID, "fail", headline(problems),
-                            problems + evidence, FIX)
     what = []
     if venvs:
         what.append(f"{len(venvs)} venv{'s' if len(venvs) != 1 else ''}")
     if paths:
         what.append(f"{len(paths)} path{'s' if len(paths) != 1 else ''}")
-    return HazardResult(ID, "ok", f"{' and '.join(what)}: every baked path exists", evidence, "")
+    return fold(ID, problems, ok=f"{' and '.join(what)}: every baked path exists", fix=FIX, evidence=evidence,
+                accept=ctx.accept)
 
 
-def check_pth_dirs(ctx) -> tuple[list[str], list[str]]:
+def check_pth_dirs(ctx) -> tuple[list[Finding], list[str]]:
     """With nothing declared, at least the .pth files of the doctor's own interpreter."""
-    problems: list[str] = []
+    problems: list[Finding] = []
     dirs = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
     for site in dirs:
         problems += check_pth(site)

@@ -15,10 +15,11 @@ import os
 import threading
 
 from execsys.doctor import files
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import Finding, HazardResult, fold
 
 ID = "binary-aliasing"
 TITLE = "Which binary actually runs"
+FINDINGS = ("not-on-path", "pinned-path-differs", "pinned-digest-differs", "several-programs", "shell-shadow")
 
 
 def _shell_shadows(ctx, names: list[str]) -> tuple[dict[str, str], str | None]:
@@ -57,8 +58,7 @@ def check(ctx) -> HazardResult:
     names = ctx.commands()
     pins = ctx.options.pins
     evidence: list[str] = []
-    failures: list[str] = []
-    warnings: list[str] = []
+    findings: list[Finding] = []
     shadow_box: dict = {}
     def _ask_shell() -> None:
         kinds, note = _shell_shadows(ctx, names)
@@ -72,7 +72,7 @@ def check(ctx) -> HazardResult:
         pin = pins.get(name, {})
         if not matches:
             if pin or ctx.commands_explicit:
-                failures.append(f"{name}: not found on PATH")
+                findings.append(Finding("fail", f"{name}: not found on PATH", f"{ID}/not-on-path"))
                 evidence.append(f"{name}: not found on PATH")
             continue
         checked += 1
@@ -91,33 +91,33 @@ def check(ctx) -> HazardResult:
         evidence.append(f"{name} runs: {version.describe(first)}")
         distinct = {d for d in digests if not d.startswith("unreadable")}
         if len(distinct) > 1:
-            warnings.append(f"{name}: {len(distinct)} different programs on PATH")
+            findings.append(Finding("warn", f"{name}: {len(distinct)} different programs on PATH",
+                                    f"{ID}/several-programs"))
         if pin.get("path"):
             pinned = os.path.expanduser(pin["path"])
             if os.path.realpath(first) != os.path.realpath(pinned) and os.path.abspath(first) != os.path.abspath(pinned):
-                failures.append(f"{name}: PATH runs {first}, execsys.toml pins {pinned}")
+                findings.append(Finding("fail", f"{name}: PATH runs {first}, execsys.toml pins {pinned}",
+                                        f"{ID}/pinned-path-differs"))
         if pin.get("digest"):
             algo = pin["digest"].split(":", 1)[0]
             if algo != digests[0].split(":", 1)[0]:
                 evidence.append(f"{name}: pinned {algo} digest not comparable here ({digests[0].split(':')[0]} only)")
             elif digests[0] != pin["digest"]:
-                failures.append(f"{name}: {first} is {digests[0][:23]}, execsys.toml pins {pin['digest'][:23]}")
+                findings.append(Finding("fail", f"{name}: {first} is {digests[0][:23]}, execsys.toml pins "
+                                        f"{pin['digest'][:23]}", f"{ID}/pinned-digest-differs"))
     shell_thread.join(timeout=min(ctx.timeout, 3.0) + 1)
     for name, kind in sorted((shadow_box.get("kinds") or {}).items()):
-        warnings.append(f"{name}: a shell {kind} shadows the binary in interactive shells")
+        findings.append(Finding("warn", f"{name}: a shell {kind} shadows the binary in interactive shells",
+                                f"{ID}/shell-shadow"))
     if shadow_box.get("note"):
         evidence.append(shadow_box["note"])
     fix = ("Call the program by absolute path in run scripts, pin it in execsys.toml ([doctor] pins = "
            "{ python3 = \"/path/to/python3\" }), or reorder PATH so the intended directory comes first; "
            "remove shadowing aliases/functions from the shell profile.")
-    if failures:
-        summary = failures[0] if len(failures) == 1 else f"{failures[0]} (+{len(failures) - 1} more)"
-        return HazardResult(ID, "fail", summary, failures + warnings + evidence, fix)
-    if warnings:
-        summary = warnings[0] if len(warnings) == 1 else f"{warnings[0]} (+{len(warnings) - 1} more)"
-        return HazardResult(ID, "warn", summary, warnings + evidence, fix)
     if not checked:
-        return HazardResult(ID, "skip", "none of the commands is on PATH", evidence, "")
-    return HazardResult(ID, "ok", f"{checked} command{'s' if checked != 1 else ''}: one program each, as pinned"
-                        if pins else f"{checked} command{'s' if checked != 1 else ''}: one program each on PATH",
-                        evidence, "")
+        return fold(ID, findings, ok="none of the commands is on PATH", quiet="skip", fix=fix, evidence=evidence,
+                    accept=ctx.accept)
+    plural = "s" if checked != 1 else ""
+    ok = f"{checked} command{plural}: one program each, as pinned" if pins else \
+        f"{checked} command{plural}: one program each on PATH"
+    return fold(ID, findings, ok=ok, fix=fix, evidence=evidence, accept=ctx.accept)

@@ -17,10 +17,13 @@ import os
 import sys
 
 from execsys.doctor import sysinfo
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import Finding, HazardResult, fold
 
 ID = "clock-skew"
 TITLE = "Clock synchronisation"
+# The last two are measured by the local side against each --host (execsys.doctor.remote.apply_skew).
+FINDINGS = ("kernel-clock-unsynchronised", "tsc-unstable", "slow-clocksource", "inter-host-skew",
+            "inter-host-skew-uncertain")
 
 FIX = ("Run a time daemon (chrony or systemd-timesyncd) on every host and wait for it to synchronise "
        "(`chronyc tracking`); in VMs prefer the hypervisor clock (kvm-clock/hyperv) with PTP/NTP on top.")
@@ -81,7 +84,7 @@ def clocksource() -> tuple[str | None, list[str]]:
 
 
 def check(ctx) -> HazardResult:
-    warnings: list[str] = []
+    findings: list[Finding] = []
     evidence: list[str] = []
     sync = kernel_sync()
     if sync is None:
@@ -92,19 +95,21 @@ def check(ctx) -> HazardResult:
         evidence.append(f"adjtimex: state {sync['state']}, maxerror {sync['maxerror_us'] / 1000:.1f} ms, "
                         f"esterror {sync['esterror_us'] / 1000:.1f} ms, offset {sync['offset_us'] / 1000:.3f} ms")
         if sync["unsynchronised"]:
-            warnings.append("kernel clock is not synchronised (no NTP/PTP discipline: STA_UNSYNC)")
+            findings.append(Finding("warn", "kernel clock is not synchronised (no NTP/PTP discipline: STA_UNSYNC)",
+                                    f"{ID}/kernel-clock-unsynchronised"))
     current, available = clocksource()
     if current:
         evidence.append(f"clocksource: {current} (available: {' '.join(available) or '?'})")
         if current != "tsc" and "tsc" not in available and current in ("hpet", "acpi_pm", "jiffies"):
-            warnings.append(f"clocksource is {current}: tsc was probably marked unstable by the kernel")
+            findings.append(Finding("warn", f"clocksource is {current}: tsc was probably marked unstable by the kernel",
+                                    f"{ID}/tsc-unstable"))
         elif current in ("hpet", "acpi_pm", "jiffies") and "tsc" in available:
-            warnings.append(f"clocksource is {current} although tsc is available")
+            findings.append(Finding("warn", f"clocksource is {current} although tsc is available",
+                                    f"{ID}/slow-clocksource"))
     virt = sysinfo.virtualization()
     if virt:
         evidence.append(f"virtualisation: {', '.join(virt)}")
         if current == "tsc" and "hypervisor" in virt:
             evidence.append("tsc inside a VM: fine when the host exposes an invariant TSC; kvm-clock/hyperv otherwise")
-    if warnings:
-        return HazardResult(ID, "warn", warnings[0], warnings + evidence, FIX)
-    return HazardResult(ID, "ok", f"kernel clock synchronised, clocksource {current or 'unknown'}", evidence, "")
+    return fold(ID, findings, ok=f"kernel clock synchronised, clocksource {current or 'unknown'}", fix=FIX,
+                evidence=evidence, accept=ctx.accept, summary=lambda top: top[0].text)

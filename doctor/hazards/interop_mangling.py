@@ -16,10 +16,11 @@ import json
 import shlex
 
 from execsys.doctor import files, sysinfo
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import Finding, HazardResult, fold
 
 ID = "interop-mangling"
 TITLE = "Arguments across layers"
+FINDINGS = ("arguments-altered", "layer-did-not-run", "wsl-interop-untested")
 
 # Quotes are balanced and there is no ``;``/``&``/``|``: a re-evaluating layer must still run the
 # reporter (so the evidence shows what arrived) and must not run anything but ``id``, which reads only.
@@ -102,7 +103,10 @@ def check(ctx) -> HazardResult:
                     "(CommandLineToArgvW); pass arguments to them through a script file"]
     if not layers:
         if wsl_note:
-            return HazardResult(ID, "warn", "WSL interop present and no layer declared to test", wsl_note, FIX)
+            return fold(ID, [Finding("warn", "WSL interop present and no layer declared to test",
+                                     f"{ID}/wsl-interop-untested")],
+                        ok="WSL interop present; no layer declared to test", fix=FIX, evidence=wsl_note,
+                        accept=ctx.accept, listed=True)
         return HazardResult(ID, "skip", "no layers declared (--layer \"ssh gpu1\", [environment] layers)", [],
                             "")
     import concurrent.futures as cf
@@ -110,13 +114,17 @@ def check(ctx) -> HazardResult:
     with cf.ThreadPoolExecutor(max_workers=min(8, len(layers))) as pool:
         outcomes = list(pool.map(lambda layer: probe_layer(layer, ctx.timeout), layers))
     evidence = [line for _, ev in outcomes for line in ev] + wsl_note
-    failed = [layers[i] for i, (status, _) in enumerate(outcomes) if status == "fail"]
-    broken = [layers[i] for i, (status, _) in enumerate(outcomes) if status == "error"]
-    if failed:
-        return HazardResult(ID, "fail", f"arguments altered crossing {', '.join(repr(x) for x in failed)}",
-                            evidence, FIX)
-    if broken:
-        return HazardResult(ID, "error", f"could not send the canary through {', '.join(repr(x) for x in broken)}",
-                            evidence, "Check that the layer runs and that python3 exists on its far side.")
-    return HazardResult(ID, "ok", f"{len(layers)} layer{'s' if len(layers) != 1 else ''} pass arguments intact",
-                        evidence, "")
+    # The first evidence line of a layer names it and what happened: that line is the finding.
+    kinds = {"fail": "arguments-altered", "error": "layer-did-not-run"}
+    findings = [Finding(status, ev[0], f"{ID}/{kinds[status]}") for status, ev in outcomes if status in kinds]
+    layer_of = {ev[0]: layers[i] for i, (_, ev) in enumerate(outcomes)}
+
+    def summary(top: list[Finding]) -> str:
+        which = ", ".join(repr(layer_of[f.text]) for f in top)
+        if top[0].level == "fail":
+            return f"arguments altered crossing {which}"
+        return f"could not send the canary through {which}"
+
+    return fold(ID, findings, ok=f"{len(layers)} layer{'s' if len(layers) != 1 else ''} pass arguments intact",
+                fix={"fail": FIX, "error": "Check that the layer runs and that python3 exists on its far side."},
+                evidence=evidence, accept=ctx.accept, listed=True, summary=summary)

@@ -17,10 +17,12 @@ import os
 import stat
 
 from execsys.doctor import files, sysinfo
-from execsys.doctor.model import HazardResult, headline
+from execsys.doctor.model import Finding, HazardResult, fold, headline
 
 ID = "lost-mode-bits"
 TITLE = "Execute bits lost in the tree"
+FINDINGS = ("not-a-repository", "core-filemode-false", "ls-files-failed", "execute-bit-lost", "execute-bit-gained",
+            "script-without-execute-bit", "modeless-filesystem")
 
 FIX = ("Restore the bits (`chmod +x FILE`, or `git checkout -- FILE` with core.fileMode=true), keep "
        "core.fileMode=true, and keep checkouts on a filesystem that stores modes (ext4/xfs/btrfs, not "
@@ -38,22 +40,23 @@ def _looks_like_script(path: str) -> bool:
     return base.endswith(SCRIPT_SUFFIXES) or "." not in base or parent in ("bin", "scripts")
 
 
-def check_repo(repo: str, timeout: float) -> tuple[list[str], list[str], list[str]]:
-    """(failures, warnings, evidence) for one repository."""
-    failures: list[str] = []
-    warnings: list[str] = []
+def check_repo(repo: str, timeout: float) -> tuple[list[Finding], list[str]]:
+    """(findings, evidence) for one repository."""
+    findings: list[Finding] = []
     evidence: list[str] = []
     top = files.bounded_run(["git", "-C", repo, "rev-parse", "--show-toplevel"], timeout)
     if not top.ok:
-        return [f"{repo}: not a git repository ({top.first_line()})"], [], []
+        return [Finding("fail", f"{repo}: not a git repository ({top.first_line()})", f"{ID}/not-a-repository")], []
     root = top.output.strip()
     mode_cfg = files.bounded_run(["git", "-C", root, "config", "--get", "core.fileMode"], timeout)
     if mode_cfg.output.strip().lower() == "false":
-        warnings.append(f"{root}: core.fileMode=false -- git will not show execute bits that are lost")
+        findings.append(Finding("warn", f"{root}: core.fileMode=false -- git will not show execute bits that are lost",
+                                f"{ID}/core-filemode-false"))
     listing = files.bounded_run(["git", "-C", root, "ls-files", "-s", "-z"], max(timeout, 10.0),
                                 keep=64 << 20, max_output=256 << 20)
     if not listing.ok:
-        return [f"{root}: git ls-files failed ({listing.describe()})"], warnings, evidence
+        findings.append(Finding("fail", f"{root}: git ls-files failed ({listing.describe()})", f"{ID}/ls-files-failed"))
+        return findings, evidence
     lost: list[str] = []
     gained: list[str] = []
     unbit: list[str] = []
@@ -85,20 +88,23 @@ def check_repo(repo: str, timeout: float) -> tuple[list[str], list[str], list[st
                 unbit.append(path)
     evidence.append(f"{root}: {tracked} tracked files compared with the index")
     if lost:
-        failures.append(f"{root}: {len(lost)} file(s) are 100755 in git but not executable here: "
-                        + ", ".join(lost[:8]) + (" ..." if len(lost) > 8 else ""))
+        findings.append(Finding("fail", f"{root}: {len(lost)} file(s) are 100755 in git but not executable here: "
+                                + ", ".join(lost[:8]) + (" ..." if len(lost) > 8 else ""), f"{ID}/execute-bit-lost"))
     if gained:
-        warnings.append(f"{root}: {len(gained)} file(s) are 100644 in git but executable here: "
-                        + ", ".join(gained[:8]) + (" ..." if len(gained) > 8 else ""))
+        findings.append(Finding("warn", f"{root}: {len(gained)} file(s) are 100644 in git but executable here: "
+                                + ", ".join(gained[:8]) + (" ..." if len(gained) > 8 else ""),
+                                f"{ID}/execute-bit-gained"))
     if unbit:
-        warnings.append(f"{root}: {len(unbit)} script(s) with a shebang and no execute bit: "
-                        + ", ".join(unbit[:8]) + (" ..." if len(unbit) > 8 else ""))
+        findings.append(Finding("warn", f"{root}: {len(unbit)} script(s) with a shebang and no execute bit: "
+                                + ", ".join(unbit[:8]) + (" ..." if len(unbit) > 8 else ""),
+                                f"{ID}/script-without-execute-bit"))
     fs = sysinfo.mount_fstype(root)
     if fs:
         evidence.append(f"{root}: on {fs[0]} (mounted at {fs[1]})")
         if fs[0] in MODELESS_FS:
-            warnings.append(f"{root}: on {fs[0]}, which does not keep execute bits")
-    return failures, warnings, evidence
+            findings.append(Finding("warn", f"{root}: on {fs[0]}, which does not keep execute bits",
+                                    f"{ID}/modeless-filesystem"))
+    return findings, evidence
 
 
 def check(ctx) -> HazardResult:
@@ -106,24 +112,21 @@ def check(ctx) -> HazardResult:
     paths = ctx.paths()
     if not repos and not paths:
         return HazardResult(ID, "skip", "not in a git repository and no --repo/--path given", [], "")
-    failures: list[str] = []
-    warnings: list[str] = []
+    findings: list[Finding] = []
     evidence: list[str] = []
     for repo in repos:
-        f, w, e = check_repo(repo, ctx.timeout)
-        failures += f
-        warnings += w
-        evidence += e
+        found, seen = check_repo(repo, ctx.timeout)
+        findings += found
+        evidence += seen
     for path in paths:
         fs = sysinfo.mount_fstype(path)
         if fs and fs[0] in MODELESS_FS:
-            warnings.append(f"{path}: on {fs[0]}, which does not keep execute bits")
+            findings.append(Finding("warn", f"{path}: on {fs[0]}, which does not keep execute bits",
+                                    f"{ID}/modeless-filesystem"))
         elif fs:
             evidence.append(f"{path}: on {fs[0]}")
-    if failures:
-        return HazardResult(ID, "fail", failures[0], failures + warnings + evidence, FIX)
-    if warnings:
-        return HazardResult(ID, "warn", headline(warnings),
-                            warnings + evidence, FIX)
-    return HazardResult(ID, "ok", f"{len(repos)} repositor{'ies' if len(repos) != 1 else 'y'}: execute bits match git",
-                        evidence, "")
+    def summary(top: list[Finding]) -> str:
+        return top[0].text if top[0].level == "fail" else headline([f.text for f in top])
+
+    return fold(ID, findings, ok=f"{len(repos)} repositor{'ies' if len(repos) != 1 else 'y'}: execute bits match git",
+                fix=FIX, evidence=evidence, accept=ctx.accept, summary=summary)

@@ -18,10 +18,12 @@ import os
 import re
 
 from execsys.doctor import files
-from execsys.doctor.model import HazardResult, headline
+from execsys.doctor.model import Finding, HazardResult, fold
 
 ID = "package-prefixes"
 TITLE = "Which prefix packages come from"
+FINDINGS = ("pythonpath-set", "pythonhome-set", "venv-on-conda", "pip-redirected", "pip-installs-elsewhere",
+            "user-site-shadows", "installed-twice-different-versions", "installed-twice", "python3-silent")
 
 FIX = ("Install with the interpreter that runs (`python3 -m pip install ...`), unset PYTHONPATH/PYTHONHOME for "
        "runs, remove user-site copies (`python3 -m pip uninstall --user PKG`) or set PYTHONNOUSERSITE=1, and "
@@ -100,32 +102,34 @@ def _inside(path: str, root: str) -> bool:
 
 
 def check(ctx) -> HazardResult:
-    failures: list[str] = []
-    warnings: list[str] = []
+    findings: list[Finding] = []
     evidence: list[str] = []
     for var in ("PYTHONPATH", "PYTHONHOME"):
         if os.environ.get(var):
-            warnings.append(f"{var}={os.environ[var]} is set: it changes what every interpreter imports")
+            findings.append(Finding("warn", f"{var}={os.environ[var]} is set: it changes what every interpreter "
+                                    "imports", f"{ID}/{var.lower()}-set"))
     if os.environ.get("CONDA_PREFIX") and os.environ.get("VIRTUAL_ENV"):
-        warnings.append(f"a venv ({os.environ['VIRTUAL_ENV']}) is active on top of conda "
-                        f"({os.environ['CONDA_PREFIX']}): two package worlds")
-    warnings += pip_redirects()
+        findings.append(Finding("warn", f"a venv ({os.environ['VIRTUAL_ENV']}) is active on top of conda "
+                                f"({os.environ['CONDA_PREFIX']}): two package worlds", f"{ID}/venv-on-conda"))
+    findings += [Finding("warn", text, f"{ID}/pip-redirected") for text in pip_redirects()]
     pythons = files.which_all("python3")
     if not pythons:
-        status = "warn" if warnings else "skip"
-        return HazardResult(ID, status, warnings[0] if warnings else "python3 is not on PATH", warnings, FIX)
+        return fold(ID, findings, ok="python3 is not on PATH", quiet="skip", fix=FIX, accept=ctx.accept,
+                    summary=lambda top: top[0].text)
     inv = ctx.memo(("package-probe", pythons[0]),
                    lambda: files.bounded_run([pythons[0], "-c", PROBE], ctx.timeout, keep=4 << 20))
     try:
         info = json.loads(inv.output.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return HazardResult(ID, "error", f"python3 did not describe itself: {inv.describe()}", evidence, "")
+        findings.append(Finding("error", f"python3 did not describe itself: {inv.describe()}", f"{ID}/python3-silent"))
+        return fold(ID, findings, ok="", fix="", evidence=evidence, accept=ctx.accept, listed=True)
     prefix = info["prefix"]
     evidence.append(f"python3 ({pythons[0]}): {info['executable']} {info['version']}, prefix {prefix}")
     if info["base_prefix"] != prefix:
         evidence.append(f"python3 is a venv on {info['base_prefix']}")
         if os.path.isdir(os.path.join(info["base_prefix"], "conda-meta")):
-            warnings.append(f"the venv {prefix} is layered on a conda base ({info['base_prefix']})")
+            findings.append(Finding("warn", f"the venv {prefix} is layered on a conda base ({info['base_prefix']})",
+                                    f"{ID}/venv-on-conda"))
     sys_path = [os.path.realpath(p) for p in info["path"]]
     for pip_name in ("pip", "pip3"):
         pips = files.which_all(pip_name)
@@ -140,8 +144,9 @@ def check(ctx) -> HazardResult:
         evidence.append(f"{pip_name} ({pips[0]}): pip {match.group(1)} installs into {location} "
                         f"(python {match.group(3)})")
         if os.path.realpath(location) not in sys_path:
-            failures.append(f"{pip_name} installs into {location} (python {match.group(3)}), which python3 "
-                            f"({info['executable']}, {info['version']}) does not import from")
+            findings.append(Finding("fail", f"{pip_name} installs into {location} (python {match.group(3)}), which "
+                                    f"python3 ({info['executable']}, {info['version']}) does not import from",
+                                    f"{ID}/pip-installs-elsewhere"))
     usersite = info.get("usersite")
     dists: dict[str, dict[str, str]] = info.get("dists", {})
     seen: dict[str, list[tuple[str, str]]] = {}
@@ -155,18 +160,14 @@ def check(ctx) -> HazardResult:
         places = ", ".join(f"{v} in {p}" for p, v in where)
         user_first = usersite and where[0][0] == usersite
         if user_first and len(versions) > 1:
-            failures.append(f"{name}: user site {where[0][1]} shadows the environment's {where[1][1]} ({places})")
+            findings.append(Finding("fail", f"{name}: user site {where[0][1]} shadows the environment's "
+                                    f"{where[1][1]} ({places})", f"{ID}/user-site-shadows"))
         elif len(versions) > 1:
-            failures.append(f"{name}: installed twice on sys.path with different versions ({places}); "
-                            f"{where[0][1]} imports")
+            findings.append(Finding("fail", f"{name}: installed twice on sys.path with different versions ({places}); "
+                                    f"{where[0][1]} imports", f"{ID}/installed-twice-different-versions"))
         else:
-            warnings.append(f"{name}: installed twice on sys.path ({places})")
+            findings.append(Finding("warn", f"{name}: installed twice on sys.path ({places})", f"{ID}/installed-twice"))
     if usersite and info.get("user_enabled") and usersite in info["path"] and dists.get(usersite):
         evidence.append(f"user site {usersite} is active with {len(dists[usersite])} distribution(s)")
-    if failures:
-        return HazardResult(ID, "fail", headline(failures),
-                            failures + warnings + evidence, FIX)
-    if warnings:
-        return HazardResult(ID, "warn", headline(warnings),
-                            warnings + evidence, FIX)
-    return HazardResult(ID, "ok", f"python3 and pip share {prefix}; one copy of each distribution", evidence, "")
+    return fold(ID, findings, ok=f"python3 and pip share {prefix}; one copy of each distribution", fix=FIX,
+                evidence=evidence, accept=ctx.accept)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import shlex
 
 from execsys.doctor import sysinfo
-from execsys.doctor.model import HazardResult, headline
+from execsys.doctor.model import Finding, HazardResult, fold, headline
 
 from execsys.redact import redact_argv
 
 ID = "port-collisions"
 TITLE = "Who answers on the declared ports"
+FINDINGS = ("several-listeners", "unseen-second-listener", "listener-not-visible", "not-the-declared-engine")
 
 FIX = ("Stop the stray listener (kill the extra pid), bind the engine to one explicit address and family "
        "(e.g. --host 127.0.0.1), do not start engines with SO_REUSEPORT, and point the harness at "
@@ -73,8 +74,7 @@ def check(ctx) -> HazardResult:
                             [], "")
     found, hidden = sysinfo.listeners(ports)
     is_declared, declared = _declared_matcher(ctx)
-    failures: list[str] = []
-    warnings: list[str] = []
+    findings: list[Finding] = []
     evidence: list[str] = []
     for port in ports:
         sockets = [s for s in found if s.port == port]
@@ -92,23 +92,23 @@ def check(ctx) -> HazardResult:
             families = sorted({s.family for s in sockets})
             how = "IPv4 and IPv6 held by different processes" if len(families) > 1 and all(
                 len({p for s in sockets if s.family == f for p in s.pids}) == 1 for f in families) else "shared"
-            failures.append(f"port {port}: {len(pids)} processes listen ({how}; pids {', '.join(map(str, pids))})")
+            findings.append(Finding("fail", f"port {port}: {len(pids)} processes listen ({how}; pids "
+                                    f"{', '.join(map(str, pids))})", f"{ID}/several-listeners"))
         elif unattributed and pids:
-            failures.append(f"port {port}: pid {pids[0]} and {len(unattributed)} socket(s) of an unseen process "
-                            "listen")
+            findings.append(Finding("fail", f"port {port}: pid {pids[0]} and {len(unattributed)} socket(s) of an "
+                                    "unseen process listen", f"{ID}/unseen-second-listener"))
         elif unattributed:
-            warnings.append(f"port {port}: {len(unattributed)} listening socket(s) whose process is not visible "
-                            f"(run as root to see it)")
+            findings.append(Finding("warn", f"port {port}: {len(unattributed)} listening socket(s) whose process is "
+                                    "not visible (run as root to see it)", f"{ID}/listener-not-visible"))
         if is_declared is not None and pids:
             strangers = [p for p in pids if not is_declared(p)]
             if strangers:
-                failures.append(f"port {port}: pid {', '.join(map(str, strangers))} is not the declared {declared}")
+                findings.append(Finding("fail", f"port {port}: pid {', '.join(map(str, strangers))} is not the "
+                                        f"declared {declared}", f"{ID}/not-the-declared-engine"))
     if hidden:
         evidence.append(f"{hidden} process(es) of other users could not be inspected (sockets are still listed)")
-    if failures:
-        return HazardResult(ID, "fail", headline(failures),
-                            failures + warnings + evidence, FIX)
-    if warnings:
-        return HazardResult(ID, "warn", warnings[0], warnings + evidence, FIX)
-    return HazardResult(ID, "ok", f"{len(ports)} port{'s' if len(ports) != 1 else ''}: at most one listener each",
-                        evidence, "")
+    def summary(top: list[Finding]) -> str:
+        return headline([f.text for f in top]) if top[0].level == "fail" else top[0].text
+
+    return fold(ID, findings, ok=f"{len(ports)} port{'s' if len(ports) != 1 else ''}: at most one listener each",
+                fix=FIX, evidence=evidence, accept=ctx.accept, summary=summary)

@@ -15,10 +15,12 @@ import concurrent.futures as cf
 import os
 
 from execsys.doctor import files
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import Finding, HazardResult, fold
 
 ID = "stub-executables"
 TITLE = "Executables that cannot run"
+FINDINGS = ("windows-app-alias", "unreadable", "zero-byte", "dead-shebang", "foreign-architecture",
+            "cannot-start", "hangs", "floods-output", "exec-format-error", "shim-uninstalled", "version-failed")
 
 FIX = ("Reinstall or remove the broken file (a 0-byte or foreign-architecture file, a dead shebang), install the "
        "version a shim points at (pyenv install / asdf install), or call the real program by absolute path; "
@@ -28,51 +30,52 @@ _SHIM_DIRS = (os.sep + ".pyenv" + os.sep + "shims", os.sep + ".asdf" + os.sep + 
               os.sep + "pyenv" + os.sep + "shims", os.sep + "asdf" + os.sep + "shims")
 
 
-def inspect(path: str, ctx) -> tuple[str, list[str]]:
-    """('ok'|'warn'|'fail', evidence) for one executable."""
+def inspect(path: str, ctx) -> tuple[str, list[str], str]:
+    """('ok'|'warn'|'fail', evidence, finding kind) for one executable; the first evidence line is the finding."""
     name = os.path.basename(path)
     real = os.path.realpath(path)
     if "windowsapps" in real.lower():
         return "fail", [f"{path}: a Windows App Execution Alias stub (WindowsApps) -- it opens the Store instead "
-                        "of running anything"]
+                        "of running anything"], "windows-app-alias"
     try:
         size = os.path.getsize(real)
     except OSError as exc:
-        return "fail", [f"{path}: {exc.strerror} ({real})"]
+        return "fail", [f"{path}: {exc.strerror} ({real})"], "unreadable"
     if size == 0:
-        return "fail", [f"{path}: 0-byte file ({real})"]
+        return "fail", [f"{path}: 0-byte file ({real})"], "zero-byte"
     head = files.read_head(real, 256)
     notes: list[str] = []
     sb = files.shebang(head)
     if sb is not None:
         missing = files.shebang_missing(sb)
         if missing:
-            return "fail", [f"{path}: #!{sb.text()}: {missing}"]
+            return "fail", [f"{path}: #!{sb.text()}: {missing}"], "dead-shebang"
     elf = files.elf_header(head)
     if elf is not None:
         host = files.host_elf_machine()
         if host is not None and elf.machine != host:
-            return "fail", [f"{path}: ELF for {elf.machine_name}, this host is {files.ELF_MACHINES.get(host, host)}"]
+            return "fail", [f"{path}: ELF for {elf.machine_name}, this host is {files.ELF_MACHINES.get(host, host)}"], \
+                "foreign-architecture"
     shim = any(d in path for d in _SHIM_DIRS)
     if shim:
         notes.append(f"{path}: a version-manager shim")
     inv = ctx.invoke([path, "--version"])
     said = inv.describe(path)
     if inv.error:
-        return "fail", [f"{path}: {said}", *notes]
+        return "fail", [f"{path}: {said}", *notes], "cannot-start"
     if inv.timed_out:
-        return "fail", [f"{path}: hangs -- {said}", *notes]
+        return "fail", [f"{path}: hangs -- {said}", *notes], "hangs"
     if inv.flooded:
-        return "fail", [f"{path}: {said}", *notes]
+        return "fail", [f"{path}: {said}", *notes], "floods-output"
     text = inv.output.lower()
     if inv.returncode == 126 or "exec format error" in text:
-        return "fail", [f"{path}: {said}", *notes]
+        return "fail", [f"{path}: {said}", *notes], "exec-format-error"
     if shim and inv.returncode != 0 and ("not installed" in text or "command not found" in text
                                          or "no preset version" in text or "not found" in text):
-        return "fail", [f"{path}: shim for an uninstalled version -- {said}"]
+        return "fail", [f"{path}: shim for an uninstalled version -- {said}"], "shim-uninstalled"
     if inv.returncode != 0:
-        return "warn", [f"{path}: {said} (runs, but --version failed)", *notes]
-    return "ok", [f"{name}: {said}", *notes]
+        return "warn", [f"{path}: {said} (runs, but --version failed)", *notes], "version-failed"
+    return "ok", [f"{name}: {said}", *notes], ""
 
 
 def check(ctx) -> HazardResult:
@@ -85,13 +88,14 @@ def check(ctx) -> HazardResult:
         return HazardResult(ID, "skip", "none of the commands is on PATH", [], "")
     with cf.ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
         outcomes = list(pool.map(lambda t: inspect(t[1], ctx), targets))
-    evidence = [line for _, ev in outcomes for line in ev]
+    evidence = [line for _, ev, _ in outcomes for line in ev]
     # (no zip(strict=...): this module also runs on python 3.9 remotes)
-    bad = [targets[i][0] for i, (status, _) in enumerate(outcomes) if status == "fail"]
-    odd = [targets[i][0] for i, (status, _) in enumerate(outcomes) if status == "warn"]
-    if bad:
-        return HazardResult(ID, "fail", f"cannot run: {', '.join(bad)}", evidence, FIX)
-    if odd:
-        return HazardResult(ID, "warn", f"--version failed: {', '.join(odd)}", evidence, FIX)
-    return HazardResult(ID, "ok", f"{len(targets)} command{'s' if len(targets) != 1 else ''} start and answer",
-                        evidence, "")
+    findings = [Finding(status, ev[0], f"{ID}/{kind}") for status, ev, kind in outcomes if status in ("fail", "warn")]
+    name_of = {ev[0]: targets[i][0] for i, (_, ev, _) in enumerate(outcomes)}
+
+    def summary(top: list[Finding]) -> str:
+        names = ", ".join(name_of[f.text] for f in top)
+        return f"cannot run: {names}" if top[0].level == "fail" else f"--version failed: {names}"
+
+    return fold(ID, findings, ok=f"{len(targets)} command{'s' if len(targets) != 1 else ''} start and answer",
+                fix=FIX, evidence=evidence, accept=ctx.accept, listed=True, summary=summary)

@@ -17,12 +17,14 @@ import shlex
 import time
 
 from execsys.doctor import files, sysinfo
-from execsys.doctor.model import HazardResult
+from execsys.doctor.model import Finding, HazardResult, fold
 
 from execsys.redact import REDACTED, is_secret_name, redact_argv
 
 ID = "unread-env-config"
 TITLE = "Declared vs live environment"
+FINDINGS = ("env-file-missing", "env-file-unreadable", "environ-unreadable", "variable-missing", "variable-differs",
+            "env-file-newer-than-process", "artifact-differs")
 
 FIX = ("Restart the serving process from the declared environment (for systemd: `systemctl daemon-reload && "
        "systemctl restart UNIT`), or update the declaration to what is actually served; start engines with the "
@@ -147,10 +149,12 @@ def check(ctx) -> HazardResult:
             declared.update(parse_env_file(path))
             sources.append(path)
         except FileNotFoundError:
-            return HazardResult(ID, "fail", f"env file {path} does not exist", evidence,
-                                "Point --env-file / [runtime] env_file at the file the service reads.")
+            return fold(ID, [Finding("fail", f"env file {path} does not exist", f"{ID}/env-file-missing")],
+                        ok=f"env file {path} does not exist", evidence=evidence, accept=ctx.accept, listed=True,
+                        fix="Point --env-file / [runtime] env_file at the file the service reads.")
         except (OSError, UnicodeDecodeError) as exc:
-            return HazardResult(ID, "error", f"cannot read env file {path}: {exc}", evidence, "")
+            return fold(ID, [Finding("error", f"cannot read env file {path}: {exc}", f"{ID}/env-file-unreadable")],
+                        ok="", fix="", evidence=evidence, listed=True)
     if opts.declared_env:
         declared.update(opts.declared_env)
         sources.append("[environment] variables")
@@ -162,44 +166,50 @@ def check(ctx) -> HazardResult:
         why = notes[-1] if notes else "no serving process given (--pid, --process, [runtime] process or endpoint)"
         return HazardResult(ID, "skip", why, evidence, "")
     evidence.append(f"pid {proc.pid} argv: {shlex.join(redact_argv(proc.cmdline))[:400]}")
-    failures: list[str] = []
-    warnings: list[str] = []
+    findings: list[Finding] = []
     if declared:
         try:
             live = sysinfo.process_environ(proc.pid)
         except (PermissionError, ProcessLookupError) as exc:
-            return HazardResult(ID, "warn", f"cannot read the environment of pid {proc.pid}: {exc}", evidence,
-                                "Run the doctor as the service's user (or root) to compare its environment.")
+            return fold(ID, [Finding("warn", f"cannot read the environment of pid {proc.pid}: {exc}",
+                                     f"{ID}/environ-unreadable")],
+                        ok=f"the environment of pid {proc.pid} was not compared", evidence=evidence,
+                        accept=ctx.accept, listed=True,
+                        fix="Run the doctor as the service's user (or root) to compare its environment.")
         for name, value in sorted(declared.items()):
             got = live.get(name)
             if got is None:
-                failures.append(f"{name}: declared, missing in pid {proc.pid}")
+                findings.append(Finding("fail", f"{name}: declared, missing in pid {proc.pid}", f"{ID}/variable-missing"))
             elif got != value:
-                failures.append(f"{name}: declared {_show(name, value)}, pid {proc.pid} has {_show(name, got)}")
+                findings.append(Finding("fail", f"{name}: declared {_show(name, value)}, pid {proc.pid} has "
+                                        f"{_show(name, got)}", f"{ID}/variable-differs"))
         evidence.append(f"{len(declared)} declared variable(s) from {', '.join(sources)}; "
-                        f"{len(declared) - len(failures)} match")
+                        f"{len(declared) - len(findings)} match")
         for path in env_files:
             try:
                 mtime = os.stat(path).st_mtime
             except OSError:
                 continue
             if proc.create_time and mtime > proc.create_time + START_TIME_SLACK_S:
-                warnings.append(f"{path} changed {_ago(mtime)}, after pid {proc.pid} started {_ago(proc.create_time)}"
-                                " -- it may serve the old config")
+                findings.append(Finding("warn", f"{path} changed {_ago(mtime)}, after pid {proc.pid} started "
+                                        f"{_ago(proc.create_time)} -- it may serve the old config",
+                                        f"{ID}/env-file-newer-than-process"))
     if artifact:
         on_argv = _artifact_args(proc.cmdline)
         if any(_same_path(a, artifact) for a in on_argv) or artifact in proc.cmdline:
             evidence.append(f"artifact {artifact} is on pid {proc.pid}'s command line")
         elif on_argv:
-            failures.append(f"artifact: declared {artifact}, pid {proc.pid} serves {', '.join(on_argv)}")
+            findings.append(Finding("fail", f"artifact: declared {artifact}, pid {proc.pid} serves "
+                                    f"{', '.join(on_argv)}", f"{ID}/artifact-differs"))
         else:
             evidence.append(f"artifact {artifact}: no model path on pid {proc.pid}'s command line to compare")
-    if failures:
-        return HazardResult(ID, "fail", "; ".join(failures[:3]) + (" ..." if len(failures) > 3 else ""),
-                            failures + warnings + evidence, FIX)
-    if warnings:
-        return HazardResult(ID, "warn", warnings[0], warnings + evidence, FIX)
-    return HazardResult(ID, "ok", f"pid {proc.pid} runs with the declared environment", evidence, "")
+    def summary(top: list[Finding]) -> str:
+        if top[0].level == "warn":
+            return top[0].text
+        return "; ".join(f.text for f in top[:3]) + (" ..." if len(top) > 3 else "")
+
+    return fold(ID, findings, ok=f"pid {proc.pid} runs with the declared environment", fix=FIX, evidence=evidence,
+                accept=ctx.accept, summary=summary)
 
 
 def _ago(ts: float) -> str:

@@ -1,4 +1,6 @@
-"""``execsys digest``: the BLAKE3 identity of an artifact, here and on other hosts."""
+"""``execsys digest``: the BLAKE3 identity of an artifact, here and on other hosts.
+
+Argument wiring and rendering only: the cross-host verdict is :mod:`execsys.digest_match`."""
 
 from __future__ import annotations
 
@@ -46,30 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.digest import artifact_size, digest_path, with_progress_bar
 
-    if args.expect and args.lock:
-        raise UsageError("give --expect or --lock, not both")
-    for host in args.host:
-        from execsys.ssh import Destination  # only with --host: a local digest is all hashing
-
-        try:
-            Destination.parse(host)
-        except ValueError as exc:  # e.g. '-oProxyCommand=...': refused before anything runs, like doctor --host
-            raise UsageError(f"--host: {exc}") from None
-    expected, expected_source = _expected(args)
-    remote_mode = bool(args.host) or expected is not None
-
-    local = None
-    local_error = None
-    try:
+    if not args.host and not args.expect and not args.lock:
+        # a local digest only: all hashing, no ssh, no verdict (and start-up stays light)
         local = with_progress_bar(lambda progress: digest_path(args.path, progress=progress),
                                   label=f"hashing {args.path}", total_hint=artifact_size(args.path))
-    except Exception as exc:
-        if not remote_mode or not args.host:
-            raise
-        local_error = str(exc)  # the artifact may live only on the hosts
-
-    if not remote_mode:
-        assert local is not None
         if args.json:
             console.print_json(local.to_json(manifest=args.manifest))
         elif args.manifest and local.kind == "tree":
@@ -79,83 +61,35 @@ def run(args: argparse.Namespace) -> int:
             _print_human(local)
         return ExitCode.OK
 
-    report = match_report(args.path, local, local_error, args.host, expected, expected_source, args.timeout)
-    if args.json:
-        body = local.to_json(manifest=args.manifest) if local else {"path": args.path, "digest": None}
-        body.update(report)
-        console.print_json(body)
-    else:
-        if local:
-            _print_human(local)
-        _print_sites(report)
-    return ExitCode.OK if report["verdict"] == "match" else ExitCode.FINDING
+    from execsys.digest_match import DigestMatchOptions, HashProgress, run_digest_match
 
-
-def _expected(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    if args.expect:
-        value = args.expect.strip().lower()
-        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-            raise UsageError(f"--expect {args.expect!r}: not a BLAKE3 hex digest (64 hex characters)")
-        return value, "--expect"
+    if args.expect and args.lock:
+        raise UsageError("give --expect or --lock, not both")
+    lock = None
     if args.lock:
         from execsys.identity import load_lock
 
-        identity = load_lock(args.lock)
-        digest = identity.components.get("artifact", {}).get("observed", {}).get("digest")
-        if not digest:
-            raise UsageError(f"{args.lock}: the lock records no artifact digest")
-        return digest, f"lock {args.lock}"
-    return None, None
+        lock = load_lock(args.lock)
+    options = DigestMatchOptions.from_sources(None, lock, path=args.path, hosts=args.host, expect=args.expect,
+                                              timeout=args.timeout)
 
+    def run_match(progress):
+        def on_event(event: object) -> None:
+            if progress is not None and isinstance(event, HashProgress):
+                progress(event.done, event.total)
 
-def match_report(path: str, local, local_error: str | None, hosts: list[str], expected: str | None,
-                 expected_source: str | None, timeout: float) -> dict:
-    """Per-site digests and the artifact digest match rate against the reference digest."""
-    from concurrent.futures import ThreadPoolExecutor
+        return run_digest_match(options, on_event)
 
-    from execsys.digest import remote_digest
-
-    sites: list[dict] = []
-    if local is not None:
-        sites.append({"host": "local", "digest": local.digest, "method": "execsys", "error": None})
-    elif local_error:
-        sites.append({"host": "local", "digest": None, "method": None, "error": local_error})
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
-        remote = list(pool.map(lambda h: remote_digest(h, path, timeout), hosts))
-    for r in remote:
-        sites.append({"host": r.host, "digest": r.digest, "method": r.method, "error": r.error})
-
-    if expected is None:
-        reference = local.digest if local is not None else next((s["digest"] for s in sites if s["digest"]), None)
-        source = "local" if local is not None else (f"first host ({sites[1]['host']})" if reference else None)
+    match = with_progress_bar(run_match, label=f"hashing {args.path}", total_hint=artifact_size(args.path))
+    if args.json:
+        body = match.local.to_json(manifest=args.manifest) if match.local else {"path": args.path, "digest": None}
+        body.update(match.to_json())
+        console.print_json(body)
     else:
-        reference, source = expected, expected_source
-    for site in sites:
-        if site["digest"] is None:
-            site["status"] = "unavailable"
-        else:
-            site["status"] = "match" if site["digest"] == reference else "mismatch"
-    computed = [s for s in sites if s["digest"] is not None]
-    m = sum(1 for s in computed if s["status"] == "match")
-    mismatched = [s["host"] for s in sites if s["status"] == "mismatch"]
-    unavailable = [s["host"] for s in sites if s["status"] == "unavailable"]
-    if mismatched:
-        verdict = "integrity-defect"
-        sentence = (f"integrity defect: {', '.join(mismatched)} {'does' if len(mismatched) == 1 else 'do'} not hold "
-                    "the pinned artifact; fix the placement before running anything there")
-    elif unavailable:
-        verdict = "unverified"
-        sentence = f"not verified on {', '.join(unavailable)}: the digest could not be computed there"
-    else:
-        verdict = "match"
-        sentence = f"every site holds the same artifact ({m}/{len(computed)})"
-    return {
-        "reference": {"digest": reference, "source": source},
-        "sites": sites,
-        "match_rate": {"m": m, "n": len(computed), "rate": (m / len(computed)) if computed else None},
-        "verdict": verdict,
-        "sentence": sentence,
-    }
+        if match.local:
+            _print_human(match.local)
+        _print_sites(match.to_json())
+    return ExitCode.OK if match.exit_code == 0 else ExitCode.FINDING
 
 
 def _print_human(result) -> None:
@@ -188,8 +122,9 @@ def _print_sites(report: dict) -> None:
 
 
 def _size(n: int) -> str:
+    value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
     return f"{n} B"

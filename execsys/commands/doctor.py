@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from execsys.cli import add_json, positive_float
-from execsys.errors import ExitCode, UsageError
+from execsys.cli import add_json, add_sources, positive_float
+from execsys.errors import ExitCode
 
 HELP = "check the nine environment hazards (locally and over SSH)"
 DESCRIPTION = """\
@@ -29,6 +29,9 @@ filesystems, shared GPU boxes) that look like model weakness, before any run cou
 
 Every list defaults from execsys.toml ([doctor], [runtime], [environment], [artifact]), else
 to what matters on a GPU box. Read-only: it changes nothing and prints no secrets.
+A finding you have judged harmless is silenced by its id (shown with -v) in execsys.toml:
+[doctor] accept = ["lost-mode-bits/core-filemode-false"]; it no longer makes the hazard warn
+or fail, and is still shown, marked accepted.
 
 examples:
   execsys doctor                                  ~1 s, one line per hazard
@@ -66,7 +69,8 @@ def _pid(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="show evidence and the fix for each hazard")
-    parser.add_argument("--config", metavar="FILE", help="the declaration to read (default ./execsys.toml if present)")
+    add_sources(parser, lock_help="the pinned identity; fills in the artifact, engine and endpoint the declaration "
+                                  "leaves open (default: execsys.lock.json beside the declaration)")
     parser.add_argument("--cmd", dest="commands", action="append", metavar="NAME",
                         help="a command to check (repeatable; default: python3 python pip pip3 git nvidia-smi + "
                              "engines on PATH)")
@@ -97,41 +101,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    """Flags -> DoctorOptions; raises UsageError/InputError with one clear line."""
-    from execsys import declaration
-    from execsys.doctor import registry
-    from execsys.doctor.context import layer_argv
+    """Flags -> DoctorOptions (flags > declaration > lock); raises UsageError/InputError with one clear line."""
     from execsys.doctor.runner import DoctorOptions
-    from execsys.ssh import Destination
+    from execsys.sources import load_sources
 
-    for hazard_id in args.only:
-        if hazard_id not in registry.IDS:
-            raise UsageError(f"unknown hazard {hazard_id!r} for --only (known: {', '.join(registry.IDS)})")
-    for dest in args.hosts or []:
-        try:
-            Destination.parse(dest)
-        except ValueError as exc:
-            raise UsageError(f"--host: {exc}") from None
-    for layer in args.layers or []:
-        try:
-            layer_argv(layer)
-        except ValueError as exc:
-            raise UsageError(f"--layer {layer!r}: not a command prefix ({exc})") from None
-    decl = declaration.load(args.config)
-    if decl.warnings:
+    sources = load_sources(args.config, args.lock)
+    if sources.declaration.warnings:
         from execsys.console import warn
 
-        for line in decl.warnings:
+        for line in sources.declaration.warnings:
             warn(line)
-    options = DoctorOptions.from_declaration(
-        decl,
+    return DoctorOptions.from_sources(
+        sources.declaration, sources.lock,
         commands=args.commands, ports=args.ports, paths=args.paths, venvs=args.venvs, repos=args.repos,
         env_file=args.env_file, pid=args.pid, process=args.process, layers=args.layers, hosts=args.hosts,
         only=args.only or None, strict=args.strict or None, timeout=args.timeout,
         clock_skew_threshold_ms=args.clock_skew_threshold_ms,
     )
-    options.validate()  # what execsys.toml declared gets the same checks as the flags
-    return options
 
 
 def run(args: argparse.Namespace) -> int:

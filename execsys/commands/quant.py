@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from execsys.cli import add_json, positive_float
-from execsys.errors import ExitCode, UsageError
+from execsys.cli import add_json, add_sources, positive_float
+from execsys.errors import ExitCode, InputError, UsageError
 
 HELP = "check a quantization format against a deployment target (native, fallback, unsupported)"
 DESCRIPTION = """\
@@ -25,6 +25,7 @@ examples:
   execsys quant check fp8 --scheme block --engine vllm --target sm_80
   execsys quant check nvfp4 --target sm_90 --json           every engine, one JSON object each
   execsys quant check --lock execsys.lock.json --target auto --host gpu1
+  execsys quant check --config eval/execsys.toml --target H100     the format pinned in eval/execsys.lock.json
 
 exit codes: 0 native (with every engine: at least one engine native), 1 fallback or unsupported,
 2 unknown format, scheme, engine or target, or no GPU for --target auto
@@ -40,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     chk.add_argument("--engine", help="vllm, sglang, trtllm or llamacpp (default: all four)")
     chk.add_argument("--target", default="auto", help="auto, sm_XX, a compute capability or a GPU name (default: auto)")
     chk.add_argument("--host", metavar="DEST", help="with --target auto: read the GPU of this ssh destination")
-    chk.add_argument("--lock", metavar="FILE", help="check the quantization pinned in this lock file")
+    add_sources(chk, lock_help="check the quantization pinned in this lock file (without FORMAT: the lock "
+                               "beside the declaration, execsys.lock.json)")
     chk.add_argument("--timeout", type=positive_float, default=30.0, help="seconds for the remote GPU query (default 30)")
     add_json(chk)
 
@@ -49,22 +51,28 @@ def run(args: argparse.Namespace) -> int:
     from execsys import console, quant
 
     fmt, scheme, engine = args.format, args.scheme, args.engine
-    if args.lock:
-        pinned = quant.quantization_from_lock(args.lock)
+    # The pinned quantization is read when --lock names a lock, or when FORMAT is left out (then the
+    # lock beside the declaration); `quant check fp8 ...` alone never depends on a lock lying about.
+    if args.lock is not None or not fmt:
+        from execsys.sources import load_sources
+
+        sources = load_sources(args.config, args.lock)
+        if sources.lock is None:
+            raise UsageError(f"give a FORMAT (e.g. fp8, nvfp4, awq) or --lock FILE (no pinned identity: looked for "
+                             f"{sources.lock_path})")
+        pinned = quant.quantization_from_identity(sources.lock)
         if not fmt:
             if not pinned["format"]:
                 what = f"'{pinned['quantization']}'" if pinned["quantization"] else "no quantization"
-                raise UsageError(f"{args.lock}: the pinned artifact records {what}, which is no format the "
+                raise UsageError(f"{sources.lock_path}: the pinned artifact records {what}, which is no format the "
                                  "support table knows; give FORMAT")
             fmt = pinned["format"]
             scheme = scheme or pinned["scheme"]
         if not engine and pinned["engine"]:
             try:
                 engine = quant.resolve_engine(pinned["engine"])
-            except Exception:
+            except InputError:
                 engine = None  # an engine the table does not know: check all four
-    if not fmt:
-        raise UsageError("give a FORMAT (e.g. fp8, nvfp4, awq) or --lock FILE")
     if args.host and args.target != "auto":
         raise UsageError("--host reads the target GPU over SSH: use it with --target auto")
 

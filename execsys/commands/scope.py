@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from execsys.cli import add_json
+from execsys.cli import add_json, add_sources
 from execsys.errors import ExitCode, InputError, UsageError
 
 HELP = "state the comparability licence the probes measured for an identity"
@@ -18,6 +18,7 @@ under another identity do not count. Axes: session, restart, concurrency, hosts,
 
 examples:
   execsys scope                                  the identity in ./execsys.lock.json
+  execsys scope --config eval/execsys.toml       the identity in eval/execsys.lock.json
   execsys scope --identity 3f9a2c41b7de --json
   execsys scope --contract contract.md           write the contract's comparability section
   execsys scope --audit                          recorded comparisons that crossed an unstable axis
@@ -29,50 +30,54 @@ exit codes: 0 no measured axis is unstable (and, with --audit, no comparison nee
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--lock", metavar="FILE", help="lock file of the identity (default: ./execsys.lock.json)")
-    which.add_argument("--identity", metavar="ID", help="identity id, or a ledger record id carrying one")
+    add_sources(parser, lock_help="lock file of the identity (default: execsys.lock.json beside the declaration)")
+    parser.add_argument("--identity", metavar="ID", help="identity id, or a ledger record id carrying one")
     parser.add_argument("--contract", metavar="FILE.md", help="write the comparability section of an experiment contract")
     parser.add_argument("--audit", action="store_true",
                         help="list recorded comparisons that crossed an axis since found unstable")
     add_json(parser)
 
 
+def options_from_args(args: argparse.Namespace):
+    """Flags -> ScopeOptions: ``--identity`` > ``--lock`` > the lock beside the declaration."""
+    from execsys.scope import ScopeOptions
+    from execsys.sources import load_sources, lock_path
+
+    if args.identity is not None and args.lock is not None:
+        raise UsageError("give --lock or --identity, not both")
+    if args.identity is not None:  # names the identity outright: no lock is read
+        return ScopeOptions.from_sources(None, None, identity=args.identity, audit=args.audit)
+    if args.audit and args.lock is None:  # the audit covers every recorded comparison unless told one identity
+        return ScopeOptions.from_sources(None, None, audit=True)
+    sources = load_sources(args.config, args.lock)
+    return ScopeOptions.from_sources(sources.declaration, sources.lock, audit=args.audit,
+                                     lock_path=lock_path(args.lock, args.config))
+
+
 def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.fsutil import write_output
-    from execsys.ledger import Ledger
-    from execsys.scope import audit, compute_scope, contract_markdown, merge_contract, resolve_identity
+    from execsys.scope import contract_markdown, merge_contract, run_audit, run_scope
 
-    with Ledger.open() as ledger:
-        if args.audit and not (args.lock or args.identity):
-            identity = None
-        else:
-            ref = args.identity or args.lock
-            if ref is None:
-                if not Path("execsys.lock.json").exists():
-                    raise UsageError("no identity: give --lock FILE or --identity ID (no ./execsys.lock.json here)")
-                ref = "execsys.lock.json"
-            identity = resolve_identity(ref, ledger)
-
-        if args.audit:
-            report = audit(ledger, identity.id if identity else None)
-            if args.json:
-                console.print_json(report.to_json())
-            else:
-                _render_audit(report)
-            return ExitCode.FINDING if report.flagged else ExitCode.OK
-
-        scope = compute_scope(ledger, identity.id, host=identity.host())
-        if args.contract:
-            existing = _read_contract(args.contract)
-            write_output(args.contract, merge_contract(existing, contract_markdown(scope, identity)), "the contract")
-            console.err().print(f"wrote the comparability section to {args.contract}", markup=False)
+    options = options_from_args(args)
+    if args.audit:
+        report = run_audit(options)
         if args.json:
-            console.print_json(scope.to_json())
+            console.print_json(report.to_json())
         else:
-            _render(scope)
-        return ExitCode.FINDING if scope.unstable else ExitCode.OK
+            _render_audit(report)
+        return ExitCode.FINDING if report.flagged else ExitCode.OK
+
+    existing = _read_contract(args.contract) if args.contract else ""
+    scope = run_scope(options)
+    if args.contract:
+        write_output(args.contract, merge_contract(existing, contract_markdown(scope, scope.ref)), "the contract")
+        console.err().print(f"wrote the comparability section to {args.contract}", markup=False)
+    if args.json:
+        console.print_json(scope.to_json())
+    else:
+        _render(scope)
+    return ExitCode.FINDING if scope.unstable else ExitCode.OK
 
 
 def _read_contract(path: str) -> str:

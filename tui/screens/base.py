@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from execsys.tui.widgets.header import StateHeader
 from textual.app import ComposeResult
@@ -47,9 +48,20 @@ class GatedStep(StepScreen):
     GATE_WHAT = "run"
 
     def action_override_gate(self) -> None:
-        self.with_gate(lambda: None)
+        """ctrl+o: override the closed gate now, before starting anything (asked, then kept for the
+        next run, which records it in the ledger); with the gate open there is nothing to override."""
 
-    def with_gate(self, proceed) -> None:
+        def overridden(override: dict[str, Any] | None) -> None:
+            if override is None:
+                self.notify("The gate is open: the doctor found nothing blocking, so there is nothing to override.",
+                            title="Gate open")
+            else:
+                self.notify(f"Gate overridden ({override['reason']}); the next {self.GATE_WHAT} records it.",
+                            title="Gate overridden")
+
+        self.with_gate(overridden)
+
+    def with_gate(self, proceed: Callable[[dict[str, Any] | None], None]) -> None:
         """Call ``proceed(override)`` when the gate is open (override None) or the operator overrides it."""
         app = self.app
         if app.doctor.gate_open():

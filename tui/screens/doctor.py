@@ -109,15 +109,18 @@ class DoctorScreen(StepScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="doctor")
     def check(self, run: int, hosts: list[str], only: list[str] | None, include_local: bool = True) -> None:
         """Run the doctor engine; results arrive as messages while the rest still run."""
+        from execsys.doctor.runner import HazardChecked
+
         worker = get_current_worker()
         remote = set(hosts)
 
-        def on_result(host: str, result: Any) -> None:
-            self.post_message(self.HazardChecked(run, host if host in remote else LOCAL, result))
+        def on_event(event: object) -> None:
+            if isinstance(event, HazardChecked):
+                self.post_message(self.HazardChecked(run, event.host if event.host in remote else LOCAL,
+                                                     event.result))
 
         options = adapter.doctor_options(self.app.paths, hosts, only)
-        report = adapter.run_doctor(options, on_result=on_result, cancel=worker.cancelled_event,
-                                   include_local=include_local)
+        report = adapter.run_doctor(options, on_event, worker.cancelled_event, include_local=include_local)
         record_id = None if worker.is_cancelled else adapter.record_doctor(self.app.paths, report)
         self.post_message(self.DoctorFinished(run, report, record_id))
 
@@ -256,6 +259,14 @@ class DoctorScreen(StepScreen):
                 text.append("\nEvidence\n", style="bold underline")
                 for line in evidence:
                     text.append(f"  {line}\n")
+            findings = list(getattr(result, "findings", None) or [])
+            if findings:
+                # the ids are what [doctor] accept takes; an accepted finding is shown, marked, never hidden
+                text.append("\nFindings\n", style="bold underline")
+                for finding in findings:
+                    mark = "accepted" if finding.accepted else finding.level
+                    text.append(f"  {SYMBOLS.get('ok' if finding.accepted else finding.level, '?')} {finding.id}"
+                                f" ({mark})\n")
             fix = getattr(result, "fix", None)
             if fix:
                 text.append("\nFix\n", style="bold underline")

@@ -1,0 +1,116 @@
+"""ctrl+o ("Override" in the footer of Probes and Scope) on both gated steps, with the real doctor.
+
+It used to crash the app: the action handed ``with_gate`` a callable taking no argument, and the
+gate calls ``proceed(override)``. With a clean doctor one keypress must leave the app running and
+ask nothing; with a failing one ctrl+o asks, ``y`` overrides, and the override is kept for the
+step's next run (which records it in the ledger, as the probe and plan tests show).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from execsys.doctor.runner import DoctorOptions, run_doctor
+from execsys.tui.app import ExecsysApp
+from execsys.tui.screens.dialogs import OverrideDialog
+from textual.widgets import Static
+
+from execsys.sources import load_sources
+from tests.tui_helpers import settle, text_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+
+GATED_STEPS = [("3", "probes"), ("4", "scope")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def project(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture
+def clean_doctor(project: Path) -> Path:
+    """This machine's doctor made clean for real: whatever fails here is accepted in execsys.toml
+    (``[doctor] accept``), so the gate opens by the doctor's own verdict, not by a fake."""
+    config = project / "execsys.toml"
+    config.write_text("")
+    sources = load_sources(config)
+    report = run_doctor(DoctorOptions.from_sources(sources.declaration, sources.lock))
+    failing = sorted({f.id for r in report.hazards for f in r.findings if f.active and f.level == "fail"})
+    if any(r.status == "error" for r in report.hazards):
+        pytest.skip("a check cannot look on this machine (status error): the doctor cannot be clean here")
+    config.write_text("[doctor]\naccept = [" + ", ".join(f'"{i}"' for i in failing) + "]\n")
+    return project
+
+
+@pytest.fixture
+def failing_doctor(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A declared command that is a 0-byte executable first on PATH: stub-executables fails, for real."""
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "stubby"
+    stub.touch()
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (project / "execsys.toml").write_text('[doctor]\ncommands = ["stubby"]\n')
+    return project
+
+
+def header_state(app) -> str:
+    return text_of(app.screen.query_one("#state-line", Static))
+
+
+@pytest.mark.parametrize(("key", "step"), GATED_STEPS)
+async def test_ctrl_o_with_a_clean_doctor_asks_nothing_and_keeps_running(clean_doctor: Path, key: str,
+                                                                         step: str) -> None:
+    app = ExecsysApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
+        assert app.doctor.gate_open(), app.doctor.gate_reason()
+        await pilot.press(key)
+        await pilot.pause()
+        assert app.current_mode == step
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert app.is_running and app.current_mode == step
+        assert not isinstance(app.screen, OverrideDialog)  # an open gate has nothing to override
+        assert app.gate_override is None and "(gate overridden)" not in header_state(app)
+        assert any("nothing to override" in str(n.message) for n in app._notifications)
+        await settle(pilot, lambda: True)
+
+
+@pytest.mark.parametrize(("key", "step"), GATED_STEPS)
+async def test_ctrl_o_then_y_with_a_failing_doctor_records_the_override(failing_doctor: Path, key: str,
+                                                                        step: str) -> None:
+    app = ExecsysApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
+        assert not app.doctor.gate_open()
+        await pilot.press(key)
+        await pilot.pause()
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert app.is_running and isinstance(app.screen, OverrideDialog)
+        await pilot.press("y")
+        await pilot.pause()
+        assert app.is_running and app.current_mode == step
+        override = app.gate_override
+        assert override is not None and override["verdict"] == "hazards"
+        assert {"host": "local", "hazard": "stub-executables (fail)"} in override["failing"]
+        assert "(gate overridden)" in header_state(app)
+        # the override holds for this verdict: a second ctrl+o asks nothing and keeps it
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert not isinstance(app.screen, OverrideDialog) and app.gate_override is override
+        await settle(pilot, lambda: True)
