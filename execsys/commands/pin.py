@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="PATH", help="the declaration (default: ./execsys.toml if present)")
     parser.add_argument("--out", metavar="PATH", help="the lock to write (default: execsys.lock.json beside the config)")
     add_json(parser)
+    parser.add_argument("--task-prolog", action="store_true",
+                        help="print only `export EXECSYS_IDENTITY=...` and `export EXECSYS_LOCK=...` lines "
+                             "(a Slurm TaskProlog: every job step gets the node's identity)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
         record_id = record_identity(identity, ledger)
     for note in identity.notes[len(decl.warnings):]:  # the declaration's own warnings were shown above
         console.warn(note)
+    if args.task_prolog:
+        from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
+
+        print("\n".join(task_prolog_exports(identity.id, out)))
+        return ExitCode.OK
     if args.json:
         console.print_json(identity.to_json())
         return ExitCode.OK
