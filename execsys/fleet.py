@@ -81,7 +81,7 @@ class HostRecord:
     problem: str | None = None  # unreachable, failed, unreadable
 
 
-# -- identity normalisation (contrib/ansible/library/execsys_facts repeats it; a test holds them equal) --
+# -- identity normalisation --
 
 def fleet_components(components: dict[str, Any]) -> dict[str, Any]:
     """The components with the facts that name one machine removed: hostname, machine id, GPU UUIDs."""
@@ -157,6 +157,10 @@ def _host_of_doctor(body: dict[str, Any], fallback: str) -> str:
     return str(host.get("name") if host.get("name") not in (None, "local") else host.get("hostname") or fallback)
 
 
+_ANSIBLE_PAYLOAD = "__payload__"
+_ANSIBLE_CACHE_PREFIX = re.compile(r"^s\d+_")
+
+
 class _Reader:
     """Turns report documents into host records, keeping the labels outliers are described with."""
 
@@ -207,6 +211,13 @@ class _Reader:
     def records(self, data: Any, host_hint: str, report: str, *, named_by_file: bool = False
                 ) -> list[HostRecord]:
         """The host records in one document; ``named_by_file`` keeps the inventory name (Ansible)."""
+        if isinstance(data, dict) and isinstance(data.get(_ANSIBLE_PAYLOAD), str):
+            # ansible-core >= 2.19 fact cache: {"__payload__": "<json>"} in a file named s<schema>_<host>
+            try:
+                data = json.loads(data[_ANSIBLE_PAYLOAD])
+            except ValueError:
+                return [HostRecord(host_hint, report, problem="unreadable Ansible fact cache payload")]
+            host_hint = _ANSIBLE_CACHE_PREFIX.sub("", host_hint, count=1)
         if not isinstance(data, dict):
             return [HostRecord(host_hint, report, problem="not an execsys report (expected a JSON object)")]
         schema = data.get("schema")
@@ -570,3 +581,42 @@ def _prom_ratio(k: int, n: int) -> str:
 def prometheus_text(report: FleetReport) -> str:
     """The four metrics in the text exposition format node_exporter's textfile collector reads."""
     return "\n".join(prometheus_lines(report)) + "\n"
+
+
+# -- one host's facts (what contrib/ansible's execsys_facts module returns) -----------------------
+
+def host_facts(config: str | None = None, path: str | None = None, env_from: str | None = None) -> dict[str, Any]:
+    """``ansible_facts.execsys`` for this host: the doctor (as a node check: the environment it inspected
+    named), the identity with a digest per component, and the artifact digest computed from its bytes.
+
+    Nothing is written: no lock, no ledger row (Ansible's ``changed`` is always false)."""
+    import socket
+
+    from execsys import declaration as declaration_module
+    from execsys.doctor.node_checks.check import NodeCheckOptions, run_node_check
+    from execsys.errors import ExecsysError
+    from execsys.identity import pin
+    from execsys.redact import scrub
+
+    decl = declaration_module.load(config)
+    facts: dict[str, Any] = {"schema": "execsys.facts/1", "host": socket.gethostname()}
+    check = run_node_check(NodeCheckOptions.from_sources(decl, None, mode="npd", path=path, env_from=env_from))
+    hazards = {r.id: r.status for r in check.host.hazards} if check.host is not None else {}
+    facts["doctor"] = {"verdict": check.host.verdict if check.host is not None else "unknown",
+                       "hazards": hazards, "line": check.line, "environment": check.environment}
+    try:
+        identity = pin(decl)
+    except ExecsysError as exc:
+        facts["identity"] = None
+        facts["artifact"] = {"path": decl.get("artifact", "path"), "blake3": None,
+                             "declared": decl.get("artifact", "digest")}
+        facts["error"] = f"cannot pin: {exc}"
+        return scrub(facts)
+    digests = component_digests(identity.components)
+    facts["identity"] = {"id": identity.id, "fleet_id": fleet_identity(digests), "components": digests,
+                         "labels": {n: component_label(n, identity.components[n]) for n in COMPONENTS}}
+    artifact = identity.components["artifact"]
+    facts["artifact"] = {"path": artifact["observed"].get("path") or artifact["declared"].get("path"),
+                         "blake3": artifact["observed"].get("digest"),
+                         "declared": artifact["declared"].get("digest")}
+    return scrub(facts)
