@@ -224,9 +224,12 @@ class _Reader:
         if "kind" in data and isinstance(data.get("body"), dict) and "created_at" in data:  # ledger export
             return self.records(data["body"], host_hint, report)
         if schema == "execsys.doctor/1":
-            bodies = data.get("hosts") if isinstance(data.get("hosts"), list) else [data]
+            hosts = data.get("hosts")
+            bodies: list[Any] = hosts if isinstance(hosts, list) else [data]
             out = []
             for body in bodies:
+                if not isinstance(body, dict):
+                    continue
                 host = host_hint if named_by_file else _host_of_doctor(body, host_hint)
                 error = (body.get("host") or {}).get("error")
                 out.append(HostRecord(host, report, hazards=_doctor_hazards(body),
@@ -248,7 +251,7 @@ class _Reader:
         # Ansible: --tree output (the module's result) or a fact-cache file (the facts themselves)
         if data.get("unreachable"):
             return [HostRecord(host_hint, report, problem=f"unreachable: {_one_line(data.get('msg'))}")]
-        facts = data.get("ansible_facts") if isinstance(data.get("ansible_facts"), dict) else data
+        facts: dict[str, Any] = data["ansible_facts"] if isinstance(data.get("ansible_facts"), dict) else data
         execsys_facts = facts.get("execsys") or facts.get("ansible_execsys")
         if isinstance(execsys_facts, dict):
             record = HostRecord(host_hint, report)
@@ -414,6 +417,13 @@ class FleetReport:
     def exit_code(self) -> int:
         return 0 if self.agrees else 1
 
+    def digest_match(self) -> dict[str, Any]:
+        """``{k, n, ratio, expected, expected_source, defects}``: every mismatch listed, none averaged away."""
+        return {"k": self.digest_k, "n": self.digest_n, "ratio": _ratio(self.digest_k, self.digest_n),
+                "expected": self.expected_digest or self._modal_digest,
+                "expected_source": self.expected_source or ("the fleet's modal digest" if self._modal_digest else None),
+                "defects": list(self.defects())}
+
     def to_json(self) -> dict[str, Any]:
         counts = self.hazard_counts()
         return {
@@ -422,11 +432,7 @@ class FleetReport:
             "identity_agreement": {"k": self.identity_k, "n": self.identity_n, "modal": self.modal_identity,
                                    "ratio": _ratio(self.identity_k, self.identity_n)},
             "outliers": list(self.outliers()),
-            "digest_match": {"k": self.digest_k, "n": self.digest_n, "ratio": _ratio(self.digest_k, self.digest_n),
-                             "expected": self.expected_digest or self._modal_digest,
-                             "expected_source": self.expected_source or ("the fleet's modal digest"
-                                                                         if self._modal_digest else None),
-                             "defects": list(self.defects())},
+            "digest_match": self.digest_match(),
             "hazards": {h: {r.key: r.hazards[h] for r in self.records
                             if r.hazards and h in r.hazards} for h in self.hazard_ids},
             "hazard_counts": counts,
@@ -550,6 +556,9 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
 
 
 def _label(value: str) -> str:
+    """A label value in the exposition format (backslash, quote and newline escaped)."""
+    if "\\" not in value and '"' not in value and "\n" not in value:
+        return value
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 

@@ -102,7 +102,7 @@ def render(report) -> None:
         line(f"  outlier  {outlier['host']}: {changes or 'no component differs'}")
     if len(outliers) > LIST_LIMIT:
         line(f"  ... and {len(outliers) - LIST_LIMIT} more outliers (--json lists them all)")
-    body = report.to_json()["digest_match"]
+    body = report.digest_match()
     if body["n"]:
         line(f"digests    {body['k']}/{body['n']} = {body['ratio']:.3f} match {short(body['expected'], 19)} "
              f"({body['expected_source']})")
