@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from execsys.doctor.node_checks import registry
 from execsys.doctor.node_checks.check import DEFAULT_PATH, LINE_LIMIT, fit_line
+from execsys.doctor.registry import IDS as HAZARD_IDS
 
 CLEAN_PATH = "/usr/bin:/bin"
 
@@ -255,3 +256,32 @@ def test_the_npd_monitor_config_uses_npds_fields():
         assert seconds(rule["timeout"]) > BUDGET_S + 5  # the watchdog answers before NPD kills it
         assert os.path.basename(rule["path"]) == "execsys"
         assert rule["args"][:3] == ["doctor", "--node-check", "npd"]
+
+
+def test_the_engine_tells_its_face_what_happens(tmp_path, monkeypatch, planted):
+    """run_node_check never prints: a face learns the environment and each hazard from typed events."""
+    from execsys.doctor.node_checks.check import (
+        HazardChecked,
+        NodeCheckOptions,
+        NodeCheckStarted,
+        run_node_check,
+    )
+
+    monkeypatch.chdir(tmp_path)
+    events: list[object] = []
+    options = NodeCheckOptions.from_sources(None, None, mode="slurm", path=f"{planted}:{CLEAN_PATH}")
+    report = run_node_check(options, on_event=events.append)
+    assert isinstance(events[0], NodeCheckStarted) and "PATH from --path" in events[0].environment
+    checked = [e.result.id for e in events if isinstance(e, HazardChecked)]
+    assert sorted(checked) == sorted(HAZARD_IDS)
+    assert report.exit_code == 1 and report.hazard == "stub-executables" and report.drain is None
+    assert os.environ.get("PATH") != f"{planted}:{CLEAN_PATH}"  # this process's environment is restored
+
+
+def test_pin_task_prolog_prints_only_the_export_lines(tmp_path, cli):
+    (tmp_path / "execsys.toml").write_text('[model]\nname = "tiny"\n')
+    result = cli("pin", "--task-prolog", "--config", str(tmp_path / "execsys.toml"))
+    assert result.returncode == 0, result.stderr
+    lock = json.loads((tmp_path / "execsys.lock.json").read_text())
+    assert result.stdout.splitlines() == [f"export EXECSYS_IDENTITY={lock['id']}",
+                                          f"export EXECSYS_LOCK={tmp_path / 'execsys.lock.json'}"]
