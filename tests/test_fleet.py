@@ -228,3 +228,19 @@ def test_ten_thousand_reports_exact_counts_in_flat_memory(tmp_path):
     assert body_large["digest_match"]["k"] == body["digest_match"]["k"] == 9_996
     assert peak_large < peak_small * 1.1 + (1 << 20), (peak_small, peak_large)
     assert peak_small / 10_000 < 2048, f"{peak_small / 10_000:.0f} bytes per host"
+
+
+def test_the_pinned_lock_is_the_expected_digest(tmp_path, cli):
+    (tmp_path / "model.bin").write_bytes(b"weights\n" * 4096)
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n')
+    assert cli("pin", "--config", str(tmp_path / "execsys.toml")).returncode == 0
+    lock = json.loads((tmp_path / "execsys.lock.json").read_text())
+    pinned = lock["components"]["artifact"]["observed"]["digest"]
+    files = [write(tmp_path, "a.json", pin_json("gpu-1", digest=pinned)),
+             write(tmp_path, "b.json", pin_json("gpu-2", digest=pinned)),
+             write(tmp_path, "c.json", pin_json("gpu-3", digest=DIGEST_B))]
+    body = cli("fleet", *files, "--lock", str(tmp_path / "execsys.lock.json"), "--json").json()
+    match = body["digest_match"]
+    assert (match["k"], match["n"]) == (2, 3) and match["expected"] == pinned
+    assert match["expected_source"].startswith("the lock")
+    assert [d["host"] for d in match["defects"]] == ["gpu-3"]
