@@ -241,7 +241,8 @@ class _Reader:
                 return [HostRecord(host_hint, report, problem=f"could not check: {data.get('line')}")]
             host = host_hint if named_by_file else _host_of_doctor(body, host_hint)
             return [HostRecord(host, report, hazards=_doctor_hazards(body))]
-        if schema == "execsys.identity/1" and isinstance(data.get("components"), dict):
+        if str(schema).startswith("execsys.identity/") and isinstance(data.get("components"), dict):
+            # identity/1 and /2 (which adds "observer", outside the components) read the same here
             components = data["components"]
             hardware = (components.get("hardware") or {}).get("observed") or {}
             host = host_hint if named_by_file else str(hardware.get("hostname") or host_hint)

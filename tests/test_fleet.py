@@ -18,7 +18,7 @@ DIGEST_A = "a" * 64
 DIGEST_B = "b" * 64
 
 
-def pin_json(host: str, *, engine_version: str = "0.11.0", digest: str = DIGEST_A, gpu_uuid: str = "GPU-1",
+def pin_json(host: str, *, schema: str = "execsys.identity/1", engine_version: str = "0.11.0", digest: str = DIGEST_A, gpu_uuid: str = "GPU-1",
              declared_digest: str | None = None) -> dict:
     """An identity document of the shape `execsys pin --json` writes, for one host."""
     components = {name: {"declared": {}, "observed": {}} for name in COMPONENTS}
@@ -27,7 +27,7 @@ def pin_json(host: str, *, engine_version: str = "0.11.0", digest: str = DIGEST_
     components["runtime"]["observed"] = {"engine": {"name": "vllm", "version": engine_version}}
     components["hardware"]["observed"] = {"hostname": host, "machine_id": f"mid-{host}", "kernel": "6.1",
                                           "gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": gpu_uuid}]}
-    return {"schema": "execsys.identity/1", "id": f"node-{host}", "components": components}
+    return {"schema": schema, "id": f"node-{host}", "components": components}
 
 
 def doctor_json(host: str, failing: str | None = None) -> dict:
@@ -85,7 +85,8 @@ def test_agreement_outliers_defects_and_hazards_exact(tmp_path, cli):
 
 
 def test_an_agreeing_fleet_exits_0(tmp_path, cli):
-    files = [write(tmp_path, f"{i}.json", pin_json(f"gpu-{i}")) for i in range(3)]
+    files = [write(tmp_path, f"{i}.json", pin_json(f"gpu-{i}", schema=f"execsys.identity/{1 + i % 2}"))
+             for i in range(3)]
     files += [write(tmp_path, f"d{i}.json", doctor_json(f"gpu-{i}x")) for i in range(3)]
     result = cli("fleet", *files, "--json")
     assert result.returncode == 0, result.stdout
