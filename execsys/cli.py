@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan",
     "quant": "quant",
     "ledger": "ledger",
+    "fleet": "fleet",
     "tui": "tui",
 }
 

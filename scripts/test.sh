@@ -15,6 +15,11 @@ command -v gcc >/dev/null 2>&1 || need_debs+=(gcc)
 # libfaketime gives the loopback sshd a host whose clock runs 5 s ahead (clock-skew tests).
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need_debs+=(libfaketime)
 command -v runuser >/dev/null 2>&1 || need_debs+=(util-linux)
+# fleet (node checks, issue 12): a real single-node Slurm cluster for tests/test_slurm.py
+[ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1 || need_debs+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || command -v slurmd >/dev/null 2>&1 || need_debs+=(slurmd)
+[ -x /usr/sbin/munged ] || command -v munged >/dev/null 2>&1 || need_debs+=(munge)
+command -v scontrol >/dev/null 2>&1 || need_debs+=(slurm-client)
 if [ ${#need_debs[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_debs[*]}" >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -98,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per program invocation (default 3; checks and hosts scale from it)")
     parser.add_argument("--clock-skew-threshold-ms", type=positive_float, metavar="MS",
                         help="inter-host clock skew that fails (default 250, or [doctor] clock_skew_threshold_ms)")
+    from execsys.commands import node_check
+
+    node_check.add_arguments(parser)
 
 
 def options_from_args(args: argparse.Namespace):
@@ -126,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
     from execsys.doctor.runner import run_doctor
     from execsys.ledger import Ledger
 
+    if args.node_check:
+        from execsys.commands import node_check
+
+        return node_check.run(args)
     options = options_from_args(args)
     status = None
     if not args.json and console.stderr_is_terminal():

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sources(parser, lock_help="the lock to write (default: execsys.lock.json beside the declaration)")
     parser.add_argument("--out", metavar="PATH", help="the lock to write (same as --lock; kept for scripts)")
     add_json(parser)
+    parser.add_argument("--task-prolog", action="store_true",
+                        help="print only `export EXECSYS_IDENTITY=...` and `export EXECSYS_LOCK=...` lines "
+                             "(a Slurm TaskProlog: every job step gets the node's identity)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     identity = report.identity
     for note in identity.notes[len(decl.warnings):]:  # the declaration's own warnings were shown above
         console.warn(note)
+    if args.task_prolog:
+        from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
+
+        print("\n".join(task_prolog_exports(identity.id, options.lock_path)))
+        return ExitCode.OK
     if args.json:
         console.print_json(report.to_json())
         return ExitCode.OK

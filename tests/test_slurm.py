@@ -1,0 +1,131 @@
+"""The node checks under a real Slurm (Debian's slurmctld + slurmd + munge, one node, private ports).
+
+slurmd itself runs execsys as ``HealthCheckProgram``, ``Prolog`` and ``TaskProlog`` -- with the
+environment it gives them (``SLURMD_NODENAME``, ``SLURM_*``, no PATH) -- and the test reads Slurm's
+reaction back with ``scontrol``/``squeue``: the node drained with execsys's Reason, a job held,
+a job let through, a variable in ``srun env``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.slurm import HEALTH_CHECK_INTERVAL_S, SlurmCluster, wait_for
+
+CLEAN_PATH = "/usr/bin:/bin"
+EXECSYS = str(Path(sys.executable).with_name("execsys"))
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    bad = tmp_path / "plant"
+    bad.mkdir()
+    (bad / "python3").write_bytes(b"")
+    (bad / "python3").chmod(0o755)
+    return bad
+
+
+@pytest.fixture
+def cluster(slurm_cluster: SlurmCluster):
+    """The module's cluster, with every program disarmed and the node idle before and after a test."""
+    for program in ("health_check", "prolog", "task_prolog"):
+        slurm_cluster.arm(program, None)
+    slurm_cluster.resume()
+    yield slurm_cluster
+    for program in ("health_check", "prolog", "task_prolog"):
+        slurm_cluster.arm(program, None)
+    slurm_cluster.run("scancel", "--user=root", check=False)
+    slurm_cluster.resume()
+
+
+def node_check(cluster: SlurmCluster, mode: str, *args: str, marker: Path | None = None) -> str:
+    """The command line an armed program runs: execsys by absolute path (slurmd gives no PATH)."""
+    count = f"echo run >> {shlex.quote(str(marker))}; " if marker else ""
+    argv = " ".join(shlex.quote(a) for a in (EXECSYS, "doctor", "--node-check", mode, *args))
+    # SLURM_CONF only so that scontrol finds this private cluster; a site's scontrol reads /etc/slurm
+    return f"{count}SLURM_CONF={shlex.quote(str(cluster.conf))} exec {argv}"
+
+
+def runs(marker: Path) -> int:
+    return len(marker.read_text().splitlines()) if marker.exists() else 0
+
+
+def test_a_clean_node_stays_idle_under_the_health_check(cluster, tmp_path):
+    marker = tmp_path / "runs"
+    cluster.arm("health_check", node_check(cluster, "slurm", "--drain", "--path", CLEAN_PATH, marker=marker))
+    # two starts: the first run has finished (slurmd runs one at a time) and acted, if it was going to
+    wait_for(lambda: runs(marker) >= 2, HEALTH_CHECK_INTERVAL_S * 4 + 10, lambda: cluster.log()[-1500:])
+    info = cluster.node_info()
+    assert info["State"] == "IDLE", info
+    assert "Reason" not in info, info
+
+
+def test_a_failing_hazard_drains_the_node_with_execsys_reason(cluster, tmp_path, planted):
+    cluster.arm("health_check", node_check(cluster, "slurm", "--drain", "--path", f"{planted}:{CLEAN_PATH}"))
+    # the program drains before it exits; slurmd logs its exit after: wait for both
+    wait_for(lambda: "DRAIN" in cluster.state() and "health_check failed: rc:1" in cluster.log(),
+             HEALTH_CHECK_INTERVAL_S * 4 + 20, lambda: f"{cluster.node_info()} {cluster.log()[-1500:]}")
+    reason = cluster.node_info()["Reason"]
+    assert reason.startswith("execsys: fail stub-executables: "), reason
+    assert "health_check failed: rc:1 output:fail stub-executables" in cluster.log()
+
+
+def test_could_not_check_never_drains_it_only_logs(cluster, tmp_path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("PATH=\n")
+    marker = tmp_path / "runs"
+    cluster.arm("health_check", node_check(cluster, "slurm", "--drain", "--env-from", str(empty), marker=marker))
+    wait_for(lambda: runs(marker) >= 2, HEALTH_CHECK_INTERVAL_S * 4 + 10, lambda: cluster.log()[-1500:])
+    assert cluster.node_info()["State"] == "IDLE"
+    assert "health_check failed: rc:2 output:unknown: PATH is empty" in cluster.log()
+
+
+def _job_state(cluster: SlurmCluster, job: str) -> tuple[str, str]:
+    out = cluster.run("squeue", "-h", "-j", job, "-o", "%T|%r", check=False).stdout.strip()
+    if out:
+        state, reason = out.split("|", 1)
+        return state, reason
+    text = cluster.run("scontrol", "show", "job", job, check=False).stdout
+    state = next((w.split("=", 1)[1] for w in text.split() if w.startswith("JobState=")), "")
+    return state, ""
+
+
+def test_a_prolog_gate_holds_the_job_on_a_failing_hazard(cluster, tmp_path, planted):
+    cluster.arm("prolog", node_check(cluster, "slurm-prolog", "--path", f"{planted}:{CLEAN_PATH}"))
+    job = cluster.run("sbatch", "--parsable", "-o", str(tmp_path / "held.out"), "--wrap", "echo ran").stdout.strip()
+    wait_for(lambda: "held" in _job_state(cluster, job)[1].lower(), 60,
+             lambda: f"{_job_state(cluster, job)} {cluster.log()[-1500:]}")
+    state, reason = _job_state(cluster, job)
+    assert state == "PENDING" and "launch failed requeued held" in reason.lower(), (state, reason)
+    assert not (tmp_path / "held.out").exists() or "ran" not in (tmp_path / "held.out").read_text()
+    assert "DRAIN" in cluster.state()
+
+
+def test_a_prolog_lets_the_job_through_when_execsys_cannot_check(cluster, tmp_path):
+    cluster.arm("prolog", node_check(cluster, "slurm-prolog", "--env-from", str(tmp_path / "no-such.env")))
+    out = tmp_path / "ran.out"
+    job = cluster.run("sbatch", "--parsable", "-o", str(out), "--wrap", "echo ran").stdout.strip()
+    wait_for(lambda: _job_state(cluster, job)[0] == "COMPLETED", 60,
+             lambda: f"{_job_state(cluster, job)} {cluster.log()[-1500:]}")
+    assert out.read_text().strip() == "ran"
+    info = cluster.node_info()
+    assert "DRAIN" not in info["State"] and "Reason" not in info, info
+
+
+def test_a_task_prolog_puts_the_identity_into_every_step(cluster, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "execsys.toml").write_text('[model]\nname = "tiny"\n')
+    ledger = tmp_path / "ledger.sqlite3"
+    cluster.arm("task_prolog", f"EXECSYS_LEDGER={shlex.quote(str(ledger))} exec {shlex.quote(EXECSYS)} pin "
+                               f"--task-prolog --config {shlex.quote(str(project / 'execsys.toml'))}")
+    proc = cluster.run("srun", "-t", "1", "env", timeout=60)
+    lock = json.loads((project / "execsys.lock.json").read_text())
+    env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    assert env.get("EXECSYS_IDENTITY") == lock["id"], proc.stdout[-2000:]
+    assert env.get("EXECSYS_LOCK") == str(project / "execsys.lock.json")
