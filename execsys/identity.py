@@ -100,6 +100,7 @@ class Identity:
     schema: str = SCHEMA
     source: str | None = None  # where it was loaded from (lock path or ledger id); not serialised
     observer: dict[str, Any] = field(default_factory=dict)  # who pinned it: outside the id, never compared
+    live: dict[str, Any] = field(default_factory=dict)  # the engine's volatile state when pinned: outside the id
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +112,7 @@ class Identity:
             "components": self.components,
             "notes": self.notes,
             "observer": self.observer,
+            "live": self.live,
         }
 
     @property
@@ -158,7 +160,8 @@ class Identity:
         _check_inner_types(components, data, where)
         return cls(id=expected, recorded_at=str(data.get("recorded_at") or ""), components=components,
                    declaration=data.get("declaration") or {}, notes=list(data.get("notes") or []),
-                   schema=str(schema), source=where, observer=data.get("observer") or {})
+                   schema=str(schema), source=where, observer=data.get("observer") or {},
+                   live=data.get("live") if isinstance(data.get("live"), dict) else {})
 
     def observed(self, component: str) -> dict[str, Any]:
         return self.components.get(component, {}).get("observed", {})
@@ -344,6 +347,7 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
     from execsys.observe.environment import observe_environment
     from execsys.observe.hardware import observe_hardware
     from execsys.observe.harness import observe_harness
+    from execsys.observe.served import DigestCache, check_served
 
     observed: dict[str, dict[str, Any]] = {name: {} for name in COMPONENTS}
     total = len(COMPONENTS)
@@ -372,6 +376,10 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
             raise
         reasons["artifact"] = f"cannot re-hash the artifact: {exc}"
         reasons["model"] = "the artifact's files cannot be read"
+    served = check_served(observed["runtime"], observed["artifact"], endpoint=declared["runtime"].get("endpoint"),
+                          cache=DigestCache())
+    if served is not None:
+        observed["runtime"]["served"] = served
     finished("artifact", "model")
     observed["hardware"] = observe_hardware(declared["hardware"])
     finished("hardware")
@@ -460,10 +468,44 @@ def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | 
 
     components = observe_components(decl, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
                                     exclude=exclude)
+    live = _live_facts(components["runtime"]["observed"], decl.component("runtime"))
     declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(_base_dir(decl))}
     return Identity(id=content_id(components), recorded_at=now_iso(), components=components,
-                    declaration=declaration, notes=_normalise(_notes(decl, components)),
-                    observer=observe_observer())
+                    declaration=declaration, notes=_normalise(_notes(decl, components) + _served_notes(components, live)),
+                    observer=observe_observer(), live=_normalise(live))
+
+
+def _live_facts(runtime_observed: dict[str, Any], declared_runtime: dict[str, Any]) -> dict[str, Any]:
+    """What the engine is doing now (moved out of the observed runtime, so outside the id), and whether it
+    answers a model name it does not list."""
+    from execsys.observe.served import model_name_honesty
+
+    live: dict[str, Any] = {}
+    engine_live = runtime_observed.pop("engine_live", None)
+    if engine_live:
+        live["engine"] = engine_live
+    endpoint = runtime_observed.get("endpoint") or {}
+    if declared_runtime.get("endpoint") and endpoint.get("models") and not endpoint.get("error"):
+        api_key_env = declared_runtime.get("api_key_env")
+        honesty = model_name_honesty(declared_runtime["endpoint"], list(endpoint["models"]),
+                                     api_key=os.environ.get(api_key_env) if api_key_env else None)
+        if honesty is not None:
+            live["model_name_honesty"] = honesty
+    return live
+
+
+def _served_notes(components: dict[str, dict[str, Any]], live: dict[str, Any]) -> list[str]:
+    from execsys.observe.served import ANOTHER, ANSWERS_ANY_NAME, honesty_evidence
+
+    notes = []
+    served = components["runtime"]["observed"].get("served") or {}
+    if served.get("verdict") == ANOTHER:
+        notes.append(f"{served['sentence']} -- an integrity defect: results measured now are not the pinned "
+                     "artifact's")
+    honesty = live.get("model_name_honesty") or {}
+    if honesty.get("answered"):
+        notes.append(f"{ANSWERS_ANY_NAME} ({honesty_evidence(honesty)})")
+    return notes
 
 
 def write_lock(identity: Identity, path: str | os.PathLike[str]) -> Path:
@@ -737,6 +779,8 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
     reasons: dict[str, str] = {}
     fresh = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=False,
                          exclude=exclude, reasons=reasons)
+    fresh["runtime"].pop("engine_live", None)
+    served = _served_defect(fresh["runtime"])
 
     checks: dict[str, ComponentCheck] = {}
     for name in COMPONENTS:
@@ -752,6 +796,8 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             elif name == "runtime":
                 changes = [c for c in changes if not c["field"].startswith("observed.endpoint.")]
             checks[name] = ComponentCheck("unverifiable", changes, reasons[name])
+        elif name == "runtime" and served is not None:
+            checks[name] = ComponentCheck("changed", changes, served)
         elif changes:
             checks[name] = ComponentCheck("changed", changes)
         else:
@@ -774,10 +820,20 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             parts.append(f"{len(changed)} changed ({', '.join(changed)})")
         if unverifiable:
             parts.append(f"{len(unverifiable)} unverifiable ({', '.join(unverifiable)})")
+        if served is not None:
+            parts.append(served)
         sentence = (f"{'; '.join(parts)} since {identity.id[:12]} was pinned; "
                     "re-measure before comparing results across this change")
     return VerifyReport(identity.id, observed_id, verdict, checks, sentence, observer, identity.observer,
                         identity.schema)
+
+
+def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
+    """The served-artifact sentence when the engine serves another artifact than the pinned one."""
+    from execsys.observe.served import ANOTHER
+
+    served = runtime_observed.get("served") or {}
+    return str(served["sentence"]) if served.get("verdict") == ANOTHER else None
 
 
 @dataclass(frozen=True)
@@ -860,6 +916,7 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
     """Re-observe the runtime component alone, redacted, as pin records it (see :mod:`execsys.observe.runtime`);
     the engine's package version as installed in the serving process's interpreter."""
     observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint)
+    observed.pop("engine_live", None)
     observed["engine"] = _engine_as_served(observed.get("engine") or {}, (declared_runtime or {}).get("engine"),
                                            observed.get("process"), {})
     return _normalise(observed)

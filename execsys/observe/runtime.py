@@ -279,4 +279,21 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
     process = serving_process(endpoint, declared.get("process"))
     if process is not None:
         observed["process"] = process
+    if endpoint and not observed["endpoint"].get("error"):
+        _observe_engine_native(observed, declared, endpoint, process)
     return observed
+
+
+def _observe_engine_native(observed: dict[str, Any], declared: dict[str, Any], endpoint: str,
+                           process: dict[str, Any] | None) -> None:
+    """The declared engine's own account of itself (:mod:`execsys.observe.engines`): ``engine_native`` goes
+    into the id, ``engine_live`` (uptime, queue depth, free KV blocks) is for the caller to keep outside it."""
+    from execsys.observe import engines
+
+    api_key = os.environ.get(declared["api_key_env"]) if declared.get("api_key_env") else None
+    timeout = min(float(declared.get("ready_timeout") or 5.0), 10.0)
+    native = engines.introspect(declared.get("engine"), _api_and_root(endpoint)[1], process=process,
+                                api_key=api_key, timeout=timeout)
+    if native is not None:
+        observed["engine_native"] = native.to_identity_json()
+        observed["engine_live"] = native.to_volatile_json()
