@@ -161,7 +161,7 @@ class Identity:
         return cls(id=expected, recorded_at=str(data.get("recorded_at") or ""), components=components,
                    declaration=data.get("declaration") or {}, notes=list(data.get("notes") or []),
                    schema=str(schema), source=where, observer=data.get("observer") or {},
-                   live=data.get("live") if isinstance(data.get("live"), dict) else {})
+                   live=data["live"] if isinstance(data.get("live"), dict) else {})
 
     def observed(self, component: str) -> dict[str, Any]:
         return self.components.get(component, {}).get("observed", {})
