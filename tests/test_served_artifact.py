@@ -79,6 +79,12 @@ def test_a_server_started_on_another_gguf_is_an_integrity_defect(cli, tmp_path: 
         assert report["components"]["runtime"]["status"] == "changed"
         assert str(other_gguf) in report["components"]["runtime"]["reason"]
         assert f"served: another artifact ({other_gguf}" in report["sentence"]
+        # the doctor's unread-env-config hazard finds the serving process by the declared endpoint's port
+        doctor = cli("doctor", "--only", "unread-env-config", "--json", cwd=tmp_path)
+        assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+        hazard = json.loads(doctor.stdout)["hazards"][0]
+        assert hazard["status"] == "fail"
+        assert f"artifact: declared {tiny_gguf}" in hazard["summary"] and str(other_gguf) in hazard["summary"]
 
 
 def test_verify_after_a_restart_onto_another_file_names_the_served_artifact(cli, tmp_path: Path, tiny_gguf: Path,
