@@ -33,6 +33,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "runtime": {
         "engine": STR, "version": STR, "endpoint": STR, "restart": STR, "ready": STR,
         "ready_timeout": FLOAT, "env_file": STR, "api_key_env": STR, "process": STR, "flags": LIST,
+        "log": STR,
     },
     "hardware": {"host": STR, "gpu": STR, "gpu_count": INT, "accelerator": STR},
     "harness": {"repo": STR, "commands": LIST, "version": STR, "name": STR},

@@ -252,13 +252,14 @@ def _path_digest(path_text: str, base_dir: Path) -> dict[str, Any]:
 
 
 def _runtime_as_declared(declared: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
-    """The runtime table with its env_file resolved beside the declaration, not the pinning shell's cwd."""
+    """The runtime table with its env_file and log resolved beside the declaration, not the pinning shell's cwd."""
     table = dict(declared or {})
-    env_file = table.get("env_file")
-    if isinstance(env_file, str) and env_file and base_dir is not None:
-        from execsys.observe.artifact import resolve
+    for key in ("env_file", "log"):
+        value = table.get(key)
+        if isinstance(value, str) and value and base_dir is not None:
+            from execsys.observe.artifact import resolve
 
-        table["env_file"] = str(resolve(env_file, base_dir))
+            table[key] = str(resolve(value, base_dir))
     return table
 
 

@@ -81,9 +81,11 @@ class QuantVerdict:
     as_of: str
     compute_capability: str = ""
     gpu: str | None = None
+    observed: dict[str, Any] | None = None  # what the engine's log says it ran (observed_kernels_check)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        extra = {"observed": self.observed} if self.observed is not None else {}
+        return {**extra,
             "format": self.format,
             "scheme": self.scheme,
             "engine": self.engine,
@@ -353,6 +355,24 @@ def quantization_from_identity(identity: Identity) -> dict[str, str | None]:
             engine = layer["engine"]
             break
     return {"format": fmt, "scheme": scheme, "quantization": labels[0] if labels else None, "engine": engine}
+
+
+def observed_kernels_check(fmt: str, kernels: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The declared format against the kernels the engine's log says it selected
+    (``runtime.observed.kernels``, :mod:`execsys.observe.kernels`); None when no log was read."""
+    from execsys.observe.kernels import fallbacks_for
+
+    if not isinstance(kernels, dict) or not isinstance(kernels.get("found"), list):
+        return None
+    falls = fallbacks_for(kernels, fmt)
+    selected = [{"kind": m.get("kind"), "value": m.get("value")} for m in kernels["found"] if isinstance(m, dict)]
+    if falls:
+        return {"verdict": "fallback", "log": kernels.get("log"), "selected": selected,
+                "sentence": f"declared {fmt}: observed {falls[0]['value']} \u2014 the deployment target runs the "
+                            "slow path",
+                "evidence": [m.get("evidence") for m in falls], "sources": [m.get("source") for m in falls]}
+    return {"verdict": "no fallback observed", "log": kernels.get("log"), "selected": selected,
+            "sentence": f"declared {fmt}: no fallback kernel in the engine log", "evidence": [], "sources": []}
 
 
 def split_quantization(text: str) -> tuple[str, str | None]:

@@ -26,6 +26,10 @@ examples:
   execsys quant check nvfp4 --target sm_90 --json           every engine, one JSON object each
   execsys quant check --lock execsys.lock.json --target auto --host gpu1
   execsys quant check --config eval/execsys.toml --target H100     the format pinned in eval/execsys.lock.json
+  execsys quant check nvfp4 --engine vllm --target sm_120 --engine-log vllm.log    what the engine ran
+
+With --engine-log (or a lock pinned with [runtime] log), the format is also compared with the kernels
+the engine's log says it selected: an observed fallback is exit 1 whatever the table says.
 
 exit codes: 0 native (with every engine: at least one engine native), 1 fallback or unsupported,
 2 unknown format, scheme, engine or target, or no GPU for --target auto
@@ -43,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     chk.add_argument("--host", metavar="DEST", help="with --target auto: read the GPU of this ssh destination")
     add_sources(chk, lock_help="check the quantization pinned in this lock file (without FORMAT: the lock "
                                "beside the declaration, execsys.lock.json)")
+    chk.add_argument("--engine-log", metavar="PATH",
+                     help="the engine's start-up log: compare the format with the kernels it selected (default: "
+                          "the kernels pinned from [runtime] log in the lock)")
     chk.add_argument("--timeout", type=positive_float, default=30.0, help="seconds for the remote GPU query (default 30)")
     add_json(chk)
 
@@ -51,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from execsys import console, quant
 
     fmt, scheme, engine = args.format, args.scheme, args.engine
+    kernels = None
     # The pinned quantization is read when --lock names a lock, or when FORMAT is left out (then the
     # lock beside the declaration); `quant check fp8 ...` alone never depends on a lock lying about.
     if args.lock is not None or not fmt:
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"give a FORMAT (e.g. fp8, nvfp4, awq) or --lock FILE (no pinned identity: looked for "
                              f"{sources.lock_path})")
         pinned = quant.quantization_from_identity(sources.lock)
+        kernels = sources.lock.observed("runtime").get("kernels")
         if not fmt:
             if not pinned["format"]:
                 what = f"'{pinned['quantization']}'" if pinned["quantization"] else "no quantization"
@@ -87,15 +96,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         target = quant.parse_target(args.target)
 
+    if args.engine_log:
+        from execsys.observe.kernels import observe_kernels
+
+        kernels = observe_kernels(args.engine_log, engine)
     if engine:
         verdicts = [quant.check(fmt, scheme=scheme, engine=engine, target=target)]
     else:
         verdicts = quant.check_all_engines(fmt, scheme=scheme, target=target)
+    observed = quant.observed_kernels_check(fmt, kernels)
+    for verdict in verdicts:
+        verdict.observed = observed
+    observed_fallback = observed is not None and observed["verdict"] == "fallback"
 
     if args.json:
         console.print_json(verdicts[0].to_json() if engine else [v.to_json() for v in verdicts])
     else:
         _render(verdicts, target)
+    if observed_fallback:
+        return ExitCode.FINDING
     if engine:
         return ExitCode.OK if verdicts[0].verdict == "native" else ExitCode.FINDING
     return ExitCode.OK if any(v.verdict == "native" for v in verdicts) else ExitCode.FINDING
@@ -117,3 +136,9 @@ def _render(verdicts, target) -> None:
             f"  [{console.STYLES[key]}]{console.symbol(key)} {v.engine:<8} {v.verdict}[/]  {escape(v.reason)}"
         )
         out.print(f"    [dim]source: {escape(v.source)} (as of {v.as_of})[/]")
+    observed = first.observed
+    if observed is not None:
+        key = "fail" if observed["verdict"] == "fallback" else "ok"
+        out.print(f"[{console.STYLES[key]}]{console.symbol(key)} {escape(observed['sentence'])}[/]")
+        for line in observed["evidence"]:
+            out.print(f"    [dim]{escape(str(observed.get('log')))}: {escape(str(line))}[/]")

@@ -281,6 +281,16 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
         observed["process"] = process
     if endpoint and not observed["endpoint"].get("error"):
         _observe_engine_native(observed, declared, endpoint, process)
+    if declared.get("log"):
+        from execsys.observe.kernels import observe_kernels
+
+        try:
+            observed["kernels"] = observe_kernels(declared["log"], declared.get("engine"),
+                                                  observed["engine"].get("version"))
+        except InputError as exc:
+            if require_endpoint:
+                raise
+            observed["kernels"] = {"log": declared["log"], "error": str(exc)}
     return observed
 
 
