@@ -281,6 +281,10 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
         observed["process"] = process
     if endpoint and not observed["endpoint"].get("error"):
         _observe_engine_native(observed, declared, endpoint, process)
+    if process is not None and (process.get("exe") or process.get("argv")):  # a local process, not a note
+        from execsys.observe.stack import listening_pid, observe_stack
+
+        observed["stack"] = observe_stack(process, listening_pid(endpoint) if endpoint else None)
     if declared.get("log"):
         from execsys.observe.kernels import observe_kernels
 

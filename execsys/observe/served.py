@@ -22,7 +22,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from execsys.errors import InputError
 
@@ -82,13 +81,13 @@ def _process_cwd(endpoint: str | None) -> str | None:
     engine reports are relative to it, not to the declaration."""
     import psutil
 
-    if not endpoint:
+    from execsys.observe.stack import listening_pid
+
+    pid = listening_pid(endpoint)
+    if pid is None:
         return None
-    port = urlsplit(endpoint).port
     with contextlib.suppress(psutil.Error, OSError):
-        for conn in psutil.net_connections(kind="inet"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
-                return psutil.Process(conn.pid).cwd()
+        return psutil.Process(pid).cwd()
     return None
 
 
