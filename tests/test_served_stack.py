@@ -86,3 +86,22 @@ def test_container_of_a_process_that_is_gone_is_unverifiable() -> None:
     proc.wait(timeout=30)
     result = container_of(proc.pid)
     assert result["verdict"] == "unverifiable" and f"/proc/{proc.pid}/cgroup" in result["reason"]
+
+
+def test_gpu_topology_agrees_with_nvidia_smi() -> None:
+    import shutil
+
+    from execsys.observe.stack import gpu_topology
+
+    topology = gpu_topology()
+    smi = shutil.which("nvidia-smi")
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30) if smi else None
+    if listed is None or listed.returncode != 0:
+        assert topology["verdict"] == "unverifiable" and topology["reason"]
+        return
+    count = len([line for line in listed.stdout.splitlines() if line.startswith("GPU ")])
+    assert len(topology["gpus"]) == count and topology["peers"] == count - 1
+    assert len(topology["pairs"]) == count * (count - 1) // 2
+    status = subprocess.run([smi, "nvlink", "--status", "-i", "0"], capture_output=True, text=True, timeout=30)
+    active = len([line for line in status.stdout.splitlines() if "GB/s" in line])
+    assert topology["gpus"][0]["nvlink_active_links"] == active

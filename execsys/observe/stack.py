@@ -8,7 +8,7 @@ configuration, nothing imported -- the harness observer's bounded run, reused), 
 directories' ``*.dist-info`` are read as files, and torch's CUDA version is read from
 ``torch/version.py`` as text. The container is named by its image digest from the container
 runtime's CLI (bounded), else by the identifiers the kernel gives (cgroup, overlay), else
-``unverifiable`` with the reason.
+``unverifiable`` with the reason. The GPU topology (NVLink links, P2P, peers) comes from NVML.
 """
 
 from __future__ import annotations
@@ -90,6 +90,49 @@ def container_of(pid: int) -> dict[str, Any]:
             "reason": "an overlay root filesystem without a container id in its cgroup"}
 
 
+def gpu_topology() -> dict[str, Any]:
+    """Per GPU: active NVLink links, and for every pair the P2P status and their common ancestor (NVML).
+
+    Tensor-parallel results depend on the collective's algorithm, which NCCL picks from this topology:
+    the same TP size over NVLink and over PCIe is not the same system."""
+    try:
+        import pynvml
+    except ImportError:
+        return {"verdict": "unverifiable", "reason": "nvidia-ml-py (pynvml) not installed"}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"verdict": "unverifiable", "reason": f"NVML: {exc}"}
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        gpus: list[dict[str, Any]] = []
+        for index, handle in enumerate(handles):
+            links = 0
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
+                        links += 1
+                except pynvml.NVMLError:
+                    break  # past the device's last link, or NVLink not supported
+            gpus.append({"index": index, "nvlink_active_links": links})
+        pairs: list[dict[str, Any]] = []
+        for a in range(len(handles)):
+            for b in range(a + 1, len(handles)):
+                pair: dict[str, Any] = {"gpus": [a, b]}
+                with contextlib.suppress(pynvml.NVMLError):
+                    pair["common_ancestor"] = int(pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[a], handles[b]))
+                with contextlib.suppress(pynvml.NVMLError):
+                    status = pynvml.nvmlDeviceGetP2PStatus(handles[a], handles[b], pynvml.NVML_P2P_CAPS_INDEX_READ)
+                    pair["p2p_read"] = status == pynvml.NVML_P2P_STATUS_OK
+                pairs.append(pair)
+        return {"gpus": gpus, "pairs": pairs, "peers": len(handles) - 1 if handles else 0}
+    except pynvml.NVMLError as exc:
+        return {"verdict": "unverifiable", "reason": f"NVML: {exc}"}
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
 def listening_pid(endpoint: str | None) -> int | None:
     """The pid listening on a local endpoint's port, where this user may see it."""
     from urllib.parse import urlsplit
@@ -129,4 +172,5 @@ def observe_stack(process: dict[str, Any] | None, pid: int | None = None) -> dic
             stack["torch"] = torch_build(paths) or {"verdict": "not installed in the serving interpreter"}
     if pid is not None:
         stack["container"] = container_of(pid)
+    stack["gpu_topology"] = gpu_topology()
     return stack
