@@ -619,9 +619,10 @@ class PinOptions:
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None = None, *,
                      lock_path: str | os.PathLike[str] | None = None, ledger: str | os.PathLike[str] | None = None,
-                     record: bool | None = None, require_endpoint: bool | None = None) -> PinOptions:
+                     record: bool | None = None, require_endpoint: bool | None = None,
+                     engine_log: str | os.PathLike[str] | None = None) -> PinOptions:
         """``lock_path`` (``--lock``/``--out``) over the lock beside the declaration; ``lock`` is the
-        identity currently pinned there, if any."""
+        identity currently pinned there, if any; ``engine_log`` (``--engine-log``) over ``[runtime] log``."""
         if lock_path is not None and not str(lock_path).strip():
             raise InputError("the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration")
         target = Path(os.path.expanduser(lock_path)) if lock_path is not None else lock_beside(declaration)
@@ -629,6 +630,13 @@ class PinOptions:
             raise InputError(f"{target}: cannot write the lock (is a directory)")
         record_value = first_given(record, True)
         require = first_given(require_endpoint, bool(record_value))
+        if engine_log is not None:
+            if not str(engine_log).strip():
+                raise InputError("--engine-log is empty: give the engine's log file")
+            log = os.path.abspath(os.path.expanduser(engine_log))  # the flag means the path as the user typed it
+            declaration = Declaration(path=declaration.path, warnings=list(declaration.warnings),
+                                      tables={**declaration.tables,
+                                              "runtime": {**declaration.component("runtime"), "log": log}})
         return cls(declaration=declaration, lock_path=target, previous=lock,
                    ledger_path=Path(ledger).expanduser() if ledger else None,
                    record=bool(record_value), require_endpoint=bool(require))

@@ -147,3 +147,35 @@ def test_pin_reads_runtime_log_of_the_real_server_into_kernels(cli, tmp_path: Pa
     line = next(x for x in llama_server.log_path.read_text().splitlines() if "flash_attn" in x)
     assert flash["evidence"] in line and flash["value"] == line.split("=")[-1].strip()
     assert cli("verify", cwd=tmp_path).returncode == 0
+
+
+def test_pin_engine_log_then_quant_check_lock_end_to_end(cli, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "torch_dtype": "bfloat16"}')
+    (model / "model.safetensors").write_bytes(b"\0" * 64)
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join([VLLM_ATTENTION, VLLM_NVFP4_MARLIN]) + "\n")
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "model"\nquantization = "nvfp4"\n'
+                                           '[runtime]\nengine = "vllm"\n')
+    pinned = cli("pin", "--engine-log", str(log), "--json", cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr
+    runtime = pinned.json()["components"]["runtime"]
+    assert runtime["declared"]["log"] == str(log)  # the flag over [runtime] log, recorded as declared
+    assert [m["pattern"] for m in runtime["observed"]["kernels"]["found"]] == ["vllm-fp4-marlin-fallback",
+                                                                              "vllm-attention-backend"]
+    checked = cli("quant", "check", "--lock", str(tmp_path / "execsys.lock.json"), "--target", "B200",
+                  env={"COLUMNS": "300"})
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "declared nvfp4: observed Marlin fallback (W4A16) \u2014 the deployment target runs the slow path" in \
+        checked.stdout
+    # the log is re-read by verify: a restart that fixed the kernels is a moved runtime
+    log.write_text(VLLM_ATTENTION + "\n" + VLLM_NVFP4_GEMM + "\n")
+    verified = cli("verify", "--json", cwd=tmp_path)
+    assert verified.returncode == 1
+    assert any(c["field"].startswith("observed.kernels.found") for c in verified.json()["components"]["runtime"]["changes"])
+    empty = cli("pin", "--engine-log", " ", cwd=tmp_path)
+    assert empty.returncode == 2 and "--engine-log is empty" in empty.stderr
+    missing = cli("pin", "--engine-log", str(tmp_path / "gone.log"), cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        f"execsys pin: error: engine log {tmp_path / 'gone.log'}: No such file or directory"]

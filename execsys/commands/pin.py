@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sources(parser, lock_help="the lock to write (default: execsys.lock.json beside the declaration)")
     parser.add_argument("--out", metavar="PATH", help="the lock to write (same as --lock; kept for scripts)")
     add_json(parser)
+    parser.add_argument("--engine-log", metavar="PATH",
+                        help="the engine's start-up log: the kernels and backends it selected (over [runtime] log)")
     parser.add_argument("--task-prolog", action="store_true",
                         help="print only `export EXECSYS_IDENTITY=...` and `export EXECSYS_LOCK=...` lines "
                              "(a Slurm TaskProlog: every job step gets the node's identity)")
@@ -52,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
                             required=sources.config_given(args.config))
     for warning in decl.warnings:
         console.warn(warning)
-    options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock))
+    options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock),
+                                      engine_log=args.engine_log)
     artifact_path = decl.get("artifact", "path")
     base = Path(decl.path).resolve().parent if decl.path else Path.cwd()
     size = artifact_size(resolve(artifact_path, base)) if artifact_path else 0
