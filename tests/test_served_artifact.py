@@ -109,3 +109,45 @@ def test_verify_after_a_restart_onto_another_file_names_the_served_artifact(cli,
     assert {"observed.served.path", "observed.served.digest", "observed.engine_native.model_path"} <= fields
     assert shown.returncode == 1
     assert f"new-identity: 1 changed (runtime); served: another artifact ({other_gguf}" in shown.stdout
+
+
+class ServerInDirectory(LlamaServer):
+    """A llama-cpp-python server started from ``cwd`` with the model given relative to it."""
+
+    def __init__(self, model: Path, cwd: Path):
+        super().__init__(Path(model.name))
+        self.cwd = cwd
+
+    def start(self) -> ServerInDirectory:
+        import subprocess
+
+        from tests.fixtures.llama import wait_ready
+
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, cwd=self.cwd)
+        if not wait_ready(self.base_url, self.ready_timeout, self.proc):
+            self.stop()
+            raise RuntimeError(f"server never became ready:\n{self.log_tail()}")
+        return self
+
+
+def test_a_relative_model_path_is_the_serving_process_s_not_the_declaration_s(cli, tmp_path: Path,
+                                                                                other_gguf: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    served_dir = tmp_path / "served"
+    served_dir.mkdir()
+    (served_dir / other_gguf.name).write_bytes(other_gguf.read_bytes())
+    project = tmp_path / "project"
+    project.mkdir()
+    # the same file name beside the declaration is another file: only the process's cwd resolves it right
+    (project / other_gguf.name).write_bytes(b"GGUF-not-this-one")
+    with ServerInDirectory(other_gguf, served_dir) as server:
+        server.start()
+        _declare(project, served_dir / other_gguf.name, server)
+        pinned = cli("pin", "--json", cwd=project)
+    assert pinned.returncode == 0, pinned.stderr
+    runtime = pinned.json()["components"]["runtime"]["observed"]
+    assert runtime["engine_native"]["model_path"] == other_gguf.name
+    assert runtime["served"]["path"] == str(served_dir / other_gguf.name)
+    assert runtime["served"]["verdict"] == "the pinned artifact"
