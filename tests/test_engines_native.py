@@ -233,3 +233,15 @@ def test_pin_against_a_recorded_vllm_serving_another_file_names_it(cli, tmp_path
     verified = cli("verify", "--json", cwd=tmp_path)
     assert verified.returncode == 1
     assert f"served: another artifact ({other}" in verified.json()["sentence"]
+
+
+def test_llama_server_without_props_falls_back_to_its_argv(recorded, gguf: Path) -> None:
+    server = recorded("llama.cpp", slow={}, huge={"/props"})
+    process = {"argv": ["/usr/local/bin/llama-server", "-m", str(gguf), "-fa", "-c", "8192", "-np", "4",
+                        "--seed", "-1", "--cache-type-k=q8_0"]}
+    seen = engines.introspect("llama.cpp", server.root, process=process, timeout=2.0)
+    native = seen.to_identity_json()
+    assert native["model_path"] == str(gguf) and native["model_path_source"] == "process argv -m"
+    # -fa took no value in older builds: a switch, not "-c"; a negative seed is a value, not a flag
+    assert native["flags"] == {"-fa": True, "-c": "8192", "-np": "4", "--seed": "-1", "--cache-type-k": "q8_0"}
+    assert "/props" in native["absent"]

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -121,7 +122,8 @@ class EngineClient:
 
 def argv_options(argv: Sequence[str], names: Sequence[str], *, switches: Sequence[str] = ()) -> dict[str, Any]:
     """``--name value`` / ``--name=value`` for ``names`` (the last one wins, as argparse does) and bare
-    ``switches`` as True, keyed by the flag as spelled in ``names``/``switches``."""
+    ``switches`` as True, keyed by the flag as spelled in ``names``/``switches``. A name followed by another
+    flag is a bare switch too (llama.cpp's ``-fa`` took no value before it took on/off/auto)."""
     wanted = set(names)
     flags = set(switches)
     found: dict[str, Any] = {}
@@ -130,11 +132,15 @@ def argv_options(argv: Sequence[str], names: Sequence[str], *, switches: Sequenc
         key, eq, value = arg.partition("=")
         if eq and key in wanted:
             found[key] = value
-        elif arg in wanted and index + 1 < len(args):
+        elif arg in wanted and index + 1 < len(args) and not _is_flag(args[index + 1]):
             found[arg] = args[index + 1]
-        elif arg in flags:
+        elif arg in wanted or arg in flags:
             found[arg] = True
     return found
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("-") and not re.match(r"^-\d", word)
 
 
 def process_argv(process: dict[str, Any] | None) -> list[str]:
@@ -163,9 +169,6 @@ def pick(data: Any, keys: Sequence[str]) -> dict[str, Any]:
 
 
 # -- the registry ----------------------------------------------------------------------------------
-
-Introspect = Callable[[EngineClient, dict[str, Any] | None], NativeObservation]
-
 
 def _registry() -> dict[str, ModuleType]:
     from execsys.observe.engines import llama_cpp, llama_cpp_python, ollama, sglang, vllm
