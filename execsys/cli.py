@@ -33,6 +33,8 @@ COMMANDS: dict[str, str] = {
     "quant": "quant",
     "ledger": "ledger",
     "tui": "tui",
+    "run": "run",
+    "attach": "attach",
 }
 
 
