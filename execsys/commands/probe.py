@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
     options = build_options(args)
     from execsys.console import err, out, stderr_is_terminal
-    from execsys.probes.render import ProgressReporter, render_record
     from execsys.probes.runner import ProbeInterrupted, run_probe
+    from execsys.probes.render import ProgressReporter, render_record
 
     options.validate()
     ledger = Ledger.open()
