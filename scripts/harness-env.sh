@@ -2,9 +2,9 @@
 # Build (once) and print the path of the evaluation-harness venv the run tests use.
 #
 # A user's harness lives in its own environment, not in execsys's: so do the tests'. The venv holds
-# lm-evaluation-harness and Inspect AI at pinned versions, plus this checkout of execsys without its
-# dependencies (the Inspect hook is found through execsys's `inspect_ai` entry point and needs only
-# the standard library and inspect_ai). It is cached under ~/.cache/execsys-test-harness/<hash of the
+# lm-evaluation-harness and Inspect AI at pinned versions, plus this checkout of execsys (editable),
+# as a user who runs `pip install 'execsys[inspect]'` in their harness environment has it: Inspect
+# finds the hook through execsys's `inspect_ai` entry point. It is cached under ~/.cache/execsys-test-harness/<hash of the
 # requirements below>, so a second run costs one editable reinstall of execsys.
 #
 # torch==2.13.0 goes in FIRST and alone: this machine kind keeps its CPU build on disk, and a bare
@@ -36,6 +36,7 @@ if [ ! -f "$venv/.complete" ]; then
   touch "$venv/.complete"
   echo "harness-env: built in $(( $(date +%s) - start )) s" >&2
 fi
-# This checkout's execsys, for the Inspect hook's entry point (no dependencies: the hook needs none).
-"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$repo" >&2
+# This checkout's execsys: its entry point registers the Inspect hook (dependencies are already there
+# after the first time, so this is an editable reinstall of a few seconds).
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation -e "$repo" >&2
 echo "$venv"

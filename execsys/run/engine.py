@@ -28,7 +28,6 @@ from execsys.harnesses import registry
 from execsys.identity import Identity, pin, record_identity, verify, write_lock
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
-from execsys.redact import redact_argv
 from execsys.run import results as results_step
 from execsys.run.events import (
     ChildStarted,
@@ -41,7 +40,7 @@ from execsys.run.events import (
 )
 from execsys.run.gate import run_gate
 from execsys.run.options import RunOptions
-from execsys.run.record import RunRecord, write_sidecars
+from execsys.run.record import RunRecord, redact_command, write_sidecars
 from execsys.run.watch import Watcher
 
 HOOK_DIR_ENV = "EXECSYS_HOOK_DIR"
@@ -51,7 +50,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     """Gate, fix the identity, run the harness, watch, verify after, digest the results, record."""
     cancel = new_cancel(cancel)
     adapter = registry.for_command(options.command)
-    record = RunRecord(id=new_id("run"), command=redact_argv(options.command), cwd=str(options.cwd),
+    record = RunRecord(id=new_id("run"), command=redact_command(options.command), cwd=str(options.cwd),
                        harness=adapter.name, lock_path=str(options.lock_path))
     with Ledger.open() as ledger:
         # 1. gate
@@ -97,7 +96,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
                                        else "watch off: no [runtime] endpoint or process declared"))
             watcher.start()
             record.started_at = now_iso()
-            emit(on_event, StepStarted("run", shlex.join(redact_argv(argv))))
+            emit(on_event, StepStarted("run", shlex.join(redact_command(argv))))
             _run_child(argv, options, identity, record, hook_dir, on_event, cancel)
             record.finished_at = now_iso()
         finally:
@@ -180,7 +179,7 @@ def _run_child(argv: list[str], options: RunOptions, identity: Identity, record:
         sys.stdout.flush()
         sys.stderr.flush()
     proc = subprocess.Popen(argv, cwd=options.cwd, env=env, stdout=stdout, start_new_session=True)
-    emit(on_event, ChildStarted(proc.pid, tuple(redact_argv(argv))))
+    emit(on_event, ChildStarted(proc.pid, tuple(redact_command(argv))))
     received: list[int] = []
     restore = _forward_signals(received)
     handled = 0

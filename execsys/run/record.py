@@ -10,6 +10,7 @@ A run the gate or the identity check refused never started: ``refused``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from execsys.fsutil import atomic_write_json
 from execsys.harnesses.base import SIDECAR_SUFFIX
-from execsys.redact import scrub
+from execsys.redact import REDACTED, redact_argv, scrub
 
 SCHEMA = "execsys.run/1"
 VERDICTS = ("clean", "drifted", "overridden", "failed", "interrupted", "refused")
@@ -150,6 +151,26 @@ class RunRecord:
         text = f"{self.verdict}: {parts[self.verdict]}"
         problem = self.hook_problem
         return f"{text}; {problem}" if problem else text
+
+
+# `--model_args model=x,api_key=sk-...`: harnesses take credentials inside comma-separated key=value
+# lists, which redact_argv (one flag, one value) does not split.
+_SECRET_KEY = re.compile(r"(?i)^(api_?key|key|token|secret|password|passwd|auth|authorization|"
+                         r"[a-z0-9_]*_(key|token|secret|password))$")
+
+
+def redact_command(argv: list[str]) -> list[str]:
+    """The harness's argv as it may be recorded: ``redact_argv`` plus secrets in ``k=v,k=v`` lists."""
+    out = []
+    for arg in redact_argv(argv):
+        if "=" in arg and "," in arg or _SECRET_KEY.match(arg.split("=", 1)[0]):
+            parts = []
+            for part in arg.split(","):
+                key, eq, _value = part.partition("=")
+                parts.append(f"{key}={REDACTED}" if eq and _SECRET_KEY.match(key.lstrip("-")) else part)
+            arg = ",".join(parts)
+        out.append(arg)
+    return out
 
 
 def sidecar_path(result: Path, sidecar_dir: Path | None) -> Path:
