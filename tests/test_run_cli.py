@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.fixtures.common import run_cli
-from tests.fixtures.llama import free_port, wait_ready
+from tests.fixtures.llama import free_port
 
 HARNESS = r'''
 """A tiny harness: writes one result line per case, with a pause, and a marker when it starts."""
