@@ -96,3 +96,16 @@ def test_lm_eval_run_is_clean_carries_its_identity_and_compares_with_a_second_ru
         assert body["a"]["rate"] == sum(a.values()) / 6
         assert body["identities"] == [identity]
         assert "no identity recorded" not in json.dumps(body["reasons"])
+
+    # a copy of the first result, as if made without execsys run, attached afterwards: compare says so
+    copied = project.root / "copied"
+    copied.mkdir()
+    for source in (results_file, samples_file):
+        (copied / source.name).write_bytes(source.read_bytes())
+    attached = run_cli("attach", *[str(p) for p in copied.iterdir()], "--json", cwd=project.root, env=env)
+    assert attached.returncode == 0, attached.stderr
+    assert attached.json()["attached_after"] is True
+    compared = run_cli("compare", str(copied / results_file.name), str(results2), "--json", cwd=project.root,
+                       env=env)
+    assert compared.returncode == 1 and compared.json()["label"] == "descriptive"
+    assert "identity recorded after the run for A (attached): descriptive only" in compared.json()["reasons"]
