@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         console.print_json(report.to_json())
     else:
         err = console.err()
-        for result, sidecar in zip(report.results, report.sidecars):
+        for result, sidecar in zip(report.results, report.sidecars, strict=True):
             err.print(f"  {escape(result['path'])} {result['blake3'][:16]} ({result['harness']}) -> "
                       f"{escape(sidecar)}", highlight=False)
         status = "ok" if report.exit_code == 0 else "warn"
