@@ -7,9 +7,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.common import run_cli
 
 pytest_plugins = ["tests.fixtures.harness"]
+
+# Each case starts real harness processes (lm-eval imports torch and datasets: ~45 s a run on 2 cores).
+pytestmark = pytest.mark.timeout(900)
 
 READ_LOG = """
 import json, sys

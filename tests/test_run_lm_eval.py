@@ -6,10 +6,14 @@ import json
 from pathlib import Path
 
 import blake3
+import pytest
 
 from tests.fixtures.common import run_cli
 
 pytest_plugins = ["tests.fixtures.harness"]
+
+# Each case starts real harness processes (lm-eval imports torch and datasets: ~45 s a run on 2 cores).
+pytestmark = pytest.mark.timeout(900)
 
 PLANTED_ARG_SECRET = "sk-planted-in-argv-7f3a9c"
 PLANTED_ENV_SECRET = "planted-env-token-81d2e4"
