@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from execsys.cli import add_json, add_sources
 from execsys.errors import UsageError
@@ -78,28 +79,43 @@ def run(args: argparse.Namespace) -> int:
 
 
 class StepPrinter:
-    """One stderr line per step (and per drift event and result), symbol first; rich styles on a terminal."""
+    """One stderr line per step (and per drift event, signal and result), symbol first.
+
+    rich styles them on a terminal; piped, the lines are written plainly (and rich is never imported:
+    the wrapper's own cost is the point of keeping it small)."""
+
+    def __init__(self) -> None:
+        from execsys import console
+
+        self.rich = console.stderr_is_terminal()
 
     def __call__(self, event: object) -> None:
-        from rich.markup import escape
-
         from execsys import console
         from execsys.redact import redact_text
         from execsys.run import events
 
-        line: str | None = None
+        status, text = None, None
         if isinstance(event, events.StepFinished):
-            style = console.STYLES.get(event.status, "")
-            line = f"[{style}]{console.symbol(event.status)}[/] {event.step:<8} {escape(redact_text(event.text))}"
+            status, text = event.status, f"{event.step:<8} {event.text}"
         elif isinstance(event, events.StepStarted) and event.step == "run":
-            line = f"[dim]→ run      {escape(redact_text(event.text))}[/]"
+            status, text = "start", f"run      {event.text}"
         elif isinstance(event, events.DriftDetected):
             e = event.event
-            line = (f"[yellow]![/] drift    {escape(str(e.get('at')))} {escape(str(e.get('component')))}: "
-                    f"{escape(redact_text(str(e.get('before'))))} -> {escape(redact_text(str(e.get('after'))))}")
+            status, text = "warn", (f"drift    {e.get('at')} {e.get('component')}: {e.get('before')} -> "
+                                    f"{e.get('after')}")
         elif isinstance(event, events.SignalForwarded):
-            line = f"[yellow]![/] signal   {event.signal} sent to the harness (process group {event.pid})"
+            status, text = "warn", f"signal   {event.signal} sent to the harness (process group {event.pid})"
         elif isinstance(event, events.ResultFound):
-            line = f"  result   {escape(event.path)} {event.blake3[:16]} ({event.harness})"
-        if line is not None:
-            console.err().print(line, highlight=False)
+            status, text = "result", f"result   {event.path} {event.blake3[:16]} ({event.harness})"
+        if status is None or text is None:
+            return
+        text = redact_text(text)
+        symbol = {"start": "→", "result": " "}.get(status) or console.symbol(status)
+        if not self.rich:
+            sys.stderr.write(f"{symbol} {text}\n")
+            sys.stderr.flush()
+            return
+        from rich.markup import escape
+
+        style = console.STYLES.get(status, "dim")
+        console.err().print(f"[{style}]{symbol}[/] {escape(text)}", highlight=False)

@@ -21,11 +21,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from execsys.harnesses import registry
-from execsys.identity import Identity, pin, record_identity, verify, write_lock
+from execsys.identity import Identity, VerifyReport, pin, record_identity, verify, write_lock
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
 from execsys.run import results as results_step
@@ -53,6 +54,10 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     record = RunRecord(id=new_id("run"), command=redact_command(options.command), cwd=str(options.cwd),
                        harness=adapter.name, lock_path=str(options.lock_path))
     with Ledger.open() as ledger:
+        # The lock's verification reads only; it runs beside the doctor (both wait mostly on
+        # subprocesses and sockets) and is used only once the gate has let the run through.
+        early_verify = _Background(lambda: verify(options.lock, declaration=options.declaration,
+                                                  exclude=[options.lock_path])) if options.lock is not None else None
         # 1. gate
         emit(on_event, StepStarted("gate", "checking the nine hazards" if options.gate != "off"
                                    else "doctor skipped (--gate off)"))
@@ -75,7 +80,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         # 2. identity
         emit(on_event, StepStarted("identity", f"verifying {options.lock_path}" if options.lock is not None
                                    else f"no lock at {options.lock_path}: pinning the system now"))
-        identity = _fix_identity(options, record, ledger)
+        identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
         if identity is None:
             emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
             return _finish(record, ledger, options, on_event)
@@ -145,10 +150,35 @@ def _finish(record: RunRecord, ledger: Ledger, options: RunOptions, on_event: On
     return record
 
 
-def _fix_identity(options: RunOptions, record: RunRecord, ledger: Ledger) -> Identity | None:
+class _Background:
+    """A function started on a daemon thread now; ``result()`` joins it and returns (or re-raises)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="execsys-run-verify", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _fix_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
+                  report: VerifyReport | None = None) -> Identity | None:
     """Verify the lock (refusing a new identity unless --repin), or pin one now."""
     if options.lock is not None:
-        report = verify(options.lock, declaration=options.declaration, exclude=[options.lock_path])
+        if report is None:
+            report = verify(options.lock, declaration=options.declaration, exclude=[options.lock_path])
         if report.verdict == "same-system":
             record.identity_id, record.identity_how = options.lock.id, "verified"
             return options.lock
