@@ -130,7 +130,7 @@ def load_result(ref: str, ledger: Ledger) -> Result:
 def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = None) -> Result | None:
     """A harness's own result file (None when no harness adapter claims it)."""
     from execsys.harnesses import registry
-    from execsys.harnesses.base import SIDECAR_SUFFIX
+    from execsys.harnesses.base import sidecar_name
 
     adapter = registry.for_file(path)
     if adapter.name == "other":
@@ -139,7 +139,7 @@ def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = 
     if not loaded.outcomes:
         raise InputError(f"{path}: no per-case outcomes to compare" + (f" ({'; '.join(loaded.notes)})"
                                                                        if loaded.notes else ""))
-    sidecar_file = path.with_name(path.name + SIDECAR_SUFFIX)
+    sidecar_file = path.with_name(sidecar_name(path.name))
     if run is None and sidecar_file.is_file():
         with_sidecar = _json_object(sidecar_file)
         run = with_sidecar if with_sidecar is not None else None

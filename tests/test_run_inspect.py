@@ -17,12 +17,14 @@ pytest_plugins = ["tests.fixtures.harness"]
 pytestmark = pytest.mark.timeout(900)
 
 READ_LOG = """
-import json, sys
-from inspect_ai.log import read_eval_log
+import json, pathlib, sys
+from inspect_ai.log import list_eval_logs, read_eval_log
 log = read_eval_log(sys.argv[1])
 print(json.dumps({"eval_metadata": log.eval.metadata, "metadata": log.metadata,
                   "updates": [u.provenance.author for u in log.log_updates or []],
-                  "scores": {f"{s.id}": next(iter(s.scores.values())).value for s in log.samples}}))
+                  "scores": {f"{s.id}": next(iter(s.scores.values())).value for s in log.samples},
+                  "listed": [read_eval_log(info.name, header_only=True).eval.task
+                             for info in list_eval_logs(str(pathlib.Path(sys.argv[1]).parent))]}))
 """
 
 
@@ -54,8 +56,10 @@ def test_inspect_run_is_clean_with_the_identity_in_the_log_and_compares_with_a_s
     assert log["eval_metadata"]["execsys"] == {"identity": identity, "run": record["id"]}
     assert log["metadata"]["execsys"]["verdict"] == "consistent"
     assert log["metadata"]["execsys"]["model_calls"] == 4
-    assert log["updates"] == ["execsys"]  # Inspect's own edit history, not a silent rewrite
-    sidecar = json.loads(log_path.with_name(log_path.name + ".execsys.json").read_text())
+    assert log["updates"] == ["execsys"]
+    assert log["listed"] == ["tiny_inspect"]  # Inspect lists the log dir as before: the sidecar is not a log  # Inspect's own edit history, not a silent rewrite
+    # beside the log, named so that Inspect's own log listing does not take it for a log
+    sidecar = json.loads(log_path.with_name(f"execsys-{log_path.name}.execsys.json").read_text())
     assert sidecar["id"] == record["id"] and sidecar["result"]["blake3"] == log_entry["blake3"]
 
     second = run_cli("run", "--json", "--watch", "0", "--", *project.inspect_argv("logs2"), cwd=project.root,

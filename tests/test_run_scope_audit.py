@@ -36,3 +36,16 @@ def test_a_comparison_between_two_runs_is_recorded_and_audited(tmp_path, ledger_
     [finding] = audited.json()["comparisons"]
     assert finding["comparison"] == body["record"] and finding["runs"] == runs
     assert f"between runs {runs[0]} and {runs[1]}" in finding["statement"]
+
+
+def test_recent_runs_lists_the_newest_first_with_verdicts(tmp_path, ledger_path):
+    from execsys.ledger import Ledger
+    from execsys.run.history import recent_runs
+
+    first = run_cli("run", "--json", "--watch", "0", "--", "true", cwd=tmp_path)
+    second = run_cli("run", "--json", "--watch", "0", "--", "false", cwd=tmp_path)
+    assert (first.returncode, second.returncode) == (0, 1)
+    with Ledger.open(ledger_path) as ledger:
+        runs = recent_runs(ledger)
+    assert [(r.id, r.verdict) for r in runs] == [(second.json()["id"], "failed"), (first.json()["id"], "clean")]
+    assert runs[0].verdict_detail == "failed: the harness exited 1"

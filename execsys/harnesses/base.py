@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 SIDECAR_SUFFIX = ".execsys.json"
+# Inspect lists every file in a log directory whose name starts with an ISO time and ends in .json as
+# a log (and fails on one that is not): a sidecar beside an Inspect log must not look like that.
+_INSPECT_LOG_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}[:-]\d{2}[:-]\d{2}")
+
+
+def sidecar_name(result_name: str) -> str:
+    """``<result>.execsys.json``; prefixed ``execsys-`` where Inspect would take that name for a log."""
+    name = result_name + SIDECAR_SUFFIX
+    return f"execsys-{name}" if _INSPECT_LOG_NAME.match(name) else name
 
 
 @dataclass

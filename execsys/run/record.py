@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from execsys.fsutil import atomic_write_json
-from execsys.harnesses.base import SIDECAR_SUFFIX
+from execsys.harnesses.base import sidecar_name
 from execsys.redact import REDACTED, redact_argv, scrub
 
 SCHEMA = "execsys.run/1"
@@ -175,7 +175,7 @@ def redact_command(argv: list[str]) -> list[str]:
 
 def sidecar_path(result: Path, sidecar_dir: Path | None) -> Path:
     """``<result>.execsys.json`` beside the result, or in ``sidecar_dir`` under the same name."""
-    name = result.name + SIDECAR_SUFFIX
+    name = sidecar_name(result.name)
     return (sidecar_dir / name) if sidecar_dir is not None else result.with_name(name)
 
 
