@@ -88,6 +88,23 @@ def test_inspect_run_is_clean_with_the_identity_in_the_log_and_compares_with_a_s
     assert len(without.stderr.strip().splitlines()) == 1
 
 
+def test_model_calls_answered_by_another_model_than_the_pinned_one_are_counted_and_drift(eval_project,
+                                                                                         ledger_path):
+    project = eval_project
+    env = project.env(EXECSYS_LEDGER=str(ledger_path))
+    argv = project.inspect_argv("logs")
+    argv[argv.index("--model") + 1] = "openai-api/local/not-the-pinned-model"  # the server answers as that
+    result = run_cli("run", "--json", "--watch", "0", "--", *argv, cwd=project.root, env=env, timeout=400)
+    assert result.returncode == 1, result.stderr[-4000:]
+    record = json.loads(result.stdout)
+    assert record["verdict"] == "drifted" and record["drift"] == [] and record["exit_code"] == 0
+    assert record["hook"]["model_calls"] == 4 and record["hook"]["mismatches"] == 4
+    assert "4 model call(s) answered by another model" in record["verdict_detail"]
+    log = _read_log(project, Path(record["results"][0]["path"]))
+    assert log["metadata"]["execsys"]["verdict"] == "model-mismatch"
+    assert log["metadata"]["execsys"]["mismatches"] == 4
+
+
 def test_a_failing_hook_never_breaks_the_eval_and_says_it_could_not_record(eval_project, tmp_path):
     project = eval_project
     broken_lock = tmp_path / "broken.lock.json"

@@ -11,8 +11,6 @@ right/wrong), keyed ``<task>/<id>`` plus ``#<epoch>`` past the first epoch.
 
 from __future__ import annotations
 
-import json
-import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,17 +86,6 @@ def score_outcome(value: Any) -> Any:
     if value == "I":
         return False
     return value
-
-
-def json_log_metadata(path: Path) -> dict[str, Any]:
-    """``eval.metadata`` of a ``.json`` log without Inspect (the hook's own sanity check)."""
-    with open(path, encoding="utf-8") as fh:
-        return (json.load(fh).get("eval") or {}).get("metadata") or {}
-
-
-def log_dir_from_env(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get("INSPECT_LOG_DIR") or "./logs"
 
 
 ADAPTER = InspectHarness()

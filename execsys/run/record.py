@@ -59,7 +59,9 @@ class RunRecord:
 
     @property
     def drifted(self) -> bool:
-        return bool(self.drift) or (self.verify_after or {}).get("verdict") == "new-identity"
+        # the Inspect hook's per-call check: a response from a model the pinned endpoint does not serve
+        mismatches = bool((self.hook or {}).get("mismatches"))
+        return bool(self.drift) or mismatches or (self.verify_after or {}).get("verdict") == "new-identity"
 
     @property
     def overridden(self) -> bool:
@@ -144,7 +146,9 @@ class RunRecord:
         parts = {
             "interrupted": "stopped by a signal; partial results digested",
             "failed": f"the harness exited {self.exit_code}",
-            "drifted": "the runtime changed during the run: compare this result causally with nothing",
+            "drifted": ("the runtime changed during the run" if not (self.hook or {}).get("mismatches") else
+                        f"{self.hook['mismatches']} model call(s) answered by another model or fingerprint than "
+                        "the pinned one") + ": compare this result causally with nothing",
             "overridden": f"ran past a failing gate ({self.doctor.get('override')})",
             "clean": "gate passed, no drift, same system after, exit 0",
         }
