@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -43,9 +44,10 @@ def _harness(tmp_path: Path) -> list[str]:
     return [sys.executable, str(script)]
 
 
-def _run_json(*args: str, cwd: Path, env: dict | None = None, timeout: float = 180):
+def _run_json(*args: str, cwd: Path, env: dict | None = None, timeout: float = 180) -> tuple[Any, dict[str, Any]]:
     result = run_cli("run", "--json", *args, cwd=cwd, env=env, timeout=timeout)
-    return result, (json.loads(result.stdout) if result.stdout.strip() else None)
+    assert result.stdout.strip(), f"no run record on stdout: {result.stderr[-3000:]}"
+    return result, json.loads(result.stdout)
 
 
 def _ledger_runs(cwd: Path) -> list[dict]:

@@ -56,8 +56,9 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     with Ledger.open() as ledger:
         # The lock's verification reads only; it runs beside the doctor (both wait mostly on
         # subprocesses and sockets) and is used only once the gate has let the run through.
-        early_verify = _Background(lambda: verify(options.lock, declaration=options.declaration,
-                                                  exclude=[options.lock_path])) if options.lock is not None else None
+        lock = options.lock
+        early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
+                                                  exclude=[options.lock_path])) if lock is not None else None
         # 1. gate
         emit(on_event, StepStarted("gate", "checking the nine hazards" if options.gate != "off"
                                    else "doctor skipped (--gate off)"))

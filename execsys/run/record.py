@@ -143,11 +143,12 @@ class RunRecord:
         """One sentence: the verdict and what it rests on."""
         if self.refused:
             return f"refused: {self.refused}"
+        mismatches = (self.hook or {}).get("mismatches")
         parts = {
             "interrupted": "stopped by a signal; partial results digested",
             "failed": f"the harness exited {self.exit_code}",
-            "drifted": ("the runtime changed during the run" if not (self.hook or {}).get("mismatches") else
-                        f"{self.hook['mismatches']} model call(s) answered by another model or fingerprint than "
+            "drifted": ("the runtime changed during the run" if not mismatches else
+                        f"{mismatches} model call(s) answered by another model or fingerprint than "
                         "the pinned one") + ": compare this result causally with nothing",
             "overridden": f"ran past a failing gate ({self.doctor.get('override')})",
             "clean": "gate passed, no drift, same system after, exit 0",
