@@ -29,10 +29,10 @@ if [ ! -f "$venv/.complete" ]; then
   # so an interrupted build is thrown away and redone rather than half-used.
   rm -rf "$venv"
   mkdir -p "$cache"
-  "$PY" -m venv "$venv"
+  "$PY" -m venv "$venv" >&2
   pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
-  "${pip[@]}" "$torch_req"
-  "${pip[@]}" "$torch_req" "${harness_reqs[@]}"
+  "${pip[@]}" "$torch_req" >&2
+  "${pip[@]}" "$torch_req" "${harness_reqs[@]}" >&2
   touch "$venv/.complete"
   echo "harness-env: built in $(( $(date +%s) - start )) s" >&2
 fi
