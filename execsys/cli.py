@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "ledger": "ledger",
     "fleet": "fleet",
     "tui": "tui",
+    "run": "run",
+    "attach": "attach",
 }
 
 

@@ -31,6 +31,9 @@ PY=${PYTHON:-python3}
 # llama-cpp-python compiles llama.cpp (about 6 minutes on 2 cores); pip caches the wheel afterwards.
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
 
+# execsys run's tests drive real harnesses from their own cached venv (minutes the first time only).
+bash scripts/harness-env.sh >/dev/null
+
 set +e
 "$PY" -m pytest "$@"
 rc=$?
