@@ -633,7 +633,8 @@ async def test_probe_defaults_come_from_the_config_the_app_was_opened_with(proje
     elsewhere.mkdir()
     (project / "execsys.toml").write_text('[probe]\ncases = "here.jsonl"\ntimeout = 99\ncompare = "output"\n')
     (elsewhere / "execsys.toml").write_text(
-        '[probe]\ncases = "there.jsonl"\ntimeout = 7\ncompare = "score"\n\n[runtime]\nready_timeout = 11\n')
+        '[probe]\ncases = "there.jsonl"\ntimeout = 7\ncompare = "outcome"\nextract = "last-number"\n\n'
+        '[runtime]\nready_timeout = 11\n')
     app = ExecsysApp(config=elsewhere / "execsys.toml", autostart=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("3")
@@ -645,7 +646,8 @@ async def test_probe_defaults_come_from_the_config_the_app_was_opened_with(proje
         from execsys.tui import adapter
 
         options = adapter.probe_options(app.paths, form)
-        assert (options.timeout, options.compare, options.ready_timeout) == (7.0, "score", 11.0)
+        assert (options.timeout, options.compare, options.extract, options.ready_timeout) == \
+            (7.0, "outcome", "last-number", 11.0)
         await settle(pilot, lambda: True)
 
 
