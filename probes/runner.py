@@ -48,7 +48,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from execsys.canonical import content_id
 from execsys.errors import InputError, UsageError
@@ -82,6 +82,7 @@ __all__ = [
     "ProbeOptions", "RunOpened", "decoding_from_budget", "run_probe",
 ]
 
+T = TypeVar("T")
 RUN_SCHEMA = "execsys.probe-run/1"
 DEFAULT_TIMEOUT = 120.0
 UNREACHABLE_STREAK = 5  # consecutive connection failures after which the endpoint counts as gone
@@ -116,6 +117,11 @@ def check_api_key_env(name: str | None) -> list[str]:
     if not os.environ.get(name):
         return [f"--api-key-env {name}: that variable is not set, so requests go out without an API key"]
     return []
+
+
+def _or(value: Any, default: T) -> T:
+    """An override that may be None (not given), else its default: ``0`` counts as given."""
+    return default if value is None else value
 
 
 def _seconds(value: Any, flag: str) -> float:
@@ -221,20 +227,20 @@ class ProbeOptions:
             decoding=decoding_from_budget(budget),
             repeats=repeats if repeats is not None else 2,
             repeats_given=repeats is not None,
-            concurrency=first_given(given("concurrency"), 1),
+            concurrency=_or(given("concurrency"), 1),
             load=given("load"),
             restart=first_given(given("restart"), runtime_t.get("restart")),
             ready=first_given(given("ready"), runtime_t.get("ready")),
             ready_timeout=_seconds(first_given(given("ready_timeout"), runtime_t.get("ready_timeout"), 120.0),
                                    "--ready-timeout"),
             baseline=given("baseline"),
-            order_seed=first_given(given("order_seed"), 0),
+            order_seed=_or(given("order_seed"), 0),
             timeout=_seconds(first_given(given("timeout"), probe_t.get("timeout"), DEFAULT_TIMEOUT), "--timeout"),
-            retries=max(0, first_given(given("retries"), 3)),
+            retries=max(0, _or(given("retries"), 3)),
             api_key_env=api_key_env,
             want_tokens=bool(given("want_tokens")),
             resume=first_given(given("resume"), False) or False,
-            max_body=first_given(given("max_body"), 8 << 20),
+            max_body=_or(given("max_body"), 8 << 20),
             declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file",
                                                                             "api_key_env")},
             ledger=given("ledger"),
@@ -281,6 +287,9 @@ class ProbeAborted(InputError):
     def __init__(self, message: str, run_id: str):
         super().__init__(message)
         self.run_id = run_id
+
+
+_Measured = tuple[Case, Completion, "str | None", "str | None"]  # a case, its answer, digest, outcome
 
 
 @dataclass(slots=True)
@@ -608,9 +617,8 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
               judge_pass: _PassJudge, tally: AgreementFold) -> None:
     """Send ``todo`` at the schedule's concurrency; record each result on the calling thread as it arrives."""
     ledger, run_id, cancel, emit = ctx.ledger, ctx.run_id, ctx.cancel, ctx._emit
-    Measured = tuple[Case, Completion, "str | None", "str | None"]
 
-    def measure(case: Case) -> Measured:
+    def measure(case: Case) -> _Measured:
         try:
             completion = client.complete(case, params)
         except Exception as exc:  # a client bug must not lose the case silently
@@ -623,11 +631,11 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
     # Connection failures in a row are held back, not recorded: if the endpoint is gone they stop
     # the probe and a resumed run sends those cases again; if it answers again they are recorded
     # as the errors they were.
-    unreachable: list[Measured] = []
+    unreachable: list[_Measured] = []
 
-    def record(batch: list[Measured]) -> None:
+    def record(batch: list[_Measured]) -> None:
         """Hold back connection failures, record the rest, stop when the endpoint is gone."""
-        ready: list[Measured] = []
+        ready: list[_Measured] = []
         for item in batch:
             if item[1].unreachable:
                 unreachable.append(item)
@@ -643,7 +651,7 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
             raise ProbeAborted(f"endpoint unreachable since case {unreachable[0][0].id}: stopped; --resume continues",
                                run_id)
 
-    def _record(batch: list[Measured]) -> None:
+    def _record(batch: list[_Measured]) -> None:
         """Write the results that are ready (one transaction), then account for them and report."""
         nonlocal done
         entries = []

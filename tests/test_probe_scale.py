@@ -33,7 +33,7 @@ def cli_large(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_large_probe_prints_every_case_and_keeps_them_beside_the_record(cli, tmp_path, flip_endpoint, ledger_path):
-    from execsys.probes.record import load_cases
+    from execsys.probes.record import load_case_results
 
     cases = write_cases(tmp_path / "cases.jsonl", {c: " [flip]" for c in FLIPPED})
     result = cli_large("probe", "session", "--endpoint", flip_endpoint.base_url, "--cases", str(cases), "--json")
@@ -58,8 +58,8 @@ def test_large_probe_prints_every_case_and_keeps_them_beside_the_record(cli, tmp
         assert ledger.count(kind="probe-case", parent=record["run"]) == 40
         assert ledger.count(kind="probe-result", parent=record["run"]) == 20
         assert ledger.child(record["run"], "result:c03").body["agree"] is False
-        assert [c.to_json() for c in load_cases(ledger, stored)] == record["cases"]
-        assert len(load_cases(ledger, stored)) == 20
+        assert [c.to_json() for c in load_case_results(ledger, stored)] == record["cases"]
+        assert len(load_case_results(ledger, stored)) == 20
         small_row = ledger.get(small["id"])  # a small probe keeps its cases in the row, as before
         assert len(small_row.body["cases"]) == 3 and "cases_in_ledger" not in small_row.body
         assert ledger.count(kind="probe-result", parent=small["run"]) == 0
