@@ -34,6 +34,11 @@ cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "e
 prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
 [budget] (temperature 0 unless declared; seed when declared).
 
+The record is tied to the pinned identity: --lock, else execsys.lock.json beside the declaration
+(--config, else $EXECSYS_CONFIG or ./execsys.toml). Without a lock the probe says so in one line
+and records "identity": null with that reason: it will not count toward any scope. An endpoint
+that stops accepting connections ends the probe after 5 failures in a row; --resume continues.
+
 examples:
   execsys probe session --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl
   execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl \\

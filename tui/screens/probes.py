@@ -249,7 +249,7 @@ class ProbesScreen(GatedStep):
         if len(per_pass) < 2 and case_id in self._contexts:
             # sent in an earlier session (a resumed probe): the record's excerpts around the divergence
             a, b, k = self._contexts[case_id]
-            labels = ("pass A", f"pass {PASS_NAMES[(k or 1) % 26]}")
+            labels = ("pass A (excerpt)", f"pass {PASS_NAMES[(k or 1) % 26]} (excerpt)")
             self.query_one("#outputs", SideBySide).show(case_id, a, b, labels, None)
             return
         passes = sorted(per_pass)
