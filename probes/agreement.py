@@ -94,10 +94,14 @@ Divergence = Callable[[str, int], "dict[str, Any] | None"]
 
 
 class AgreementFold:
-    """Folds cases one at a time (memory: the flipped and errored ids only)."""
+    """Folds cases one at a time (memory: the flipped and errored ids only, or with ``keep_ids=False``,
+    for a running tally over a pass of any size, just the counts)."""
 
-    def __init__(self, *, level: str = "output", outcomes: bool = False, divergence: Divergence | None = None):
+    def __init__(self, *, level: str = "output", outcomes: bool = False, divergence: Divergence | None = None,
+                 keep_ids: bool = True):
         self.level = level
+        self.keep_ids = keep_ids
+        self._errored = 0
         self.outcomes = outcomes
         self.divergence = divergence
         self.n = 0
@@ -114,12 +118,14 @@ class AgreementFold:
 
     def add_verdict(self, case_id: str, verdict: Verdict, passes: list[Any] | None = None) -> CaseResult:
         if verdict.errored:
-            self.errored_cases.append(case_id)
+            self._errored += 1
+            if self.keep_ids:
+                self.errored_cases.append(case_id)
             return CaseResult(case_id, passes or [], None)
         self.n += 1
         self.m_output += bool(verdict.output_agree)
         self.m_outcome += bool(verdict.outcome_agree)
-        if not verdict.agree:
+        if not verdict.agree and self.keep_ids:
             self.flipped.append(case_id)
         divergence = None
         if verdict.first_differing is not None and self.divergence is not None:
@@ -133,7 +139,7 @@ class AgreementFold:
 
     @property
     def errored(self) -> int:
-        return len(self.errored_cases)
+        return self._errored
 
     @property
     def holds(self) -> bool:

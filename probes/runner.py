@@ -454,7 +454,7 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
             todo = _todo(ledger, ctx, run_id, schedule.index, cases, options.order_seed)
             done_before = count - len(todo)
             emit(PassStarted(schedule.index, schedule.label, count, done_before, run_id))
-            tally = AgreementFold(level=options.compare, outcomes=extractor is not None)
+            tally = AgreementFold(level=options.compare, outcomes=extractor is not None, keep_ids=False)
             if todo:
                 if cancel.is_set():
                     break
