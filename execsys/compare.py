@@ -115,10 +115,10 @@ def load_result(ref: str, ledger: Ledger) -> Result:
         except ValueError:
             raise InputError(f"{ref}: name a pass of the probe as {record.id}:0, :1, ...") from None
         # the cases live in the body or, for a large probe, in probe-result rows beside it
-        from execsys.probes.record import load_cases
+        from execsys.probes.record import load_case_results
 
         outcomes = {}
-        for case in load_cases(ledger, record):
+        for case in load_case_results(ledger, record):
             passes = case.passes
             if index < len(passes) and passes[index] and not passes[index].get("error"):
                 outcomes[case.id] = passes[index].get("outcome") or passes[index].get("digest")

@@ -15,7 +15,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import blake3
 
@@ -191,7 +191,12 @@ class CaseFile(Sequence[Case]):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> CaseView: ...
+
+    def __getitem__(self, index: int | slice) -> Case | CaseView:
         if isinstance(index, slice):
             return CaseView(self, array("q", range(*index.indices(len(self)))))
         raw = os.pread(self._fd, self._lengths[index], self._offsets[index]) if hasattr(self, "_fd") else None
@@ -227,7 +232,12 @@ class CaseView(Sequence[Case]):
     def __len__(self) -> int:
         return len(self._positions)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> CaseView: ...
+
+    def __getitem__(self, index: int | slice) -> Case | CaseView:
         if isinstance(index, slice):
             return CaseView(self._base, self._positions[index])
         return self._base[self._positions[index]]
