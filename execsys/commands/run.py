@@ -69,7 +69,7 @@ def options_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.run.engine import run_eval
+    from execsys.run.runner import run_eval
 
     options = options_from_args(args)
     record = run_eval(options, on_event=StepPrinter())

@@ -3,10 +3,10 @@
 Seven steps, each one event: gate (the doctor), identity (verify the lock or pin one), run the
 harness command with the identity in its environment, watch the serving runtime while it runs,
 verify after, find and digest the results, record (ledger + a sidecar beside each result). The
-engine is :func:`execsys.run.engine.run_eval`; options come from :class:`RunOptions`.
+engine is :func:`execsys.run.runner.run_eval`; options come from :class:`RunOptions`.
 """
 
-from execsys.run.engine import run_eval
+from execsys.run.runner import run_eval
 from execsys.run.options import RunOptions
 from execsys.run.record import RunRecord
 
