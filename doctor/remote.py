@@ -45,6 +45,7 @@ MIN_PYTHON = (3, 9)
 # Module name -> is it a package. Order does not matter; the in-memory importer finds them by name.
 BUNDLED = {
     "execsys.redact": False,
+    "execsys.errors": False, "execsys.fsutil": False,  # bounded reads of env files (fsutil.read_bounded)
     "execsys.doctor": True,
     "execsys.doctor.model": False,
     "execsys.doctor.files": False,

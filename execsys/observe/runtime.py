@@ -238,17 +238,21 @@ def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[
 
 
 def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines of the declared env file (a regular file of at most a few MiB: a FIFO or
+    /dev/zero there is an error, never a hang)."""
+    from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
+
     values: dict[str, str] = {}
     try:
-        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line or line.startswith("#") or "=" not in line:
-                    continue
-                key, _, value = line.removeprefix("export ").partition("=")
-                values[key.strip()] = value.strip().strip("'\"")
-    except OSError as exc:
+        text = read_bounded(os.path.expanduser(path), ENV_FILE_LIMIT, "[runtime] env_file").decode("utf-8", "replace")
+    except FileNotFoundError as exc:
         raise InputError(f"[runtime] env_file {path}: {exc.strerror}") from exc
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key.strip()] = value.strip().strip("'\"")
     return values
 
 
