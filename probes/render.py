@@ -44,7 +44,7 @@ class ProgressReporter:
             self._progress.stop()
 
     def __call__(self, event: Any) -> None:
-        from .engine import CaseDone, Note, PassFinished, PassStarted
+        from .runner import CaseDone, Note, PassFinished, PassStarted
 
         if isinstance(event, PassStarted):
             self._errors[event.pass_index] = 0

@@ -94,7 +94,7 @@ def test_compare_and_a_redeploy_baseline_read_a_large_record(tmp_path, flip_endp
 
 
 def test_large_probe_interrupted_then_resumed_loses_and_double_counts_nothing(tmp_path, ledger_path, monkeypatch):
-    from execsys.probes import engine
+    from execsys.probes import runner as engine
     from execsys.probes.runner import CaseDone, ProbeInterrupted, ProbeOptions, run_probe
 
     monkeypatch.setattr(engine, "CASES_INLINE_LIMIT", 5)
