@@ -82,11 +82,23 @@ def install_encoding_fallback(*, json_output: bool) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is None:
             continue
-        handler = "execsys-json" if json_output and name == "stdout" else "execsys-ascii"
         try:
-            reconfigure(errors=handler)
+            if json_output and name == "stdout":
+                if _is_utf8(getattr(stream, "encoding", None)):
+                    reconfigure(errors="execsys-json")  # only lone surrogates need it
+                else:
+                    # JSON is UTF-8 for every reader (jq, json.loads on bytes): on a latin-1 or ASCII
+                    # stream write pure ASCII, every other character as its \\u escape
+                    stream.flush()
+                    reconfigure(encoding="ascii", errors="execsys-json")
+            else:
+                reconfigure(errors="execsys-ascii")
         except (ValueError, OSError):  # a closed or detached stream: nothing will be written there
             continue
+
+
+def _is_utf8(encoding: str | None) -> bool:
+    return (encoding or "").lower().replace("_", "-") in ("utf-8", "utf8", "utf-8-sig")
 
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
