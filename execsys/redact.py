@@ -67,7 +67,9 @@ _HEADER_SECRET = re.compile(
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=\-]{8,}")
 # A quoted value is at most a few KiB: an unclosed quote must not make every later flag rescan the
 # rest of the text.
-_FLAG_VALUE = re.compile(r"""(?<![\w-])(--?[A-Za-z][\w.-]*)(=|\s+)('[^'\n]{0,4096}'|"[^"\n]{0,4096}"|[^\s'"]+)""")
+# Written to start with a literal '-' (the look-behind comes after it), so the regex engine jumps
+# from '-' to '-' instead of trying a look-behind at every position.
+_FLAG_VALUE = re.compile(r"""(-(?<![\w-]-)-?[A-Za-z][\w.-]*)(=|\s+)('[^'\n]{0,4096}'|"[^"\n]{0,4096}"|[^\s'"]+)""")
 # The parameter name is matched as a whole (no '?' inside it, so runs of '?' are not rescanned) and
 # judged by a function, not by backtracking through it for a keyword.
 _QUERY_PARAM = re.compile(r"([?&])([^=&?\s#]{1,256})=([^&\s#]+)")
@@ -85,6 +87,10 @@ _KEY_SHAPED = re.compile(
     r"|eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"
     r")"
 )
+
+
+_HEADER_WORDS = ("authorization", "cookie", "api-key")
+_KEY_PREFIXES = ("sk-", "gh", "hf_", "xox", "AKIA", "eyJ")
 
 
 def is_secret_name(name: str) -> bool:
@@ -158,12 +164,21 @@ def redact_text(text: str) -> str:
             return f"{match.group(1)}{match.group(2)}={REDACTED}"
         return match.group(0)
 
-    text = _URL_WITH_USERINFO.sub(_userinfo, text)
-    text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    if "=" in text:
+    # Each pattern runs only where a plain substring test says it can match: a megabyte of model
+    # output costs a few fast scans, not six regex passes.
+    lowered = text.lower()
+    if "://" in text:
+        text = _URL_WITH_USERINFO.sub(_userinfo, text)
+    if any(word in lowered for word in _HEADER_WORDS):
+        text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    if "bearer" in lowered or "basic" in lowered or "token" in lowered:
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    if "=" in text and ("?" in text or "&" in text):
         text = _QUERY_PARAM.sub(_query, text)
-    text = _KEY_SHAPED.sub(REDACTED, text)
+    if any(prefix in text for prefix in _KEY_PREFIXES):
+        text = _KEY_SHAPED.sub(REDACTED, text)
+    if "-" not in text:
+        return scrub_known_secrets(text)
     # a command line written as one string: 'python eval.py --api-key sk-...'
     text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_flag(m.group(1))
                            and not _LONG_OPTION.match(m.group(3)) else m.group(0), text)
