@@ -32,6 +32,8 @@ from execsys.errors import InputError
 DECLARATION_LIMIT = 4 << 20
 LOCK_LIMIT = 16 << 20
 ENV_FILE_LIMIT = 4 << 20
+# Plans, executed logs and result files grow with the number of cases (tens of bytes each).
+RECORD_FILE_LIMIT = 256 << 20
 
 
 def file_kind(mode: int) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from execsys.canonical import content_id
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
 from execsys.ledger import Ledger, now_iso
 
 SCHEMA = "execsys.plan/1"
@@ -204,7 +205,7 @@ def plan_from_json(data: Any, where: str = "plan") -> Plan:
 
 def load_plan(path: str | Path) -> Plan:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, RECORD_FILE_LIMIT, "plan").decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such plan file") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -289,7 +290,7 @@ def verify_registration(plan: Plan, ledger: Ledger, where: str = "plan") -> tupl
 def read_log(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Header and events of an executed log (``execsys.plan-log/1`` JSON Lines)."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = read_bounded(path, RECORD_FILE_LIMIT, "executed log").decode("utf-8").splitlines()
     except FileNotFoundError:
         raise InputError(f"executed log {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
