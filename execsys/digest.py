@@ -38,13 +38,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-try:  # absent only when this file runs alone on a remote host
-    from execsys.errors import InputError
-except ImportError:  # pragma: no cover - remote side
-
-    class InputError(Exception):  # type: ignore[no-redef]
-        pass
-
+from execsys.errors import InputError  # on a remote host, remote_program() provides a stand-in
 
 ProgressFn = Callable[[int, int], None]
 """``progress(done_bytes, total_bytes)``, called while hashing."""
@@ -549,7 +543,19 @@ def remote_program() -> str:
     # exec(compile(...)) keeps this module's `from __future__` import first in its own unit,
     # after the PAYLOAD prelude that run_python puts in front.
     module_source = inspect.getsource(sys.modules[__name__])
-    return f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
+    return _REMOTE_ERRORS + f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
+
+
+# The host may have no execsys: this module's one import of its own package gets a stand-in there.
+_REMOTE_ERRORS = """
+import sys as _sys, types as _types
+class InputError(Exception):
+    pass
+_errors = _types.ModuleType("execsys.errors")
+_errors.InputError = InputError
+_sys.modules.setdefault("execsys", _types.ModuleType("execsys"))
+_sys.modules["execsys.errors"] = _errors
+"""
 
 
 def _remote_b3sum_only(destination, dest: str, path: str, timeout: float) -> RemoteDigest:
