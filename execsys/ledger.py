@@ -133,6 +133,10 @@ def _retry_while_locked(step: Callable[[], None]) -> None:
 
 
 def _unusable(path: Path, exc: Exception) -> InputError:
+    message = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message):
+        return InputError(f"ledger {path}: still locked by another process after {BUSY_TIMEOUT_S:.0f}s ({exc}); "
+                          "try again when it is done")
     return InputError(f"ledger {path}: not a usable execsys ledger ({exc}); move it aside or set --ledger "
                       "to another file")
 
