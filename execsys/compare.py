@@ -41,6 +41,7 @@ from typing import Any
 
 from execsys import COMPONENTS
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
 from execsys.ledger import Ledger
 from execsys.scope import IdentityRef, ScopeReport, compute_scope, resolve_identity
 
@@ -224,7 +225,7 @@ def _identity(ident: str, ledger: Ledger) -> IdentityRef:
 
 def _load_file(path: Path, ledger: Ledger) -> Result:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, RECORD_FILE_LIMIT, "result file").decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable JSON result file ({exc})") from None
     if not isinstance(data, dict):

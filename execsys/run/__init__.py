@@ -6,8 +6,8 @@ verify after, find and digest the results, record (ledger + a sidecar beside eac
 engine is :func:`execsys.run.runner.run_eval`; options come from :class:`RunOptions`.
 """
 
-from execsys.run.runner import run_eval
 from execsys.run.options import RunOptions
 from execsys.run.record import RunRecord
+from execsys.run.runner import run_eval
 
 __all__ = ["RunOptions", "RunRecord", "run_eval"]
