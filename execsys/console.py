@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from execsys.redact import redact_text, scrub
@@ -187,3 +188,27 @@ def stderr_is_terminal() -> bool:
 
 def symbol(status: str) -> str:
     return SYMBOLS.get(status, "?")
+
+
+def with_progress_bar(fn: Callable[[Callable[[int, int], None] | None], Any], *, label: str, total_hint: int,
+                      threshold: int = 256 << 20) -> Any:
+    """Run ``fn(progress)`` with a rich progress bar on stderr when it is a terminal and the work is large."""
+    if not stderr_is_terminal() or total_hint < threshold:
+        return fn(None)
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=err(), transient=True) as bar:
+        task = bar.add_task(label, total=total_hint)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return fn(progress)

@@ -377,32 +377,6 @@ def artifact_size(path: str | os.PathLike) -> int:
         return 0
 
 
-def with_progress_bar(fn: Callable[[ProgressFn | None], Any], *, label: str, total_hint: int,
-                      threshold: int = 256 << 20) -> Any:
-    """Run ``fn(progress)`` with a rich progress bar on stderr when it is a terminal and the work is large."""
-    from execsys.console import err, stderr_is_terminal
-
-    if not stderr_is_terminal() or total_hint < threshold:
-        return fn(None)
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=err(), transient=True) as bar:
-        task = bar.add_task(label, total=total_hint)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        return fn(progress)
-
-
 # -- on another host -------------------------------------------------------------------------------
 
 _REMOTE_DRIVER = r'''

@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.digest import artifact_size, digest_path, with_progress_bar
+    from execsys.console import with_progress_bar
+    from execsys.digest import artifact_size, digest_path
 
     if not args.host and not args.expect and not args.lock:
         # a local digest only: all hashing, no ssh, no verdict (and start-up stays light)
