@@ -224,6 +224,22 @@ def sanitize_declared(name: str, table: dict[str, Any]) -> dict[str, Any]:
         clean["repo"] = strip_credentials(clean["repo"])
     if name == "harness" and isinstance(clean.get("commands"), list):
         clean["commands"] = [redact_text(str(c)) for c in clean["commands"]]
+    if name == "grader":
+        if isinstance(clean.get("command"), str):
+            clean["command"] = redact_text(clean["command"])
+        if isinstance(clean.get("judge"), dict) and isinstance(clean["judge"].get("endpoint"), str):
+            clean["judge"] = dict(clean["judge"], endpoint=redact_url(clean["judge"]["endpoint"]))
+    if name == "tools" and isinstance(clean.get("mcp"), list):
+        servers = []
+        for server in clean["mcp"]:
+            if isinstance(server, dict):
+                server = dict(server)
+                if isinstance(server.get("url"), str):
+                    server["url"] = redact_url(server["url"])
+                if isinstance(server.get("command"), list):
+                    server["command"] = redact_argv([str(w) for w in server["command"]])
+            servers.append(server)
+        clean["mcp"] = servers
     return scrub(clean)
 
 

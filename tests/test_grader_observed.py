@@ -23,6 +23,7 @@ class FakeJudge:
     def __init__(self) -> None:
         self.snapshot = "gpt-x-2026-05"
         self.fingerprint = "fp_one"
+        self.auth: list[str | None] = []
         judge = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,6 +45,7 @@ class FakeJudge:
                     self._send({"error": "not found"}, 404)
 
             def do_POST(self) -> None:
+                judge.auth.append(self.headers.get("Authorization"))
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 self._send({"id": "c", "object": "chat.completion", "model": judge.snapshot,
                             "system_fingerprint": judge.fingerprint,
@@ -167,3 +169,15 @@ def test_real_llama_cpp_server_as_the_judge(cli, tmp_path: Path, llama_server) -
     assert judge_seen["completion"]["model"]  # what the server says answered
     assert judge_seen["process"]["exe"]  # the judge's serving process, as the runtime's is observed
     assert cli("verify", cwd=project).returncode == 0
+
+
+def test_judge_key_is_sent_never_recorded(cli, tmp_path: Path, judge: FakeJudge, ledger_path: Path) -> None:
+    secret = "sk-judge-0123456789abcdef"
+    project = _project(tmp_path, f'[grader.judge]\nendpoint = "{judge.url}"\nmodel = "gpt-x"\n'
+                                 'api_key_env = "JUDGE_API_KEY"\n')
+    pinned = cli("pin", "--json", cwd=project, env={"JUDGE_API_KEY": secret})
+    assert pinned.returncode == 0, pinned.stderr
+    assert judge.auth and set(judge.auth) == {f"Bearer {secret}"}  # every request to the judge carried it
+    assert secret not in pinned.stdout + pinned.stderr
+    assert secret not in (project / "execsys.lock.json").read_text()
+    assert secret.encode() not in ledger_path.read_bytes()
