@@ -123,3 +123,22 @@ def test_endpoint_props_chat_template_is_the_applied_one(cli, tmp_path: Path, pr
     assert applied["source"] == "the endpoint's /props chat_template"
     assert applied["digest"] == blake3.blake3(TEMPLATE.encode()).hexdigest()
     assert applied["matches_declared"] is False
+
+
+def test_gguf_chat_template_is_the_applied_one(cli, tmp_path: Path) -> None:
+    import gguf
+
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_chat_template(TEMPLATE)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    (tmp_path / "template.jinja").write_text(TEMPLATE)
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "m.gguf"\n[context_policy]\ntemplate = "template.jinja"\n')
+    pinned = cli("pin", "--json", cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.json()["components"]["context_policy"]["observed"]["applied_template"] == {
+        "source": "the GGUF's tokenizer.chat_template", "digest": blake3.blake3(TEMPLATE.encode()).hexdigest(),
+        "matches_declared": True}

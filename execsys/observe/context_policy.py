@@ -2,8 +2,8 @@
 
 A flip that no decoding margin explains is often a template change: a tokenizer revision or an
 engine upgrade renders the same messages into different tokens. Where the engine says what it
-applies -- llama.cpp's ``/props`` (``chat_template``), a model directory's
-``tokenizer_config.json`` -- its BLAKE3 is recorded, and compared with the ``[context_policy]
+applies -- llama.cpp's ``/props`` (``chat_template``), a GGUF's ``tokenizer.chat_template``, a
+model directory's ``tokenizer_config.json`` -- its BLAKE3 is recorded, and compared with the ``[context_policy]
 template`` file when one is declared.
 """
 
@@ -46,17 +46,27 @@ def _from_props(endpoint: str, api_key: str | None) -> str | None:
     return _template_text(data.get("chat_template")) if isinstance(data, dict) else None
 
 
-def _from_model_dir(artifact_path: str, base_dir: Path) -> tuple[str, str] | None:
-    from execsys.observe.artifact import resolve
+def _from_artifact(artifact_path: str, base_dir: Path) -> tuple[str, str] | None:
+    """A GGUF's own ``tokenizer.chat_template`` (what llama.cpp applies unless told otherwise), or a model
+    directory's ``tokenizer_config.json``."""
+    from execsys.observe.artifact import GGUFError, read_gguf_metadata, resolve
 
     path = resolve(artifact_path, base_dir)
-    config = (path if path.is_dir() else path.parent) / "tokenizer_config.json"
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            return None
+        try:
+            found = read_gguf_metadata(path, {"tokenizer.chat_template"}).get("tokenizer.chat_template")
+        except (OSError, GGUFError):
+            return None
+        return (found, "the GGUF's tokenizer.chat_template") if isinstance(found, str) and found else None
+    config = path / "tokenizer_config.json"
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     text = _template_text(data.get("chat_template")) if isinstance(data, dict) else None
-    return (text, str(config)) if text else None
+    return (text, "tokenizer_config.json chat_template") if text else None
 
 
 def text_digest(text: str) -> str:
@@ -78,9 +88,7 @@ def observe_applied_template(runtime: dict[str, Any], artifact: dict[str, Any], 
         if text:
             found = (text, "the endpoint's /props chat_template")
     if found is None and isinstance(artifact.get("path"), str) and artifact["path"]:
-        in_dir = _from_model_dir(artifact["path"], base_dir)
-        if in_dir:
-            found = (in_dir[0], "tokenizer_config.json chat_template")
+        found = _from_artifact(artifact["path"], base_dir)
     if found is None:
         return None
     text, source = found
