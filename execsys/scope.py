@@ -369,6 +369,8 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
         ci = f"{m.ci95[0]:.2f}-{m.ci95[1]:.2f}" if m.ci95 else "-"
         verdict = "licensed" if m.stable else "unstable: paired control required"
         lines.append(f"| {axis} | {m.agreement_rate:.2f} | {m.m}/{m.n} | {ci} | {verdict} | `{m.record}` |")
+    if report.grader is not None:
+        lines += ["", f"Grader: {report.grader['sentence']} (`execsys probe grader`)."]
     lines += ["", "### Claims that need a contemporaneous paired control", ""]
     if report.needs_paired_control:
         for axis in report.needs_paired_control:

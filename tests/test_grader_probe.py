@@ -117,6 +117,8 @@ def test_flipping_judge_pins_the_arithmetic_and_scope_states_the_grader_boundary
     assert "Grader: verdicts agree 7/10 (0.70) across repeats: a 30-point difference is within grader noise." \
         in body["statement"]
     assert "grader" not in body["unmeasured"]  # the grader is stated beside the axes, not as a serving axis
+    assert cli("scope", "--contract", str(project / "contract.md"), cwd=project).returncode in (0, 1)
+    assert "Grader: verdicts agree 7/10 (0.70) across repeats" in (project / "contract.md").read_text()
 
     # all-N agreement: with 3 gradings a flipping case still disagrees (correct, incorrect, correct)
     three = cli("probe", "grader", "--cases", str(cases), "--repeats", "3", "--extract",
