@@ -792,7 +792,7 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             elif name == "grader":
                 changes = [c for c in changes if not c["field"].startswith("observed.judge.")]
             elif name == "tools":
-                changes = [c for c in changes if not c["field"].startswith("observed.servers")]
+                changes = [c for c in changes if not c["field"].startswith(("observed.servers", "observed.unreachable"))]
             checks[name] = ComponentCheck("unverifiable", changes, reasons[name])
         elif changes:
             checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name]))
