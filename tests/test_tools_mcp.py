@@ -123,3 +123,27 @@ def test_missing_sdk_names_the_extra(cli, project: Path, tmp_path: Path) -> None
     result = cli("pin", cwd=project, env={"PYTHONPATH": str(shadow.parent)})
     assert result.returncode == 2
     assert "pip install 'execsys[mcp]'" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_server_gone_at_verify_is_unverifiable_not_changed(cli, project: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(project / "server.py"), "--http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        (project / "execsys.toml").write_text(f'[tools]\nmcp = [{{ name = "remote", url = "http://127.0.0.1:{port}/mcp" }}]\n')
+        assert cli("pin", cwd=project, timeout=180).returncode == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    report = cli("verify", "--json", cwd=project, timeout=180)
+    assert report.returncode == 1
+    tools = report.json()["components"]["tools"]
+    assert tools["status"] == "unverifiable" and tools["changes"] == []
+    assert tools["reason"].startswith("MCP server(s) did not answer: remote (MCP server 'remote': cannot list its tools")
