@@ -253,10 +253,10 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _grader(args: argparse.Namespace) -> int:
     """``execsys probe grader``: the grader's own agreement (engine: :mod:`execsys.probes.grader`)."""
-    from execsys.console import print_json
+    from execsys.console import print_json, stderr_is_terminal
     from execsys.declaration import load
     from execsys.errors import InputError
-    from execsys.probes.grader import GraderProbeOptions, run_grader_probe
+    from execsys.probes.grader import CaseGraded, GraderProbeOptions, run_grader_probe
 
     if args.records:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
@@ -272,8 +272,16 @@ def _grader(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, lambda signum, frame: cancel.set())
+    live = stderr_is_terminal()
+
+    def on_event(event: Any) -> None:
+        if live and isinstance(event, CaseGraded):
+            sys.stderr.write(f"\rgrading {event.done}/{event.total} (repeat {event.repeat} of {event.repeats})")
+            if event.done == event.total:
+                sys.stderr.write("\n")
+
     try:
-        report = run_grader_probe(options, cancel=cancel)
+        report = run_grader_probe(options, on_event=on_event, cancel=cancel)
     finally:
         signal.signal(signal.SIGINT, previous)
     if report.n == 0:
