@@ -322,12 +322,16 @@ def run_grader_probe(options: GraderProbeOptions, on_event: OnEvent | None = Non
     cases = load_graded_cases(options.cases)
     if options.n is not None:
         cases = cases[: options.n]
+    grader = _Grader(options)  # a judge that cannot name its model fails here, before anything is opened
     ledger = None
     if options.record:
         from execsys.ledger import Ledger
 
-        ledger = Ledger.open(options.ledger_path)  # fail before any grading
-    grader = _Grader(options)
+        try:
+            ledger = Ledger.open(options.ledger_path)  # fail before any grading
+        except BaseException:
+            grader.close()
+            raise
     gradings: dict[str, list[Grading]] = {case.id: [] for case in cases}
     total = len(cases) * options.repeats
     done = 0
