@@ -268,7 +268,7 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         statement += (f" {len(excluded)} probe record{'s' if len(excluded) != 1 else ''} of this identity measured "
                       "an engine change rather than its axis and did not count.")
     return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other,
-                       excluded, grader)
+                       excluded, grader=grader)
 
 
 def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
