@@ -49,13 +49,15 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "harness": {"repo": STR, "commands": LIST, "version": STR, "name": STR},
     "context_policy": {"max_context": INT, "truncation": STR, "template": STR, "system_prompt": STR},
     "retrieval": {"enabled": BOOL, "index": STR, "top_k": INT, "embedder": STR, "corpus": STR},
-    "tools": {"enabled": LIST, "versions": TABLE},
-    "workflow": {"name": STR, "steps": LIST, "max_turns": INT},
+    # mcp: [{name, command = [...]} | {name, url}] -- servers whose tool lists are observed
+    "tools": {"enabled": LIST, "versions": TABLE, "mcp": LIST, "packages": LIST},
+    "workflow": {"name": STR, "steps": LIST, "max_turns": INT, "packages": LIST, "config": LIST},
     "budget": {
         "temperature": FLOAT, "top_p": FLOAT, "top_k": INT, "seed": INT, "max_tokens": INT,
         "reasoning_budget": (int, str), "repeat_penalty": FLOAT, "stop": LIST,
     },
-    "grader": {"name": STR, "command": STR, "version": STR, "model": STR},
+    # judge: [grader.judge] endpoint, model, api_key_env, temperature, seed, max_tokens, prompt
+    "grader": {"name": STR, "command": STR, "version": STR, "model": STR, "packages": LIST, "judge": TABLE},
     "environment": {"variables": TABLE, "layers": LIST, "hosts": LIST, "env_file": STR, "shell": STR},
     # Tool settings, not components of the system under test.
     "doctor": {

@@ -29,6 +29,8 @@ axes:
   concurrency  pass A at concurrency 1, pass B under --load K concurrent requests
   hosts        one pass per --endpoint (repeat it, one per host); or 'probe merge RECORD...'
   redeploy     a fresh pass against a stored probe record (--baseline RECORD_ID)
+  grader       the same outputs graded twice (or --repeats N) by the declared [grader]
+               (cases: {"id", "prompt", "output", "expected"?}; see 'execsys probe grader --help')
 
 cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "expected"?}.
 prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
@@ -47,13 +49,15 @@ examples:
   execsys probe session --command 'python harness.py' --cases cases.jsonl --compare outcome --extract last-number
   execsys probe redeploy --endpoint URL --cases cases.jsonl --baseline probe-20261130T010203-ab12cd34
   execsys probe merge probe-...-host1 probe-...-host2
+  execsys probe grader --cases graded.jsonl --repeats 5 --extract 'regex:(correct|incorrect)'
   execsys probe session ... --resume          continue the newest unfinished run with these parameters
 
 exit codes: 0 every case agreed, 1 some disagreed, 2 usage error or no case completed."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("axis", metavar="AXIS", help="session | restart | concurrency | hosts | redeploy | merge")
+    parser.add_argument("axis", metavar="AXIS",
+                        help="session | restart | concurrency | hosts | redeploy | merge | grader")
     parser.add_argument("records", nargs="*", metavar="RECORD", help="(merge only) probe record ids to merge")
     target = parser.add_argument_group("target")
     target.add_argument("--endpoint", action="append", default=[], metavar="URL",
@@ -84,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     axis.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 120)")
     axis.add_argument("--load", type=int, metavar="K", help="concurrency axis: requests kept in flight during pass B")
     axis.add_argument("--baseline", metavar="RECORD_ID", help="redeploy axis: the stored probe record to compare against")
+    axis.add_argument("--via", choices=("judge", "command"),
+                      help="grader: grade through [grader.judge] or [grader] command (default: the judge if declared)")
     add_sources(parser, lock_help="the identity to tie the record to (default: execsys.lock.json beside the "
                                   "declaration; without one the probe counts toward no scope, and says so)")
     add_json(parser)
@@ -92,6 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.axis == "merge":
         return _merge(args)
+    if args.axis == "grader":
+        return _grader(args)
     if args.records:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
     options = build_options(args)
@@ -201,3 +209,55 @@ def _merge(args: argparse.Namespace) -> int:
         render_record(record, out())
     return record.exit_code
 
+
+
+def _grader(args: argparse.Namespace) -> int:
+    """``execsys probe grader``: the grader's own agreement (engine: :mod:`execsys.probes.grader`)."""
+    from execsys.console import print_json, stderr_is_terminal
+    from execsys.errors import InputError
+    from execsys.probes.grader import CaseGraded, GraderProbeOptions, run_grader_probe
+    from execsys.sources import load_sources
+
+    if args.records:
+        raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
+    sources = load_sources(args.config, args.lock)
+    options = GraderProbeOptions.from_sources(sources.declaration, sources.lock, cases=args.cases,
+                                              repeats=args.repeats, extract=args.extract, via=args.via, n=args.n,
+                                              timeout=args.timeout)
+    cancel = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: cancel.set())
+    live = stderr_is_terminal()
+
+    def on_event(event: Any) -> None:
+        if live and isinstance(event, CaseGraded):
+            sys.stderr.write(f"\rgrading {event.done}/{event.total} (repeat {event.repeat} of {event.repeats})")
+            if event.done == event.total:
+                sys.stderr.write("\n")
+
+    try:
+        report = run_grader_probe(options, on_event=on_event, cancel=cancel)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if report.n == 0:
+        first = report.errored[0]["errors"][0] if report.errored and report.errored[0]["errors"] else "no case graded"
+        raise InputError(f"probe grader: no case could be graded {report.repeats} times ({first})")
+    if args.json:
+        print_json(report.to_json())
+    else:
+        _render_grader(report)
+    return report.exit_code
+
+
+def _render_grader(report: Any) -> None:
+    """The flipped cases with every verdict (and the judge's reply), then the sentence."""
+    from execsys.console import out
+
+    console = out()
+    for case in report.flipped:
+        console.print(f"\u25b8 {case['id']}: " + " | ".join(repr(v) for v in case["verdicts"]), markup=False)
+        for index, rationale in enumerate(case.get("rationales") or [], 1):
+            console.print(f"    {index}: {' '.join(str(rationale).split())[:100]}", markup=False)
+    if report.errored:
+        console.print(f"{len(report.errored)} case(s) errored on some grading and are excluded from n", markup=False)
+    console.print(report.sentence, markup=False)
