@@ -227,6 +227,22 @@ def sanitize_declared(name: str, table: dict[str, Any]) -> dict[str, Any]:
         clean["repo"] = strip_credentials(clean["repo"])
     if name == "harness" and isinstance(clean.get("commands"), list):
         clean["commands"] = [redact_text(str(c)) for c in clean["commands"]]
+    if name == "grader":
+        if isinstance(clean.get("command"), str):
+            clean["command"] = redact_text(clean["command"])
+        if isinstance(clean.get("judge"), dict) and isinstance(clean["judge"].get("endpoint"), str):
+            clean["judge"] = dict(clean["judge"], endpoint=redact_url(clean["judge"]["endpoint"]))
+    if name == "tools" and isinstance(clean.get("mcp"), list):
+        servers = []
+        for server in clean["mcp"]:
+            if isinstance(server, dict):
+                server = dict(server)
+                if isinstance(server.get("url"), str):
+                    server["url"] = redact_url(server["url"])
+                if isinstance(server.get("command"), list):
+                    server["command"] = redact_argv([str(w) for w in server["command"]])
+            servers.append(server)
+        clean["mcp"] = servers
     return scrub(clean)
 
 
@@ -392,6 +408,8 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
     observed["environment"] = observe_environment(declared["environment"],
                                                   harness_shells=_harness_shells(observed["harness"]))
     finished("environment")
+    _observe_grader_tools_workflow(declared, base, observed, require_endpoint=require_endpoint, reasons=reasons)
+    finished("grader", "tools", "workflow")
     for component, key in (("context_policy", "template"), ("retrieval", "index"), ("retrieval", "corpus")):
         if declared[component].get(key):
             try:
@@ -400,8 +418,43 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
                 if reasons is None:
                     raise
                 reasons[component] = str(exc)
+    from execsys.observe.context_policy import observe_applied_template
+
+    applied = observe_applied_template(declared["runtime"], declared["artifact"],
+                                       declared["context_policy"].get("template"), base)
+    if applied is not None:
+        observed["context_policy"]["applied_template"] = applied
     finished(*(name for name in COMPONENTS if name not in done))
     return _normalise(observed)
+
+
+def _harness_interpreter(harness: dict[str, Any]) -> str | None:
+    """The first harness command's Python interpreter, where packages of the system under test live."""
+    for command in harness.get("commands") or []:
+        interpreter = (command.get("interpreter") or {}) if isinstance(command, dict) else {}
+        if interpreter.get("executable") and not interpreter.get("note"):
+            return str(interpreter["executable"])
+    return None
+
+
+def _observe_grader_tools_workflow(declared: dict[str, dict[str, Any]], base: Path, observed: dict[str, dict[str, Any]],
+                                   *, require_endpoint: bool, reasons: dict[str, str] | None) -> None:
+    """The grader (script, packages, judge), the MCP tool lists and the workflow's packages and configs:
+    observed only where declared, so a system that declares none of them keeps its id."""
+    from execsys.observe.grader import judge_error, observe_grader
+    from execsys.observe.tools import observe_tools
+    from execsys.observe.workflow import observe_workflow
+
+    interpreter = _harness_interpreter(observed["harness"])
+    observed["grader"] = observe_grader(declared["grader"], base_dir=base, harness_interpreter=interpreter,
+                                        require_endpoint=require_endpoint)
+    if reasons is not None and judge_error(observed["grader"]):
+        reasons["grader"] = str(judge_error(observed["grader"]))
+    observed["tools"] = observe_tools(declared["tools"], base_dir=base, harness_interpreter=interpreter,
+                                      require_servers=require_endpoint)
+    if reasons is not None and observed["tools"].get("unreachable"):
+        reasons["tools"] = "MCP server(s) did not answer: " + ", ".join(observed["tools"]["unreachable"])
+    observed["workflow"] = observe_workflow(declared["workflow"], base_dir=base, harness_interpreter=interpreter)
 
 
 def observe_components(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
@@ -442,6 +495,15 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
         elif (command.get("interpreter") or {}).get("note"):
             notes.append(f"harness command {command.get('command')!r}: its interpreter did not describe itself "
                          f"({command['interpreter']['note']})")
+    from execsys.observe.tools import tools_not_offered
+
+    not_offered = tools_not_offered(components["tools"]["declared"], components["tools"]["observed"])
+    if not_offered:
+        notes.append(f"declared tools that no MCP server offers: {', '.join(not_offered)}")
+    applied = components["context_policy"]["observed"].get("applied_template") or {}
+    if applied.get("matches_declared") is False:
+        notes.append(f"the chat template the engine applies ({applied.get('source')}) is not the declared "
+                     f"[context_policy] template: a flip no decoding margin explains may be this")
     endpoint = components["runtime"]["observed"].get("endpoint") or {}
     if endpoint.get("models_status") in (401, 403):
         notes.append(f"the endpoint refused /v1/models ({endpoint['models_status']}): name the variable holding "
@@ -527,9 +589,11 @@ def record_identity(identity: Identity, ledger: Ledger) -> str:
 
 
 def load_lock(path: str | os.PathLike[str]) -> Identity:
+    from execsys.fsutil import LOCK_LIMIT, read_bounded
+
     where = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bounded(path, LOCK_LIMIT, "lock").decode("utf-8")
     except FileNotFoundError as exc:
         raise InputError(f"{where}: no such lock file (create one with 'execsys pin')") from exc
     except (OSError, UnicodeDecodeError) as exc:
@@ -538,6 +602,8 @@ def load_lock(path: str | os.PathLike[str]) -> Identity:
         data = json.loads(text)
     except ValueError as exc:
         raise InputError(f"{where}: not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply to be a lock") from None
     return Identity.from_json(data, where=where)
 
 
@@ -804,11 +870,15 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
                 changes = [c for c in changes if c["field"].startswith("declared.")]
             elif name == "runtime":
                 changes = [c for c in changes if not c["field"].startswith("observed.endpoint.")]
+            elif name == "grader":
+                changes = [c for c in changes if not c["field"].startswith("observed.judge.")]
+            elif name == "tools":
+                changes = [c for c in changes if not c["field"].startswith(("observed.servers", "observed.unreachable"))]
             checks[name] = ComponentCheck("unverifiable", changes, reasons[name])
         elif name == "runtime" and served is not None:
             checks[name] = ComponentCheck("changed", changes, served)
         elif changes:
-            checks[name] = ComponentCheck("changed", changes)
+            checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name]))
         else:
             checks[name] = ComponentCheck("same")
         emit(on_event, ComponentChecked(name, checks[name].status, len(checks[name].changes), checks[name].reason))
@@ -843,6 +913,20 @@ def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
 
     served = runtime_observed.get("served") or {}
     return str(served["sentence"]) if served.get("verdict") == ANOTHER else None
+
+
+def _change_summary(component: str, changes: list[dict[str, Any]], observed: dict[str, Any]) -> str | None:
+    """What moved, in words, for the components whose field paths say little alone
+    (``grader: changed (judge model A → B)``, ``tools: changed (tool search: description)``)."""
+    if component == "grader":
+        from execsys.observe.grader import change_summary
+
+        return change_summary(changes)
+    if component == "tools":
+        from execsys.observe.tools import change_summary as tools_summary
+
+        return tools_summary(changes, observed)
+    return None
 
 
 @dataclass(frozen=True)

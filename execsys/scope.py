@@ -206,6 +206,7 @@ class ScopeReport:
     other_identities: dict[str, list[str]] = field(default_factory=dict)  # identity -> probe record ids
     excluded: list[dict[str, str]] = field(default_factory=list)  # {record, reason}: this identity, not the axis
     ref: IdentityRef | None = None  # the identity as resolved (components for the contract); not in the JSON
+    grader: dict[str, Any] | None = None  # the grader's own verdict agreement (probe grader), beside the axes
 
     @property
     def ignored_probes(self) -> int:
@@ -229,6 +230,7 @@ class ScopeReport:
                 "identities": sorted(self.other_identities),
             },
             "excluded": self.excluded,
+            "grader": self.grader,
         }
 
 
@@ -297,11 +299,38 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         if axis in licensed:
             licence = axis
     statement = _statement(identity_id, measured, licensed, unstable, unmeasured, licence, host, other)
+    grader = _grader_boundary(ledger, identity_id)
+    if grader is not None:
+        statement += f" Grader: {grader['sentence']}."
     if excluded:
         statement += (f" {len(excluded)} probe record{'s' if len(excluded) != 1 else ''} of this identity measured "
                       "an engine change rather than its axis and did not count.")
     return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other,
-                       excluded)
+                       excluded, grader=grader)
+
+
+def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
+    """The grader's own agreement under this identity (``probe grader`` records, pooled), or None.
+
+    Beside the model's boundaries: a score difference smaller than the grader's flip rate is grader noise."""
+    from execsys.stats import wilson
+
+    records = [r for r in ledger.iter(kind="probe") if r.body.get("axis") == "grader"
+               and (r.identity or r.body.get("identity")) == identity_id and _probe_figures(r.body) is not None]
+    if not records:
+        return None
+    m = sum(_probe_figures(r.body)[0] for r in records)  # type: ignore[index]
+    n = sum(_probe_figures(r.body)[1] for r in records)  # type: ignore[index]
+    if n == 0:
+        return None
+    ci = wilson(m, n)
+    sentence = f"verdicts agree {m}/{n} ({m / n:.2f}) across repeats"
+    if m < n:
+        sentence += f": a {100 * (n - m) / n:.0f}-point difference is within grader noise"
+    else:
+        sentence += ": score differences are not grader flips at this n"
+    return {"m": m, "n": n, "agreement_rate": m / n, "ci95": list(ci) if ci else None, "sentence": sentence,
+            "records": [r.id for r in records]}
 
 
 def _statement(identity_id: str, measured: dict[str, AxisMeasure], licensed: list[str], unstable: list[str],
@@ -378,6 +407,8 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
         ci = f"{m.ci95[0]:.2f}-{m.ci95[1]:.2f}" if m.ci95 else "-"
         verdict = "licensed" if m.stable else "unstable: paired control required"
         lines.append(f"| {axis} | {m.agreement_rate:.2f} | {m.m}/{m.n} | {ci} | {verdict} | `{m.record}` |")
+    if report.grader is not None:
+        lines += ["", f"Grader: {report.grader['sentence']} (`execsys probe grader`)."]
     lines += ["", "### Claims that need a contemporaneous paired control", ""]
     if report.needs_paired_control:
         for axis in report.needs_paired_control:
@@ -436,12 +467,13 @@ class AuditFinding:
     unmeasured_now: list[str]
     verdict: str  # "needs re-evaluation or a paired control" | "ok"
     statement: str
+    runs: list[str] = field(default_factory=list)  # the execsys runs compared, when results came from runs
 
     def to_json(self) -> dict[str, Any]:
         return {
             "comparison": self.comparison, "recorded_at": self.recorded_at, "label": self.label,
             "crossed": self.crossed, "unstable_now": self.unstable_now, "unmeasured_now": self.unmeasured_now,
-            "verdict": self.verdict, "statement": self.statement,
+            "verdict": self.verdict, "statement": self.statement, "runs": self.runs,
         }
 
 
@@ -502,6 +534,11 @@ def audit(ledger: Ledger, identity_id: str | None = None) -> AuditReport:
             verdict = "ok"
             statement = (f"Comparison {record.id}: " + ("a contemporaneous paired control; unaffected."
                          if paired else "crossed no axis now known to be unstable."))
+        # comparisons between evaluation runs (execsys run / attach) are audited like any other
+        runs = [str(side.get("run")) for side in (body.get("a") or {}, body.get("b") or {})
+                if isinstance(side, dict) and side.get("run")]
+        if runs:
+            statement += f" (between runs {' and '.join(runs)})"
         findings.append(AuditFinding(record.id, record.created_at, str(body.get("label", "")), crossed,
-                                     unstable_now, unmeasured_now, verdict, statement))
+                                     unstable_now, unmeasured_now, verdict, statement, runs))
     return AuditReport(findings, checked)

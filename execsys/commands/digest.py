@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.digest import artifact_size, digest_path, with_progress_bar
+    from execsys.console import with_progress_bar
+    from execsys.digest import artifact_size, digest_path
 
     if not args.host and not args.expect and not args.lock:
         # a local digest only: all hashing, no ssh, no verdict (and start-up stays light)
@@ -95,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
 def _print_human(result) -> None:
     # plain text, no rich: the digest line is data (b3sum's own shape) and start-up stays light
     if result.kind == "file":
-        sys.stdout.write(f"{result.digest}  {result.path}\n")
+        from execsys.digest import b3sum_line
+
+        sys.stdout.write(b3sum_line(result.digest, result.path) + "\n")  # b3sum's own line, escapes and all
     else:
         sys.stdout.write(f"{result.digest}  {result.path}/  ({result.files} files, {_size(result.size_bytes)}; "
                          "--manifest lists them)\n")

@@ -125,7 +125,7 @@ def options_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console
-    from execsys.doctor.render import render
+    from execsys.commands.doctor_render import render
     from execsys.doctor.runner import run_doctor
     from execsys.ledger import Ledger
 

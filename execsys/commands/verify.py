@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from execsys import console, declaration, sources
-    from execsys.digest import artifact_size, with_progress_bar
+    from execsys.console import with_progress_bar
+    from execsys.digest import artifact_size
     from execsys.identity import ArtifactHashed, VerifyOptions, load_lock, run_verify
 
     lock_path = sources.lock_path(args.lock, args.config)

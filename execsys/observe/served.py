@@ -135,7 +135,7 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     endpoint could not be asked (no models listed, not reachable)."""
     import httpx
 
-    from execsys.observe.runtime import _api_and_root
+    from execsys.observe.runtime import _api_and_root, _fetch, _Unanswered
 
     if not listed:
         return None
@@ -148,13 +148,13 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
                           trust_env=False) as client:
-            response = client.post(f"{api}/chat/completions", json=body)
-    except httpx.HTTPError:
+            answer = _fetch(client, "POST", f"{api}/chat/completions", budget=timeout, json_body=body)
+    except (httpx.HTTPError, _Unanswered):
         return None
-    result: dict[str, Any] = {"asked": name, "status": response.status_code, "answered": response.status_code == 200}
-    if response.status_code == 200:
+    result: dict[str, Any] = {"asked": name, "status": answer.status, "answered": answer.status == 200}
+    if answer.status == 200:
         with contextlib.suppress(ValueError, AttributeError, TypeError, IndexError, KeyError):
-            data = response.json()
+            data = answer.json()
             result["answered_as"] = data.get("model")
             result["text"] = str(data["choices"][0]["message"].get("content") or "")[:80]
     return result

@@ -16,7 +16,6 @@ endpoints an engine enables is its operator's choice (llama.cpp's ``/slots`` is 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ class EngineClient:
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.root = root.rstrip("/")
+        self.timeout = timeout
         self.max_bytes = max_bytes
         self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
                                     trust_env=False)
@@ -86,30 +86,31 @@ class EngineClient:
         return self._request("POST", path, into, body)
 
     def _request(self, method: str, path: str, into: NativeObservation, body: dict[str, Any] | None) -> Any:
-        """The decoded JSON, or None with ``into.absent[path]`` saying why."""
+        """The decoded JSON, or None with ``into.absent[path]`` saying why. The runtime observation's bounded
+        request (an overall deadline per answer, not only per read) does the reading."""
         import httpx
 
+        from execsys.observe.runtime import _fetch, _Unanswered
+
         try:
-            with self._client.stream(method, self.root + path, json=body) as response:
-                if response.status_code != 200:
-                    into.absent[path] = f"HTTP {response.status_code}"
-                    return None
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        into.absent[path] = f"answer larger than {self.max_bytes} bytes"
-                        return None
-                    chunks.append(chunk)
+            answer = _fetch(self._client, method, self.root + path, budget=self.timeout, json_body=body)
         except httpx.TimeoutException:
             into.absent[path] = "no answer within the timeout"
+            return None
+        except _Unanswered as exc:
+            into.absent[path] = str(exc)
             return None
         except httpx.HTTPError as exc:
             into.absent[path] = redact_text(f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
             return None
+        if answer.status != 200:
+            into.absent[path] = f"HTTP {answer.status}"
+            return None
+        if len(answer.body) > self.max_bytes:
+            into.absent[path] = f"answer larger than {self.max_bytes} bytes"
+            return None
         try:
-            data = json.loads(b"".join(chunks))
+            data = answer.json()
         except ValueError:
             into.absent[path] = "not JSON"
             return None

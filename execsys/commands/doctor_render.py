@@ -8,9 +8,8 @@ statuses. Symbols never carry meaning by colour alone (✓ ! ✗ – ?).
 
 from __future__ import annotations
 
-from execsys.doctor.model import ACCEPTABLE, STATUSES, DoctorReport, HazardResult, HostReport
-
 from execsys.console import STYLES, SYMBOLS
+from execsys.doctor.model import ACCEPTABLE, STATUSES, DoctorReport, HazardResult, HostReport
 from execsys.redact import redact_text
 
 
