@@ -15,7 +15,7 @@ from typing import Any
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # pyright: ignore[reportMissingImports]  (Python 3.10 only)
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
