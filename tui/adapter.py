@@ -496,6 +496,25 @@ def plan_designs() -> tuple[str, ...]:
     return tuple(DESIGNS)
 
 
+def plan_run_command(paths: Paths, plan_file: str, arms: list[str]) -> str:
+    """The `execsys plan run` command line for a registered plan in this session (its declaration,
+    lock and ledger named where they are not the defaults), each arm's endpoint left as URL."""
+    import shlex
+
+    from execsys.sources import config_path, lock_path
+
+    argv = ["execsys", "plan", "run", plan_file]
+    for arm in arms:
+        argv += ["--arm", f"{arm}=URL"]
+    if paths.config != config_path(None):
+        argv += ["--config", str(paths.config)]
+    if paths.lock != lock_path(None, paths.config):
+        argv += ["--lock", str(paths.lock)]
+    if paths.ledger is not None:
+        argv += ["--ledger", str(paths.ledger)]
+    return shlex.join(argv)
+
+
 def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, seed: int, out: str | None,
                   identity_id: str | None, override: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
     """`execsys plan new --arms A B --cases FILE --design D --seed S [--out FILE]`, plus the gate override.

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from execsys.tui import adapter
-from execsys.tui.screens.base import GatedStep
+from execsys.tui.screens.base import GatedStep, error_line
+from execsys.tui.widgets.fields import FieldLabel, FormInput
 from execsys.tui.widgets.gate import GateBanner
 from execsys.tui.widgets.rates import AxisRate, RateChart
 from rich.text import Text
@@ -60,24 +61,24 @@ class ScopeScreen(GatedStep):
             with Collapsible(title="Contract snippet (Markdown)", id="contract-box", collapsed=True):
                 yield Static("", id="contract")
                 with Horizontal(classes="row"):
-                    yield Input(value="contract.md", id="contract-path", compact=True)
+                    yield FormInput(value="contract.md", id="contract-path", placeholder="e.g. contract.md")
                     yield Button("Save ^s", id="save-contract", compact=True)
             with Collapsible(title="Register a paired plan (both arms in one session)", id="plan-box", collapsed=False):
                 with Horizontal(classes="row"):
-                    yield Label("arms", classes="field-name")
-                    yield Input(placeholder="A", id="arm-a", compact=True, classes="arm")
-                    yield Input(placeholder="B", id="arm-b", compact=True, classes="arm")
+                    yield FieldLabel("arms", "arm-a", classes="field-name")
+                    yield FormInput(placeholder="e.g. A (baseline)", id="arm-a", classes="arm")
+                    yield FormInput(placeholder="e.g. B (intervention)", id="arm-b", classes="arm")
                 with Horizontal(classes="row"):
-                    yield Label("cases file", classes="field-name")
-                    yield Input(placeholder="cases.jsonl", id="plan-cases", compact=True)
+                    yield FieldLabel("cases file", "plan-cases", classes="field-name")
+                    yield FormInput(placeholder="e.g. cases.jsonl", id="plan-cases")
                 with Horizontal(classes="row"):
-                    yield Label("design, seed", classes="field-name")
+                    yield FieldLabel("design, seed", "design", classes="field-name")
                     yield Select([("abba", "abba"), ("ab", "ab")], value="abba", allow_blank=False,
                                  id="design", compact=True)
-                    yield Input(value="0", id="seed", compact=True, type="integer")
+                    yield FormInput(value="0", id="seed", type="integer", placeholder="e.g. 7")
                 with Horizontal(classes="row"):
-                    yield Label("save plan to", classes="field-name")
-                    yield Input(value="plan.json", id="plan-out", compact=True)
+                    yield FieldLabel("save plan to", "plan-out", classes="field-name")
+                    yield FormInput(value="plan.json", id="plan-out", placeholder="e.g. plan.json")
                     yield Button("Register ^g", id="register", compact=True, variant="primary")
                 yield Static("", id="plan-result")
 
@@ -113,6 +114,7 @@ class ScopeScreen(GatedStep):
             chart.rates = tuple(AxisRate(axis) for axis in adapter.scope_axes())
             self._contract = ""
             self.query_one("#contract", Static).update(Text("(pin an identity first)", style="dim"))
+            self.refresh_bindings()
             return
         report = message.report
         self.query_one("#statement", Static).update(report.statement)
@@ -126,6 +128,7 @@ class ScopeScreen(GatedStep):
         chart.rates = tuple(rates)
         self._contract = message.contract
         self.query_one("#contract", Static).update(Text(message.contract))
+        self.refresh_bindings()
 
     # -- contract ---------------------------------------------------------------------
     @on(Button.Pressed, "#save-contract")
@@ -175,10 +178,22 @@ class ScopeScreen(GatedStep):
         text.append(f"✓ registered {message.record_id}", style="bold")
         text.append(f"\n  digest {str(plan.get('digest', ''))[:16]} · {len(order)} cases · {balance}")
         if message.out:
-            text.append(f"\n  written to {message.out}; run it with: execsys plan run {message.out} "
-                        f"--arm {plan['arms'][0]}=URL --arm {plan['arms'][1]}=URL")
+            text.append(f"\n  written to {message.out}. Run it (URL: each arm's endpoint, e.g. "
+                        "http://127.0.0.1:8001/v1):\n")
+            text.append(f"  {adapter.plan_run_command(self.app.paths, message.out, list(plan['arms']))}",
+                        style="bold")
+        else:
+            text.append("\n  not written to a file: `execsys plan run` reads the plan from one (give 'save plan to')")
         self.query_one("#plan-result", Static).update(text)
 
     def worker_failed(self, worker: Worker) -> None:
         if worker.group == "plan":
-            self.query_one("#plan-result", Static).update(Text("✗ not registered (see the notification)"))
+            self.query_one("#plan-result", Static).update(Text(f"✗ not registered: {error_line(worker.error)}"))
+        elif worker.group == "scope":
+            self.query_one("#statement", Static).update(Text(f"? the scope could not be read: "
+                                                             f"{error_line(worker.error)}; ctrl+r tries again"))
+
+    def offers(self, action: str) -> bool:
+        if action == "save_contract":  # a contract to save once there is one
+            return bool(self._contract)
+        return super().offers(action)
