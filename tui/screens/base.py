@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from execsys.tui.widgets.header import StateHeader
 from textual.app import ComposeResult
-from textual.screen import ActiveBinding, Screen
+from textual.binding import ActiveBinding
+from textual.screen import Screen
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
 from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ class StepFooter(Footer):
 
     def compose(self) -> ComposeResult:
         widgets = list(super().compose())
-        quits = [w for w in widgets if isinstance(w, FooterKey) and w.action in ("quit", "app.quit")]
+        quits = [w for w in widgets if getattr(w, "action", None) in ("quit", "app.quit")]  # FooterKeys
         yield from quits
         yield from (w for w in widgets if w not in quits)
 
