@@ -46,6 +46,7 @@ MIN_PYTHON = (3, 9)
 BUNDLED = {
     "execsys.redact": False,
     "execsys.operation": False,
+    "execsys.errors": False, "execsys.fsutil": False,  # bounded reads of env files (fsutil.read_bounded)
     "execsys.doctor": True,
     "execsys.doctor.model": False,
     "execsys.doctor.files": False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -34,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "ledger": "ledger",
     "fleet": "fleet",
     "tui": "tui",
+    "run": "run",
+    "attach": "attach",
 }
 
 
@@ -41,7 +44,10 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: 'execsys pin: error: ... (see execsys pin --help)'."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        from execsys.redact import redact_text
+
+        # argparse echoes the offending value: `--timeout sk-...` must not print the key
+        sys.stderr.write(f"{self.prog}: error: {redact_text(message)} (see '{self.prog} --help')\n")
         raise SystemExit(ExitCode.USAGE)
 
 
@@ -175,8 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     if getattr(args, "ledger", None):
         os.environ["EXECSYS_LEDGER"] = args.ledger
+    from execsys.console import install_encoding_fallback
+
+    install_encoding_fallback(json_output=bool(getattr(args, "json", False)))
     try:
-        return int(args._module.run(args))
+        code = int(args._module.run(args))
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's exit
+        return code
     except ExecsysError as exc:
         if args.debug:
             raise
@@ -192,16 +203,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         return ExitCode.OK
+    except RecursionError:
+        if args.debug:
+            raise
+        # an input nested deeper than any real declaration, lock or record (a 100,000-deep JSON array)
+        sys.stderr.write(f"execsys {args.command}: error: input nested too deeply to process\n")
+        return ExitCode.USAGE
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS or args.debug:
+            if args.debug:
+                raise
+            return _internal_error(args.command, exc)
+        _silence_stdout()
+        where = f" ({exc.filename})" if exc.filename else ""
+        sys.stderr.write(f"execsys {args.command}: error: cannot write{where}: {os.strerror(exc.errno).lower()}\n")
+        return ExitCode.USAGE
     except Exception as exc:  # the last line of defence: no traceback without --debug
         if args.debug:
             raise
-        from execsys.redact import redact_text
+        return _internal_error(args.command, exc)
 
-        sys.stderr.write(
-            f"execsys {args.command}: internal error: {type(exc).__name__}: {_one_line(redact_text(str(exc)))} "
-            "(run again with --debug for the traceback, and please report it)\n"
-        )
-        return ExitCode.INTERNAL
+
+# A full disk (or quota) under stdout or a file being written: the user's environment, not a bug.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _silence_stdout() -> None:
+    """Drop what is still buffered for stdout, so the interpreter's exit does not fail on it again."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+
+
+def _internal_error(command: str, exc: BaseException) -> int:
+    from execsys.redact import redact_text
+
+    sys.stderr.write(
+        f"execsys {command}: internal error: {type(exc).__name__}: {_one_line(redact_text(str(exc)))} "
+        "(run again with --debug for the traceback, and please report it)\n"
+    )
+    return ExitCode.INTERNAL
 
 
 def _one_line(text: str) -> str:

@@ -22,10 +22,18 @@ Result file format (``execsys.result/1``; JSON)::
 
 A result may also be a ledger record: ``plan-run-...:ARM`` (one arm of a paired run) or
 ``probe-...:PASS`` (one pass of a probe, outcomes compared for agreement only).
+
+Results that harnesses write are read as they are (adapters in :mod:`execsys.harnesses`): an
+lm-eval ``results_*.json`` (per-case outcomes from the ``samples_<task>_*.jsonl`` beside it), an
+Inspect ``.eval``/``.json`` log (read with Inspect's own reader), or a run id ``run-...`` (its one
+result, or ``run-...:PATH``). Their identity comes from the ``<result>.execsys.json`` sidecar that
+``execsys run``/``attach`` wrote, else from the harness's embedded metadata; a result with neither
+is compared descriptively, with the reason "no identity recorded for A".
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +41,7 @@ from typing import Any
 
 from execsys import COMPONENTS
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
 from execsys.ledger import Ledger
 from execsys.scope import IdentityRef, ScopeReport, compute_scope, resolve_identity
 
@@ -50,6 +59,8 @@ class Result:
     concurrency: int | None = None
     paired_run: str | None = None  # the plan-run record this arm belongs to
     paired_failures: list[str] = field(default_factory=list)  # checks that failed in that run
+    run: str | None = None  # the execsys run (or attach) record that produced or described it
+    caveats: list[str] = field(default_factory=list)  # "{side}" reasons that make it descriptive
 
     def binary(self) -> dict[str, bool] | None:
         """Outcomes as right/wrong, or None when they are answers rather than scores."""
@@ -70,7 +81,7 @@ class Result:
         return {
             "ref": self.ref, "identity": self.identity.id, "session": self.session, "host": self.host,
             "concurrency": self.concurrency, "n": len(self.outcomes),
-            "rate": (sum(binary.values()) / len(binary)) if binary else None,
+            "rate": (sum(binary.values()) / len(binary)) if binary else None, "run": self.run,
         }
 
 
@@ -78,8 +89,11 @@ def load_result(ref: str, ledger: Ledger) -> Result:
     """A result file, or ``RECORD:ARM`` / ``RECORD:PASS`` naming a plan-run or probe record."""
     path = Path(ref)
     if path.is_file():
-        return _load_file(path, ledger)
+        harness_result = _load_harness_file(path, ledger)
+        return harness_result if harness_result is not None else _load_file(path, ledger)
     record_ref, _, part = ref.partition(":")
+    if record_ref.startswith(("run-", "attach-")):
+        return _load_run(ref, record_ref, part, ledger)
     try:
         record = ledger.get(record_ref)
     except InputError:
@@ -102,16 +116,105 @@ def load_result(ref: str, ledger: Ledger) -> Result:
         except ValueError:
             raise InputError(f"{ref}: name a pass of the probe as {record.id}:0, :1, ...") from None
         # the cases live in the body or, for a large probe, in probe-result rows beside it
-        from execsys.probes.record import load_cases
+        from execsys.probes.record import load_case_results
 
         outcomes = {}
-        for case in load_cases(ledger, record):
+        for case in load_case_results(ledger, record):
             passes = case.passes
             if index < len(passes) and passes[index] and not passes[index].get("error"):
                 outcomes[case.id] = passes[index].get("outcome") or passes[index].get("digest")
         ident = record.identity or f"unpinned:{record.id}"
         return Result(ref, _identity(ident, ledger), outcomes, session=f"{record.id}:pass{index}")
     raise InputError(f"{ref}: ledger record {record.id} is a {record.kind} record, not a result")
+
+
+def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = None) -> Result | None:
+    """A harness's own result file (None when no harness adapter claims it)."""
+    from execsys.harnesses import registry
+    from execsys.harnesses.base import sidecar_name
+
+    adapter = registry.for_file(path)
+    if adapter.name == "other":
+        return None
+    loaded = adapter.read(path)
+    if not loaded.outcomes:
+        raise InputError(f"{path}: no per-case outcomes to compare" + (f" ({'; '.join(loaded.notes)})"
+                                                                       if loaded.notes else ""))
+    sidecar_file = path.with_name(sidecar_name(path.name))
+    if run is None and sidecar_file.is_file():
+        with_sidecar = _json_object(sidecar_file)
+        run = with_sidecar if with_sidecar is not None else None
+    caveats: list[str] = []
+    ident: str | None = None
+    lock: str | None = None
+    if run is not None:
+        ident = (run.get("identity") or {}).get("id")
+        lock = (run.get("identity") or {}).get("lock")
+        if run.get("attached_after"):
+            caveats.append("identity recorded after the run for {side} (attached): descriptive only")
+        elif run.get("drifted"):
+            caveats.append(f"run {run.get('id')} for {{side}} drifted: its result is not attributable to one system")
+    if not ident and loaded.embedded:
+        ident = loaded.embedded.get("identity")
+    run_id = (run or {}).get("id") or (loaded.embedded or {}).get("run")
+    if not ident:
+        caveats.append("no identity recorded for {side}")
+        identity = IdentityRef(f"unrecorded:{path}", {}, str(path))
+    else:
+        identity = _known_identity(str(ident), lock, ledger)
+    return Result(str(path), identity, loaded.outcomes, session=str(run_id) if run_id else None,
+                  run=str(run_id) if run_id else None, caveats=caveats)
+
+
+def _known_identity(ident: str, lock: str | None, ledger: Ledger) -> IdentityRef:
+    """The identity by id: its lock when that still holds it, else the ledger, else the bare id."""
+    if lock and Path(lock).is_file():
+        with contextlib.suppress(InputError):
+            found = resolve_identity(lock, ledger)
+            if found.id == ident:
+                return found
+    try:
+        return resolve_identity(ident, ledger)
+    except InputError:
+        return IdentityRef(ident, {}, ident)
+
+
+def _load_run(ref: str, record_ref: str, part: str, ledger: Ledger) -> Result:
+    """``run-...`` (its one result) or ``run-...:PATH``, through the sidecar the run wrote."""
+    from execsys.harnesses import registry
+
+    try:
+        record = ledger.get(record_ref)
+    except InputError:
+        raise InputError(f"{ref}: no such run in the ledger") from None
+    if record.kind not in ("run", "attach"):
+        raise InputError(f"{ref}: ledger record {record.id} is a {record.kind} record, not a run")
+    results = [r for r in record.body.get("results") or [] if isinstance(r, dict)]
+    if part:
+        chosen = [r for r in results if r.get("path") == part or str(r.get("path", "")).endswith("/" + part)
+                  or Path(str(r.get("path"))).name == part]
+    else:
+        chosen = [r for r in results if registry.by_name(str(r.get("harness"))).is_primary(Path(str(r.get("path"))))]
+    if len(chosen) != 1:
+        listed = ", ".join(str(r.get("path")) for r in results) or "none"
+        raise InputError(f"{ref}: name one result of the run as {record.id}:PATH (its results: {listed})")
+    path = Path(str(chosen[0]["path"]))
+    if not path.is_file():
+        raise InputError(f"{ref}: the run's result {path} is no longer there")
+    loaded = _load_harness_file(path, ledger, run=record.body)
+    if loaded is None:
+        loaded = _load_file(path, ledger)
+        loaded.run = loaded.session = record.id
+    loaded.ref = ref
+    return loaded
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _identity(ident: str, ledger: Ledger) -> IdentityRef:
@@ -122,7 +225,7 @@ def _identity(ident: str, ledger: Ledger) -> IdentityRef:
 
 def _load_file(path: Path, ledger: Ledger) -> Result:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, RECORD_FILE_LIMIT, "result file").decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not a readable JSON result file ({exc})") from None
     if not isinstance(data, dict):
@@ -210,6 +313,8 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
         reasons.append("the components that moved cannot be named: "
                        + ", ".join(f"{r.ref} has no pinned identity record" for r in (a, b)
                                    if r.identity.identity is None))
+    for side, result in (("A", a), ("B", b)):
+        reasons.extend(caveat.format(side=side) for caveat in result.caveats)
     paired_control = bool(a.paired_run) and a.paired_run == b.paired_run
     if paired_control:
         # Both arms of one pre-registered paired run: the intervention is what the arms differ in,

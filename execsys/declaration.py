@@ -4,10 +4,18 @@ One table per execution-system component plus a few tables for the tools
 themselves (``doctor``, ``probe``, ``placement``). Loading checks the types of
 known keys (a wrong type is an error naming the key) and warns about unknown
 keys with their line, so a typo cannot silently drop a declared fact.
+
+Values end up in canonical JSON (the identity id), so what JSON cannot say
+exactly is refused with the key named: ``nan``/``inf`` and TOML dates and times
+(quote them as strings). Nesting deeper than :data:`MAX_DEPTH` is refused too,
+and a file is read through :func:`execsys.fsutil.read_bounded` (a regular file of
+at most a few MiB). A UTF-8 byte-order mark at the start is accepted.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -23,6 +31,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 DEFAULT_NAME = "execsys.toml"
+# No real declaration nests deeper than a few levels; this keeps every later walk of it (canonical
+# JSON, redaction) far from Python's recursion limit.
+MAX_DEPTH = 32
 
 STR, INT, FLOAT, BOOL, LIST, TABLE = str, int, (int, float), bool, list, dict
 
@@ -93,19 +104,29 @@ def load(path: str | Path | None = None, *, required: bool = False) -> Declarati
         if required or path:
             raise InputError(f"{target}: no such declaration (create one with 'execsys init')")
         return empty()
+    from execsys.fsutil import DECLARATION_LIMIT, read_bounded
+
     try:
-        text = target.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{target}: cannot read ({getattr(exc, 'strerror', None) or exc})") from exc
+        data = read_bounded(target, DECLARATION_LIMIT, "declaration")
+    except FileNotFoundError as exc:
+        raise InputError(f"{target}: no such declaration (create one with 'execsys init')") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{target}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
     return parse(text, target)
 
 
 def parse(text: str, path: Path | None = None) -> Declaration:
     where = str(path or DEFAULT_NAME)
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as some Windows editors write it
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where}: malformed TOML: {exc}") from exc
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply to be a declaration (more than {MAX_DEPTH} levels)") from None
+    _check_values(data, where, text)
     decl = Declaration(path=path, tables={name: {} for name in SCHEMA})
     for table, value in data.items():
         if table not in SCHEMA:
@@ -128,6 +149,34 @@ def parse(text: str, path: Path | None = None) -> Declaration:
             clean[key] = item
         decl.tables[table] = clean
     return decl
+
+
+def _check_values(data: dict[str, Any], where: str, text: str) -> None:
+    """Refuse what canonical JSON cannot hold exactly: nan/inf, dates and times, and nesting deeper
+    than MAX_DEPTH. Walked with an explicit stack (a deep value must not recurse here either)."""
+    stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in data.items()]
+    while stack:
+        name, value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"{where}: '{_head(name)}' is nested more than {MAX_DEPTH} levels deep")
+        if isinstance(value, dict):
+            stack.extend((f"{name}.{key}", item, depth + 1) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{name}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{where}:{_line_for(text, name)}: '{name}' must be a finite number, not {value}")
+        elif isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+            raise InputError(f"{where}:{_line_for(text, name)}: '{name}' is a TOML date/time; write it as a "
+                             f"string (\"{value}\")")
+
+
+def _head(name: str) -> str:
+    return name if len(name) <= 80 else name[:80] + "..."
+
+
+def _line_for(text: str, dotted: str) -> int:
+    parts = re.split(r"[.\[]", dotted, maxsplit=2)
+    return _line_of(text, parts[0], parts[1]) if len(parts) > 1 else _line_of(text, None, parts[0])
 
 
 def _type_ok(value: Any, expected: Any) -> bool:

@@ -6,10 +6,22 @@ directory's digest is the BLAKE3 of its manifest -- one ``b3sum``-format line pe
 regular file, sorted bytewise by relative path -- so ``b3sum --check`` run inside
 the directory verifies the same manifest independently of execsys.
 
+Names in a manifest are byte-exact, so two trees whose names differ in any byte
+never share a digest. A line is written as b3sum writes it; where b3sum would show
+a name lossily (bytes that are not UTF-8 become U+FFFD, so two different names
+could print the same), the line is escaped instead: it starts with ``\\`` (as b3sum
+marks escaped lines), a backslash is ``\\\\``, a newline ``\\n`` and each byte that is
+not UTF-8 ``\\xHH``. b3sum itself refuses to ``--check`` such names either way.
+A single file's digest line (``execsys digest FILE``) is exactly b3sum's.
+
 Files are hashed multi-threaded from memory mappings, one fixed-size window at a
-time, so peak memory stays flat however large the weights are. Symlinks are
-followed (Hugging Face caches are symlinks into a blob store); a symlink loop is an
-error, never an endless walk.
+time, so peak memory stays flat however large the weights are. The file's size is
+checked again before each window and at the end: a file truncated, grown or
+rewritten while it is hashed is an error ("changed while it was being hashed"),
+never a window mapped past the end (that is SIGBUS) or a digest of a mix of two
+versions. Symlinks are followed (Hugging Face caches are symlinks into a blob
+store); a symlink loop is an error, never an endless walk, and trees are walked
+iteratively, so depth is bounded only by the file system.
 
 The module imports only the standard library at load time (``blake3`` is imported
 where it is used), because :func:`remote_digest` sends its tree-walking code to
@@ -20,20 +32,13 @@ from __future__ import annotations
 
 import errno
 import json
-import mmap
 import os
 import shutil
 import stat
 from collections.abc import Callable
 from typing import Any
 
-try:  # absent only when this file runs alone on a remote host
-    from execsys.errors import InputError
-except ImportError:  # pragma: no cover - remote side
-
-    class InputError(Exception):  # type: ignore[no-redef]
-        pass
-
+from execsys.errors import InputError  # on a remote host, remote_program() provides a stand-in
 
 ProgressFn = Callable[[int, int], None]
 """``progress(done_bytes, total_bytes)``, called while hashing."""
@@ -41,8 +46,9 @@ ProgressFn = Callable[[int, int], None]
 # 64 MiB per mapping window: large enough for BLAKE3's parallel tree hashing to keep
 # every core busy, small enough that unmapping each window keeps RSS flat.
 WINDOW = 64 << 20
-# Below this, a plain read is cheaper than setting up a mapping.
-SMALL_FILE = 1 << 20
+# Files smaller than one window are read in chunks of this size; larger ones are mapped (in a child
+# process, see _MAPPED_HASHER).
+READ_CHUNK = 8 << 20
 
 
 # Plain classes rather than dataclasses: `execsys digest` start-up is part of its throughput on
@@ -96,15 +102,44 @@ class DigestResult:
 
 
 def manifest_line(digest: str, relpath: bytes) -> str:
-    """One line exactly as ``b3sum`` prints it (without the newline).
+    """One manifest line (without the newline): exactly what ``b3sum`` prints for a UTF-8 name.
 
-    b3sum shows names lossily decoded (invalid UTF-8 becomes U+FFFD) and, when a
-    name holds a backslash or newline, escapes them and starts the line with ``\\``.
+    A name holding a backslash or newline is escaped as b3sum escapes it (the line starts with
+    ``\\``); a name that is not UTF-8 is escaped too, each undecodable byte as ``\\xHH``, so the
+    line keeps every byte of the name (b3sum would print U+FFFD and lose them).
     """
-    name = relpath.decode("utf-8", "replace")
+    try:
+        name = relpath.decode("utf-8")
+    except UnicodeDecodeError:
+        return "\\" + digest + "  " + _escape_bytes(relpath)
     if "\\" in name or "\n" in name:
         return "\\" + digest + "  " + name.replace("\\", "\\\\").replace("\n", "\\n")
     return digest + "  " + name
+
+
+def _escape_bytes(raw: bytes) -> str:
+    """Backslash, newline and every byte that is not part of valid UTF-8, escaped; the rest as text."""
+    text = raw.decode("utf-8", "surrogateescape")
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif char == "\n":
+            out.append("\\n")
+        elif "\udc80" <= char <= "\udcff":
+            out.append(f"\\x{ord(char) - 0xDC00:02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def b3sum_line(digest: str, name: str | bytes | os.PathLike) -> str:
+    """The line ``b3sum NAME`` prints for one file: the name lossily decoded, escaped for backslash
+    and newline (the line then starts with ``\\``)."""
+    text = os.fsencode(name).decode("utf-8", "replace")
+    if "\\" in text or "\n" in text:
+        return "\\" + digest + "  " + text.replace("\\", "\\\\").replace("\n", "\\n")
+    return digest + "  " + text
 
 
 # -- hashing one file ------------------------------------------------------------------
@@ -118,40 +153,121 @@ def _hasher():
 
 def hash_file(path: str | bytes | os.PathLike, *, progress: ProgressFn | None = None,
               done_before: int = 0, total: int | None = None) -> str:
-    """BLAKE3 hex of one file's bytes, hashed window by window from a memory mapping."""
+    """BLAKE3 hex of one file's bytes: read in chunks below one window, else hashed window by window
+    from a memory mapping in a child process (a truncation under a mapping is SIGBUS there, not here).
+
+    Raises InputError "PATH changed while it was being hashed" when the file's size or
+    modification time moves while it is hashed (the size is re-checked before each window, so a
+    truncated file is never mapped past its end)."""
     display = shown(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _input_error(display, exc) from exc
     try:
-        size = os.fstat(fd).st_size
+        before = os.fstat(fd)
+        size = before.st_size
         hasher = _hasher()
         total = size if total is None else total
-        if size < SMALL_FILE:
-            data = os.read(fd, size + 1)
-            while len(data) < size:  # short reads are legal; keep going
-                chunk = os.read(fd, size - len(data) + 1)
+        if size < WINDOW:
+            # read(), not a mapping: a file that shrinks under read() just ends early (no SIGBUS)
+            done = 0
+            while True:
+                chunk = os.read(fd, READ_CHUNK)
                 if not chunk:
                     break
-                data += chunk
-            hasher.update(data)
-            if progress is not None:
-                progress(done_before + size, total)
-        else:
-            offset = 0
-            while offset < size:
-                length = min(WINDOW, size - offset)
-                with mmap.mmap(fd, length, offset=offset, access=mmap.ACCESS_READ) as window:
-                    hasher.update(window)
-                offset += length
+                hasher.update(chunk)
+                done += len(chunk)
+                if done > size:
+                    raise _changed(display)
                 if progress is not None:
-                    progress(done_before + offset, total)
+                    progress(done_before + done, total)
+            if done != size:
+                raise _changed(display)
+        else:
+            digest = _hash_mapped_in_child(fd, size, display, progress, done_before, total)
+            after = os.fstat(fd)
+            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                raise _changed(display)
+            return digest
+        after = os.fstat(fd)
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            raise _changed(display)
         return hasher.hexdigest()
     except OSError as exc:
         raise _input_error(display, exc) from exc
     finally:
         os.close(fd)
+
+
+# Hashes one file from memory-mapped windows and prints the offset after each window, then the
+# digest. It runs in a child process because a mapped page past the end of a file that another
+# process truncated is SIGBUS on first touch -- fatal to whichever process touches it, and no Python
+# code can catch it. The child may die of it; the parent reports the file as changed.
+_MAPPED_HASHER = r"""
+import mmap, os, sys
+import blake3
+fd, size, window = (int(arg) for arg in sys.argv[1:4])
+hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+offset = 0
+while offset < size:
+    length = min(window, size - offset)
+    if os.fstat(fd).st_size < offset + length:
+        sys.exit(3)
+    try:
+        mapped = mmap.mmap(fd, length, offset=offset, access=mmap.ACCESS_READ)
+    except ValueError:
+        sys.exit(3)
+    with mapped:
+        hasher.update(mapped)
+    offset += length
+    sys.stdout.write(f"{offset}\n")
+    sys.stdout.flush()
+sys.stdout.write(hasher.hexdigest() + "\n")
+"""
+
+
+def _hash_mapped_in_child(fd: int, size: int, display: str, progress: ProgressFn | None, done_before: int,
+                          total: int) -> str:
+    import subprocess
+    import sys
+    import time
+
+    # generous: even a slow network file system moves 20 MB/s
+    deadline = time.monotonic() + 120 + size / 20e6
+    proc = subprocess.Popen([sys.executable, "-c", _MAPPED_HASHER, str(fd), str(size), str(WINDOW)],
+                            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    last = ""
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            last = line.strip()
+            if progress is not None and last.isdigit():
+                progress(done_before + int(last), total)
+            if time.monotonic() > deadline:
+                raise InputError(f"{display}: hashing took longer than {deadline:.0f}s; is the file system stalled?")
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{display}: hashing did not finish in time; is the file system stalled?") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode == 0 and len(last) == 64:
+        return last
+    import signal
+
+    if proc.returncode in (3, -signal.SIGBUS):
+        raise _changed(display)
+    error = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+    raise InputError(f"{display}: could not be hashed ({error[-1] if error else f'exit {proc.returncode}'})")
+
+
+def _changed(display: str) -> InputError:
+    return InputError(f"{display} changed while it was being hashed (is something still writing it?); "
+                      "hash it again once it is complete")
 
 
 def shown(path: str | bytes | os.PathLike) -> str:
@@ -176,39 +292,40 @@ def walk_tree(root: bytes) -> list[tuple[bytes, bytes, int]]:
 
     Symlinks are followed; a directory reached again from inside itself is a loop and an
     error. Things that are neither files nor directories (FIFOs, sockets, devices) are not
-    artifact bytes and are left out -- opening a FIFO would block forever.
+    artifact bytes and are left out -- opening a FIFO would block forever. The walk keeps its
+    own stack (no recursion), so a tree 1,500 directories deep is walked like any other.
     """
     found: list[tuple[bytes, bytes, int]] = []
     root_st = os.stat(root)
-    _walk(root, b"", {(root_st.st_dev, root_st.st_ino)}, found)
+    # each entry: (directory, its relpath prefix, the (dev, ino) of it and its ancestors)
+    stack: list[tuple[bytes, bytes, frozenset[tuple[int, int]]]] = [
+        (root, b"", frozenset({(root_st.st_dev, root_st.st_ino)}))]
+    while stack:
+        directory, prefix, ancestors = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = list(it)
+        except OSError as exc:
+            raise _input_error(shown(directory), exc) from exc
+        for entry in entries:
+            full = entry.path
+            rel = prefix + entry.name
+            try:
+                st = os.stat(full)  # follows symlinks
+            except OSError as exc:
+                if exc.errno == errno.ENOENT and os.path.islink(full):
+                    raise InputError(f"{shown(full)}: dangling symlink (points at "
+                                     f"{shown(os.readlink(full))}, which does not exist)") from exc
+                raise _input_error(shown(full), exc) from exc
+            if stat.S_ISDIR(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if key in ancestors:
+                    raise InputError(f"{shown(full)}: symlink loop (leads back to a directory that contains it)")
+                stack.append((full, rel + b"/", ancestors | {key}))
+            elif stat.S_ISREG(st.st_mode):
+                found.append((rel, full, st.st_size))
     found.sort(key=lambda item: item[0])
     return found
-
-
-def _walk(directory: bytes, prefix: bytes, ancestors: set[tuple[int, int]],
-          found: list[tuple[bytes, bytes, int]]) -> None:
-    try:
-        with os.scandir(directory) as it:
-            entries = list(it)
-    except OSError as exc:
-        raise _input_error(shown(directory), exc) from exc
-    for entry in entries:
-        full = entry.path
-        rel = prefix + entry.name
-        try:
-            st = os.stat(full)  # follows symlinks
-        except OSError as exc:
-            if exc.errno == errno.ENOENT and os.path.islink(full):
-                raise InputError(f"{shown(full)}: dangling symlink (points at "
-                                 f"{shown(os.readlink(full))}, which does not exist)") from exc
-            raise _input_error(shown(full), exc) from exc
-        if stat.S_ISDIR(st.st_mode):
-            key = (st.st_dev, st.st_ino)
-            if key in ancestors:
-                raise InputError(f"{shown(full)}: symlink loop (leads back to a directory that contains it)")
-            _walk(full, rel + b"/", ancestors | {key}, found)
-        elif stat.S_ISREG(st.st_mode):
-            found.append((rel, full, st.st_size))
 
 
 # -- the public entry points -----------------------------------------------------------------
@@ -218,6 +335,8 @@ def digest_path(path: str | os.PathLike, *, progress: ProgressFn | None = None) 
     """Digest a file or a directory tree. Raises InputError (one line) for anything unusable."""
     display = shown(path)
     raw = os.fsencode(path)
+    if not raw:
+        raise InputError("the path is empty: give a file or directory to digest")
     try:
         st = os.stat(raw)
     except OSError as exc:
@@ -424,7 +543,19 @@ def remote_program() -> str:
     # exec(compile(...)) keeps this module's `from __future__` import first in its own unit,
     # after the PAYLOAD prelude that run_python puts in front.
     module_source = inspect.getsource(sys.modules[__name__])
-    return f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
+    return _REMOTE_ERRORS + f"exec(compile({module_source!r}, 'execsys/digest.py', 'exec'))\n" + _REMOTE_DRIVER
+
+
+# The host may have no execsys: this module's one import of its own package gets a stand-in there.
+_REMOTE_ERRORS = """
+import sys as _sys, types as _types
+class InputError(Exception):
+    pass
+_errors = _types.ModuleType("execsys.errors")
+_errors.InputError = InputError
+_sys.modules.setdefault("execsys", _types.ModuleType("execsys"))
+_sys.modules["execsys.errors"] = _errors
+"""
 
 
 def _remote_b3sum_only(destination, dest: str, path: str, timeout: float) -> RemoteDigest:

@@ -484,9 +484,11 @@ def record_identity(identity: Identity, ledger: Ledger) -> str:
 
 
 def load_lock(path: str | os.PathLike[str]) -> Identity:
+    from execsys.fsutil import LOCK_LIMIT, read_bounded
+
     where = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bounded(path, LOCK_LIMIT, "lock").decode("utf-8")
     except FileNotFoundError as exc:
         raise InputError(f"{where}: no such lock file (create one with 'execsys pin')") from exc
     except (OSError, UnicodeDecodeError) as exc:
@@ -495,6 +497,8 @@ def load_lock(path: str | os.PathLike[str]) -> Identity:
         data = json.loads(text)
     except ValueError as exc:
         raise InputError(f"{where}: not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply to be a lock") from None
     return Identity.from_json(data, where=where)
 
 

@@ -4,7 +4,14 @@ One file (WAL mode) in the user data directory, or ``--ledger PATH`` /
 ``EXECSYS_LEDGER``. Rows are never updated or deleted (triggers refuse it), so a
 record once written stays what it was. Each append is one short transaction;
 concurrent writers wait on SQLite's lock (busy timeout) and a killed writer
-leaves at most an uncommitted transaction that SQLite rolls back.
+leaves at most an uncommitted transaction that SQLite rolls back. Creating the
+file is safe under concurrency too: switching a new database to WAL and creating
+the schema can report "database is locked" at once (SQLite does not wait on the
+busy timeout there), so opening retries that step until the busy timeout is spent.
+
+A file that is not a usable ledger -- not SQLite, a corrupt page, a ``meta.schema``
+that is not a number, a row whose body is not JSON -- is an InputError naming the
+file, wherever it is noticed (open, read or write), never a crash.
 
 Rows may name a ``parent`` and a ``key`` unique under it: a probe's per-case
 results are appended that way, so a resumed probe can re-append without
@@ -15,19 +22,22 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from execsys.errors import InputError
 from execsys.redact import scrub
 
 ENV_VAR = "EXECSYS_LEDGER"
 _SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,6 +97,67 @@ class Record:
         }
 
 
+def _prepare(conn: sqlite3.Connection) -> None:
+    """WAL mode and the schema, in one immediate transaction (idempotent: every open runs it)."""
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _DDL.split(";\n"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('schema', ?)", (str(_SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _retry_while_locked(step: Callable[[], None]) -> None:
+    """Run ``step`` again while SQLite says the database is locked or busy, up to the busy timeout: two
+    processes creating the same new ledger make one of them fail at once otherwise."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as exc:
+            message = str(exc).lower()
+            if ("locked" not in message and "busy" not in message) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause * (1 + random.random()))
+        pause = min(pause * 2, 0.2)
+
+
+def _unusable(path: Path, exc: Exception) -> InputError:
+    message = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message):
+        return InputError(f"ledger {path}: still locked by another process after {BUSY_TIMEOUT_S:.0f}s ({exc}); "
+                          "try again when it is done")
+    return InputError(f"ledger {path}: not a usable execsys ledger ({exc}); move it aside or set --ledger "
+                      "to another file")
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _guarded(method: _Method) -> _Method:
+    """A SQLite error while reading or writing a ledger is the file's problem: an InputError naming it."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            raise _unusable(self.path, exc) from exc
+
+    return cast(_Method, wrapper)
+
+
 class Ledger:
     """Append-only store. Open with :meth:`open`; safe to use from several processes at once."""
 
@@ -99,30 +170,27 @@ class Ledger:
         target = Path(path).expanduser() if path else default_path()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(target, timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
+            conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
-                for statement in _DDL.split(";\n"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (name, value) VALUES ('schema', ?)", (str(_SCHEMA_VERSION),)
-                )
-                conn.execute("COMMIT")
+                _retry_while_locked(lambda: _prepare(conn))
+                row = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
             except BaseException:
-                conn.execute("ROLLBACK")
+                conn.close()
                 raise
-            row = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"ledger {target}: not a usable execsys ledger ({exc})") from exc
+            raise _unusable(target, exc) from exc
         except OSError as exc:
             blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
             reason = f"{blocker} is a file, not a directory" if blocker else (exc.strerror or str(exc))
             raise InputError(f"ledger {target}: {reason} (set --ledger or EXECSYS_LEDGER to a usable path)") from exc
-        if row and int(row[0]) > _SCHEMA_VERSION:
+        try:
+            schema = int(row[0]) if row else _SCHEMA_VERSION
+        except (TypeError, ValueError):
+            conn.close()
+            raise InputError(f"ledger {target}: not a usable execsys ledger (schema version {row[0]!r} is not "
+                             "a number)") from None
+        if schema > _SCHEMA_VERSION:
+            conn.close()
             raise InputError(f"ledger {target}: schema {row[0]} is newer than this execsys understands; upgrade execsys")
         return cls(target, conn)
 
@@ -136,6 +204,7 @@ class Ledger:
         self.close()
 
     # -- writing ---------------------------------------------------------
+    @_guarded
     def append(
         self,
         kind: str,
@@ -169,6 +238,7 @@ class Ledger:
             raise
         return rid
 
+    @_guarded
     def append_many(self, kind: str, entries: list[tuple[dict[str, Any], str | None, str | None]], *,
                     identity: str | None = None) -> list[str]:
         """Append several ``(body, parent, key)`` records of one kind in one transaction (same rules as
@@ -199,6 +269,7 @@ class Ledger:
         return ids
 
     # -- reading ---------------------------------------------------------
+    @_guarded
     def get(self, record_id: str) -> Record:
         """Exact id, or a unique prefix of one."""
         if not record_id.strip():
@@ -212,8 +283,9 @@ class Ledger:
                 raise InputError(f"ledger record '{record_id}' is ambiguous: give more characters of the id")
         if row is None:
             raise InputError(f"no ledger record '{record_id}' in {self.path} (see 'execsys ledger list')")
-        return _record(row)
+        return _record(row, self.path)
 
+    @_guarded
     def find(
         self,
         *,
@@ -238,18 +310,25 @@ class Ledger:
         sql = _SELECT + where + " ORDER BY seq " + ("DESC" if newest_first else "ASC")
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        for row in self._conn.execute(sql, params):
-            yield _record(row)
+        try:
+            cursor = self._conn.execute(sql, params)
+            for row in cursor:
+                yield _record(row, self.path)
+        except sqlite3.DatabaseError as exc:
+            raise _unusable(self.path, exc) from exc
 
+    @_guarded
     def child(self, parent: str, key: str) -> Record | None:
         """The record appended under ``parent`` with ``key`` (one indexed lookup), or None."""
         row = self._conn.execute(_SELECT + " WHERE parent = ? AND key = ?", (parent, key)).fetchone()
-        return _record(row) if row else None
+        return _record(row, self.path) if row else None
 
+    @_guarded
     def has_child(self, parent: str, key: str) -> bool:
         """Whether a record was appended under ``parent`` with ``key`` (an index probe; no body parsed)."""
         return self._conn.execute("SELECT 1 FROM records WHERE parent = ? AND key = ?", (parent, key)).fetchone() is not None
 
+    @_guarded
     def count(self, *, kind: str | None = None, parent: str | None = None) -> int:
         where, params = _where(kind=kind, parent=parent)
         sql = "SELECT COUNT(*) FROM records" + where
@@ -266,8 +345,16 @@ def _where(**columns: str | None) -> tuple[str, list[str]]:
 _SELECT = "SELECT id, kind, identity, parent, key, created_at, body FROM records"
 
 
-def _record(row: tuple) -> Record:
-    return Record(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]))
+def _record(row: tuple, path: Path) -> Record:
+    try:
+        body = json.loads(row[6])
+    except (TypeError, ValueError, RecursionError):
+        raise InputError(f"ledger {path}: record {row[0]} is not an execsys record (its body is not JSON); "
+                         "was the file written by another program?") from None
+    if not isinstance(body, dict):
+        raise InputError(f"ledger {path}: record {row[0]} is not an execsys record (its body is not a JSON "
+                         "object)")
+    return Record(row[0], row[1], row[2], row[3], row[4], row[5], body)
 
 
 def _like_prefix(prefix: str) -> str:

@@ -4,6 +4,35 @@ Names are kept so a reader can see that a variable was set; values of anything
 that looks secret become ``<redacted>``. Two layers: structural redaction of
 things known to carry secrets (environment mappings, URLs, headers, argv), and a
 last-line scrub that replaces any live secret value found anywhere in a record.
+The same rule serves every output: the lock, the ledger, ``--json`` and every
+line printed (``execsys.console`` passes stdout and stderr through
+:func:`redact_text`).
+
+The rule, in full:
+
+* A *secret name* (environment variable, header, query parameter, ``NAME=value``
+  argument) contains ``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PASSWD``,
+  ``PASSPHRASE``, ``CREDENTIAL``, ``AUTH``, ``COOKIE`` or ``PRIVATE`` anywhere, or
+  has ``PASS``, ``PAT``, ``PWD`` or ``SESSION`` as a whole part (parts are split at
+  ``_ - .``: ``MY_PASS``, ``GITHUB_PAT``, ``DB_PWD``, ``AWS_SESSION_TOKEN``; not
+  ``PATH``, ``PATTERN``, ``PASSTHROUGH``). Variables that only look like it are
+  exempt: ``PWD``/``OLDPWD`` (the working directory) and the desktop-session
+  variables (``XDG_SESSION_*``, ``DESKTOP_SESSION``, ``SESSION_MANAGER``,
+  ``DBUS_SESSION_BUS_ADDRESS``, ``GDMSESSION``).
+* A *secret flag* has one of those words as a word of its own (``--api-key``,
+  ``--hf-token=``, ``--pass``, ``--db-pwd``); ``--max-num-batched-tokens``,
+  ``--tokenizer`` and ``--api-key-env`` (it names a variable) are not.
+* A *secret-shaped value* is redacted wherever it appears, whatever it is called:
+  OpenAI/Anthropic-style ``sk-...``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``
+  and ``github_pat_...``, Hugging Face ``hf_...``, Slack ``xoxb-``/``xoxp-...``, AWS
+  access key ids ``AKIA...``, and JWTs ``eyJ....<payload>.<signature>``.
+* Credentials in URLs (``https://user:pw@host``, a lone ``https://token@host``),
+  ``Authorization``/``Cookie``/``X-Api-Key`` headers, ``Bearer``/``Basic``/``token``
+  values and secret-named query parameters.
+
+Every pattern here runs in time linear in its input: each can only start at the
+beginning of a run of the characters it consumes (a look-behind), so no run is
+rescanned from each of its positions.
 """
 
 from __future__ import annotations
@@ -17,31 +46,73 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 REDACTED = "<redacted>"
 
 SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|PRIVATE"
+    # whole parts only: PATH, PATTERN and PASSTHROUGH are not secrets
+    r"|(?:^|[_.\-])(?:PASS|PAT|PWD|SESSION)(?:$|[_.\-])", re.IGNORECASE
 )
+# Names that match the rule but hold no secret: the working directory and desktop-session plumbing
+# (their values -- a path, "wayland" -- would otherwise be scrubbed out of every record).
+_INNOCENT_NAMES = re.compile(
+    r"(?:OLD)?PWD|XDG_SESSION_\w*|DESKTOP_SESSION|SESSION_MANAGER|DBUS_SESSION_BUS_ADDRESS|GDMSESSION"
+    r"|XDG_SESSION_PATH|XDG_SEAT_PATH", re.IGNORECASE)
 # Values shorter than this are too likely to occur innocently to scrub by value.
 _MIN_SCRUB_LEN = 6
 
-_URL_WITH_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s@]+)@")
+# The look-behind lets a scheme start only where a run of scheme characters starts: without it a
+# 1 MB run of letters is rescanned from each of its positions (quadratic: 160 KB took 10 s).
+_URL_WITH_USERINFO = re.compile(r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s@]+)@")
 _HEADER_SECRET = re.compile(
     r"(?i)\b(authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(\s*[:=]\s*)([^\r\n,;]+)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=\-]{8,}")
-_FLAG_VALUE = re.compile(r"""(?<![\w-])(--?[A-Za-z][\w.-]*)(=|\s+)('[^']*'|"[^"]*"|[^\s'"]+)""")
-_QUERY_SECRET = re.compile(r"(?i)([?&][^=&\s]*(?:key|token|secret|password|passwd|auth|sig)[^=&\s]*=)([^&\s#]+)")
+# A quoted value is at most a few KiB: an unclosed quote must not make every later flag rescan the
+# rest of the text.
+# Written to start with a literal '-' (the look-behind comes after it), so the regex engine jumps
+# from '-' to '-' instead of trying a look-behind at every position.
+_FLAG_VALUE = re.compile(r"""(-(?<![\w-]-)-?[A-Za-z][\w.-]*)(=|\s+)('[^'\n]{0,4096}'|"[^"\n]{0,4096}"|[^\s'"]+)""")
+# The parameter name is matched as a whole (no '?' inside it, so runs of '?' are not rescanned) and
+# judged by a function, not by backtracking through it for a keyword.
+_QUERY_PARAM = re.compile(r"([?&])([^=&?\s#]{1,256})=([^&\s#]+)")
+_QUERY_SECRET_NAME = re.compile(r"(?i)key|token|secret|password|passwd|auth|sig")
+# Well-known key formats, redacted under any name. Each starts only where a run of key characters
+# starts (look-behind), so matching stays linear.
+_KEY_SHAPED = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:"
+    r"sk-[A-Za-z0-9_\-]{20,}"
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"|github_pat_[A-Za-z0-9_]{22,}"
+    r"|hf_[A-Za-z0-9]{20,}"
+    r"|xox[bpas]-[A-Za-z0-9\-]{10,}"
+    r"|AKIA[0-9A-Z]{16}(?![A-Za-z0-9])"
+    r"|eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{5,}"
+    r")"
+)
+
+
+_HEADER_WORDS = ("authorization", "cookie", "api-key")
+_KEY_PREFIXES = ("sk-", "gh", "hf_", "xox", "AKIA", "eyJ")
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
+    """Whether a variable, header or parameter called ``name`` holds a secret (see the module docstring)."""
+    return bool(SECRET_NAME.search(name)) and not _INNOCENT_NAMES.fullmatch(name)
+
+
+def is_secret_shaped(value: str) -> bool:
+    """Whether ``value`` contains a well-known key format (``sk-...``, ``ghp_...``, ``hf_...``, a JWT...)."""
+    return _KEY_SHAPED.search(value) is not None
 
 
 # A flag is secret when one of its words ends in a secret word: --api-key, --hf-token, --apikey,
 # --db-password. Word-wise, so vLLM's --max-num-batched-tokens and --tokenizer (they change numerics
 # and must stay visible in an identity) and --keyboard are not.
 _SECRET_FLAG_WORD = re.compile(
-    r"(key|keys|token|secret|secrets|password|passwd|credential|credentials|auth|authorization|cookie|cookies"
-    r"|private)$"
+    r"(key|keys|token|secret|secrets|password|passwd|passphrase|credential|credentials|auth|authorization"
+    r"|cookie|cookies|private)$"
 )
+# Short words that are secrets only as a flag's last word: --pass, --db-pwd, --github-pat, --session
+# (but --session-file and --pat-dir name files).
+_SECRET_FLAG_LAST_WORD = {"pass", "pat", "pwd", "session"}
 
 
 def is_secret_flag(flag: str) -> bool:
@@ -50,7 +121,7 @@ def is_secret_flag(flag: str) -> bool:
     words = [w for w in re.split(r"[-_.]+", flag.lstrip("-").lower()) if w]
     if words and words[-1] == "env":
         return False
-    return any(_SECRET_FLAG_WORD.search(w) for w in words)
+    return any(_SECRET_FLAG_WORD.search(w) for w in words) or bool(words and words[-1] in _SECRET_FLAG_LAST_WORD)
 
 
 def redact_url(url: str) -> str:
@@ -88,10 +159,26 @@ def redact_text(text: str) -> str:
             return match.group(0)
         return f"{scheme}{REDACTED}@"
 
-    text = _URL_WITH_USERINFO.sub(_userinfo, text)
-    text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    def _query(match: re.Match[str]) -> str:
+        if _QUERY_SECRET_NAME.search(match.group(2)):
+            return f"{match.group(1)}{match.group(2)}={REDACTED}"
+        return match.group(0)
+
+    # Each pattern runs only where a plain substring test says it can match: a megabyte of model
+    # output costs a few fast scans, not six regex passes.
+    lowered = text.lower()
+    if "://" in text:
+        text = _URL_WITH_USERINFO.sub(_userinfo, text)
+    if any(word in lowered for word in _HEADER_WORDS):
+        text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    if "bearer" in lowered or "basic" in lowered or "token" in lowered:
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    if "=" in text and ("?" in text or "&" in text):
+        text = _QUERY_PARAM.sub(_query, text)
+    if any(prefix in text for prefix in _KEY_PREFIXES):
+        text = _KEY_SHAPED.sub(REDACTED, text)
+    if "-" not in text:
+        return scrub_known_secrets(text)
     # a command line written as one string: 'python eval.py --api-key sk-...'
     text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_flag(m.group(1))
                            and not _LONG_OPTION.match(m.group(3)) else m.group(0), text)

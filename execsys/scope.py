@@ -436,12 +436,13 @@ class AuditFinding:
     unmeasured_now: list[str]
     verdict: str  # "needs re-evaluation or a paired control" | "ok"
     statement: str
+    runs: list[str] = field(default_factory=list)  # the execsys runs compared, when results came from runs
 
     def to_json(self) -> dict[str, Any]:
         return {
             "comparison": self.comparison, "recorded_at": self.recorded_at, "label": self.label,
             "crossed": self.crossed, "unstable_now": self.unstable_now, "unmeasured_now": self.unmeasured_now,
-            "verdict": self.verdict, "statement": self.statement,
+            "verdict": self.verdict, "statement": self.statement, "runs": self.runs,
         }
 
 
@@ -502,6 +503,11 @@ def audit(ledger: Ledger, identity_id: str | None = None) -> AuditReport:
             verdict = "ok"
             statement = (f"Comparison {record.id}: " + ("a contemporaneous paired control; unaffected."
                          if paired else "crossed no axis now known to be unstable."))
+        # comparisons between evaluation runs (execsys run / attach) are audited like any other
+        runs = [str(side.get("run")) for side in (body.get("a") or {}, body.get("b") or {})
+                if isinstance(side, dict) and side.get("run")]
+        if runs:
+            statement += f" (between runs {' and '.join(runs)})"
         findings.append(AuditFinding(record.id, record.created_at, str(body.get("label", "")), crossed,
-                                     unstable_now, unmeasured_now, verdict, statement))
+                                     unstable_now, unmeasured_now, verdict, statement, runs))
     return AuditReport(findings, checked)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 Z95 = 1.959963984540054
+RANGE_DASH = "\u2013"  # the one dash between an interval's bounds, in every rendering
 
 
 def wilson(m: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -19,6 +21,18 @@ def wilson(m: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     low = 0.0 if m == 0 else max(0.0, centre - half)
     high = 1.0 if m == n else min(1.0, centre + half)
     return (low, high)
+
+
+def rate_with_ci(m: int, n: int, ci: Sequence[float] | None = None) -> str:
+    """``12/20 = 0.60 (95% CI 0.39\u20130.78)``: an agreement rate as every face prints it.
+
+    ``ci`` is the recorded interval when there is one (else the Wilson interval of m/n); with
+    n == 0 there is no rate to state, only ``0/0``."""
+    if n <= 0:
+        return f"{m}/{n}"
+    bounds = tuple(ci) if ci else wilson(m, n)
+    assert bounds is not None
+    return f"{m}/{n} = {m / n:.2f} (95% CI {bounds[0]:.2f}{RANGE_DASH}{bounds[1]:.2f})"
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -6,7 +6,8 @@ interval, never a pass/fail label.
 
 Modules: ``cases`` (JSON Lines, ``--n`` selection, pass orders), ``client`` (``EndpointClient``,
 ``CommandClient``, ``Completion``), ``compare`` (digests, extractors, first divergence),
-``engine`` (``ProbeOptions``, ``run_probe``, events, ``ProbeInterrupted``), ``record``
-(``ProbeRecord``, schema ``execsys.probe/1``), ``merge`` (``execsys probe merge``), ``render``
-(human output), ``axes`` (``AXES``: one module per axis).
+``runner`` (``ProbeOptions.from_sources``, ``run_probe``, ``ProbeInterrupted``), ``events`` (the
+typed events a face receives), ``agreement`` (the one fold: cases -> m, n, CI, flipped, errored),
+``record`` (``ProbeRecord``, schema ``execsys.probe/1``), ``merge`` (``execsys probe merge``),
+``render`` (human output, imported only by the CLI), ``axes`` (``AXES``: one module per axis).
 """

@@ -11,15 +11,20 @@ from __future__ import annotations
 import json
 import os
 import random
+import stat
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import blake3
 
 from execsys.errors import InputError
+from execsys.fsutil import file_kind
+
+# One case per line; a line this long is not a case (a model file or a log given by mistake).
+MAX_LINE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +149,7 @@ class CaseFile(Sequence[Case]):
         self._lengths = array("l")
         id_hashes = array("q")
         try:
-            handle = self.path.open("rb")
+            handle = open(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb")  # noqa: SIM115 - a FIFO must not block
         except FileNotFoundError:
             raise InputError(f"cases file {self.path}: not found") from None
         except IsADirectoryError:
@@ -152,8 +157,16 @@ class CaseFile(Sequence[Case]):
         except OSError as exc:
             raise InputError(f"cases file {self.path}: {exc.strerror or exc}") from None
         with handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise InputError(f"cases file {self.path}: is a directory, expected a JSON Lines file")
+            if not stat.S_ISREG(mode):  # cases are re-read by offset: a FIFO or device cannot be
+                raise InputError(f"cases file {self.path}: is {file_kind(mode)}, not a regular file")
             offset = 0
-            for lineno, raw in enumerate(handle, 1):
+            for lineno, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(f"{self.path} line {lineno}: longer than {MAX_LINE_BYTES >> 20} MiB; "
+                                     "a case is one JSON object per line")
                 if raw.strip():
                     case = self._parse(raw, lineno)
                     self._offsets.append(offset)
@@ -191,7 +204,12 @@ class CaseFile(Sequence[Case]):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> CaseView: ...
+
+    def __getitem__(self, index: int | slice) -> Case | CaseView:
         if isinstance(index, slice):
             return CaseView(self, array("q", range(*index.indices(len(self)))))
         raw = os.pread(self._fd, self._lengths[index], self._offsets[index]) if hasattr(self, "_fd") else None
@@ -227,7 +245,12 @@ class CaseView(Sequence[Case]):
     def __len__(self) -> int:
         return len(self._positions)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> CaseView: ...
+
+    def __getitem__(self, index: int | slice) -> Case | CaseView:
         if isinstance(index, slice):
             return CaseView(self._base, self._positions[index])
         return self._base[self._positions[index]]

@@ -54,6 +54,7 @@ class Completion:
     attempts: int = 1
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    unreachable: bool = False  # the last attempt could not even connect (the endpoint may be gone)
 
     @property
     def ok(self) -> bool:
@@ -70,6 +71,10 @@ class Completion:
 
 class _Retryable(Exception):
     """A failure worth another attempt (the server may answer next time)."""
+
+
+class _Unreachable(_Retryable):
+    """No connection could be made: nothing is listening, or the host is gone."""
 
 
 class _Fatal(Exception):
@@ -183,6 +188,7 @@ class EndpointClient:
         start = time.monotonic()
         last_error = "no attempt made"
         attempts = 0
+        unreachable = False
         for attempt in range(self.retries + 1):
             attempts = attempt + 1
             try:
@@ -196,9 +202,11 @@ class EndpointClient:
                 break
             except _Retryable as exc:
                 last_error = str(exc)
+                unreachable = isinstance(exc, _Unreachable)
                 if attempt < self.retries:
                     time.sleep(self.backoff * (2**attempt) * (0.5 + random.random()))
-        return Completion(None, error=last_error, attempts=attempts, elapsed_s=time.monotonic() - start)
+        return Completion(None, error=last_error, attempts=attempts, elapsed_s=time.monotonic() - start,
+                          unreachable=unreachable)
 
     def _post_json(self, url: str, body: dict[str, Any]) -> Any:
         return self._request("POST", url, body)
@@ -230,6 +238,8 @@ class EndpointClient:
                         raise _Retryable(f"response still arriving after {self.timeout:g}s (cut off)")
                     chunks.append(chunk)
                 raw = b"".join(chunks)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise _Unreachable(f"cannot connect ({_short(exc)})") from None
         except httpx.TimeoutException:
             raise _Retryable(f"no answer within {self.timeout:g}s") from None
         except httpx.RemoteProtocolError as exc:

@@ -144,3 +144,16 @@ def context(text: str, offset: int, before: int = 12, after: int = 24) -> str:
     start = max(0, offset - before)
     piece = text[start : offset + after]
     return ("…" if start > 0 else "") + piece + ("…" if offset + after < len(text) else "")
+
+
+def divergence_between(a: tuple[str | None, list[str] | None], b: tuple[str | None, list[str] | None],
+                       k: int) -> dict[str, Any]:
+    """Where pass ``k``'s output first differs from pass 0's: character, token, and both sides around it."""
+    (text_a, tokens_a), (text_b, tokens_b) = a, b
+    if text_a is None or text_b is None:
+        return {"pass": k, "char": None, "token": None}
+    char = first_divergence(text_a, text_b)
+    return {
+        "pass": k, "char": char, "token": first_token_divergence(tokens_a, tokens_b),
+        "a": context(text_a, char or 0), "b": context(text_b, char or 0),
+    }

@@ -13,9 +13,10 @@ from typing import Any
 from execsys.canonical import content_id
 from execsys.errors import InputError, UsageError
 from execsys.ledger import Ledger, new_id, now_iso
-from execsys.stats import wilson
 
-from .compare import context, first_divergence, first_token_divergence
+from .agreement import AgreementFold, Slot, sentence
+from .axes import AXES
+from .compare import divergence_between
 from .record import CaseResult, ProbeRecord, load_record
 
 HOST_COMPONENTS = ("hardware",)
@@ -77,57 +78,36 @@ def merge(ledger: Ledger, record_ids: list[str]) -> ProbeRecord:
             f"({', '.join(sorted(moved))} moved too), so a disagreement would not be a host effect"
         )
 
+    axis = AXES["hosts"]
     by_record = [{case.id: case for case in record.cases} for record in records]
-    n = m = 0
+    fold = AgreementFold(divergence=lambda case_id, k: _divergence(ledger, records[0].run, records[k].run,
+                                                                   case_id, k))
     cases: list[CaseResult] = []
-    flipped: list[str] = []
-    errored: list[str] = []
     for case in first.cases:
-        slots = []
+        slots: list[Slot | None] = []
         for table in by_record:
             stored = table.get(case.id)
-            slots.append((stored.passes[0] if stored and stored.passes else None) or None)
-        passes = [{"digest": s.get("digest"), "outcome": s.get("outcome"), "error": s.get("error")} if s else None
-                  for s in slots]
-        if any(s is None or s.get("error") or not s.get("digest") for s in slots):
-            errored.append(case.id)
-            cases.append(CaseResult(case.id, passes, None))
-            continue
-        n += 1
-        digests = [s["digest"] for s in slots]
-        agree = len(set(digests)) == 1
-        m += agree
-        divergence = None
-        if not agree:
-            k = next(i for i, d in enumerate(digests) if d != digests[0])
-            divergence = _divergence(ledger, records[0].run, records[k].run, case.id, k)
-            flipped.append(case.id)
-        cases.append(CaseResult(case.id, passes, agree, None, len(set(digests)), divergence))
-    ci = wilson(m, n)
-    rate = m / n if n else None
-    holds = n > 0 and m == n
-    statement = ("stable across hosts for these cases: outputs carry across these hosts" if holds
-                 else "unstable across hosts: scope comparisons to one host (same hardware and drivers)")
-    if n == 0:
-        sentence = "hosts agreement: no case completed on every host"
-    else:
-        assert ci is not None
-        sentence = f"hosts agreement {m}/{n} = {rate:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}) — {statement}"
-    level = {"m": m, "n": n, "rate": rate, "ci95": list(ci) if ci else None}
+            first_pass = (stored.passes[0] if stored and stored.passes else None) or None
+            slots.append(Slot(first_pass.get("digest"), first_pass.get("outcome"), first_pass.get("error"))
+                         if first_pass else None)
+        cases.append(fold.add(case.id, slots))
+    boundary = axis.boundary()
+    statement = axis.statement(boundary, None, fold.holds, None)
     merged = ProbeRecord(
         axis="hosts", identity=None,
         target={"kind": "merge", "records": [r.id for r in records],
                 "identities": [r.identity for r in records],
                 "endpoints": [e for r in records for e in (r.target.get("endpoints") or [])]},
-        n=n, m=m, agreement_rate=rate, ci95=list(ci) if ci else None,
-        compare={"level": "output", "output": level, "outcome": None}, errored=len(errored), flipped=flipped,
+        n=fold.n, m=fold.m, agreement_rate=fold.rate(), ci95=fold.ci95(),
+        compare=fold.compare_json(None), errored=fold.errored, flipped=fold.flipped,
         cases=cases, started_at=min(r.started_at for r in records), finished_at=now_iso(),
-        scope={"axis": "hosts", "boundary": "across hosts", "holds": holds if n else None, "level": "output",
+        scope={"axis": "hosts", "boundary": boundary, "holds": fold.holds if fold.n else None, "level": "output",
                "statement": statement, "engine_changed": False},
-        sentence=sentence, passes=[{"index": i, "label": f"host {i + 1}", "record": r.id,
-                                    "target": (r.target.get("endpoints") or [None])[0]} for i, r in enumerate(records)],
+        sentence=sentence("hosts", "output", fold, statement, nothing="no case completed on every host"),
+        passes=[{"index": i, "label": f"host {i + 1}", "record": r.id,
+                 "target": (r.target.get("endpoints") or [None])[0]} for i, r in enumerate(records)],
         repeats=len(records), decoding=first.decoding, cases_file=first.cases_file, cases_digest=first.cases_digest,
-        errored_cases=errored,
+        errored_cases=fold.errored_cases,
     )
     merged.id = new_id("probe")
     ledger.append("probe", merged.to_json(), record_id=merged.id)
@@ -139,9 +119,4 @@ def _divergence(ledger: Ledger, run_a: str | None, run_b: str | None, case_id: s
         row = ledger.child(run, f"0:{case_id}") if run else None
         return (row.body.get("text"), row.body.get("tokens")) if row else (None, None)
 
-    (a, ta), (b, tb) = text(run_a), text(run_b)
-    if a is None or b is None:
-        return {"pass": k, "char": None, "token": None}
-    char = first_divergence(a, b)
-    return {"pass": k, "char": char, "token": first_token_divergence(ta, tb),
-            "a": context(a, char or 0), "b": context(b, char or 0)}
+    return divergence_between(text(run_a), text(run_b), k)

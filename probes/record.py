@@ -9,7 +9,7 @@ Large probes keep their per-case list out of the one ``probe`` ledger row: above
 :data:`CASES_INLINE_LIMIT` cases each case's result is its own ledger row (kind
 ``probe-result``, parent = the probe-run id, key ``result:<case id>``, in case order) and the
 ``probe`` row says ``"cases_in_ledger": true`` instead of holding ``cases``. Readers never look
-at ``body["cases"]`` directly: :func:`load_record` / :func:`load_cases` give the cases either way,
+at ``body["cases"]`` directly: :func:`load_record` / :func:`load_case_results` give the cases either way,
 and :meth:`ProbeRecord.write_json` streams the full ``execsys.probe/1`` JSON (every case
 included) without building it in memory, so a probe's memory stays flat in n.
 """
@@ -118,6 +118,7 @@ class ProbeRecord:
     notes: list[str] = field(default_factory=list)
     baseline: dict[str, Any] | None = None
     cases_in_ledger: bool = False  # stored without "cases": they are probe-result rows under ``run``
+    identity_reason: str | None = None  # with identity None: why (no lock found), as the probe said it
 
     @property
     def exit_code(self) -> int:
@@ -168,6 +169,7 @@ class ProbeRecord:
             "run": self.run,
             "axis": self.axis,
             "identity": self.identity,
+            "identity_reason": self.identity_reason,
             "target": self.target,
             "n": self.n,
             "m": self.m,
@@ -208,10 +210,11 @@ class ProbeRecord:
             cases_digest=data.get("cases_digest"), errored_cases=list(data.get("errored_cases") or []),
             engine_changed=bool(data.get("engine_changed")), notes=list(data.get("notes") or []),
             baseline=data.get("baseline"), cases_in_ledger=bool(data.get("cases_in_ledger")),
+            identity_reason=data.get("identity_reason"),
         )
 
 
-def load_cases(ledger: Ledger, record: Record | dict[str, Any]) -> Sequence[CaseResult]:
+def load_case_results(ledger: Ledger, record: Record | dict[str, Any]) -> Sequence[CaseResult]:
     """The per-case results of a ``probe`` ledger record (a row or its body), wherever they live:
     in the body, or (``cases_in_ledger``) as the run's ``probe-result`` rows, read lazily."""
     body = record if isinstance(record, dict) else record.body
@@ -225,9 +228,9 @@ def load_cases(ledger: Ledger, record: Record | dict[str, Any]) -> Sequence[Case
 
 
 def load_record(ledger: Ledger, row: Record) -> ProbeRecord:
-    """A ``probe`` ledger row as a :class:`ProbeRecord` with its cases (see :func:`load_cases`)."""
+    """A ``probe`` ledger row as a :class:`ProbeRecord` with its cases (see :func:`load_case_results`)."""
     record = ProbeRecord.from_json(row.body)
     record.id = record.id or row.id
     if record.cases_in_ledger:
-        record.cases = load_cases(ledger, row)
+        record.cases = load_case_results(ledger, row)
     return record

@@ -9,10 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _escape
 from rich.table import Table
 
+from execsys.redact import redact_text
+from execsys.stats import rate_with_ci
+
 from .record import ProbeRecord
+
+
+def escape(text: str) -> str:
+    """Every piece of text a probe prints: secrets redacted, then made safe for rich markup."""
+    return _escape(redact_text(text))
 
 MAX_FLIPS_SHOWN = 10
 
@@ -44,7 +52,7 @@ class ProgressReporter:
             self._progress.stop()
 
     def __call__(self, event: Any) -> None:
-        from .runner import CaseDone, Note, PassFinished, PassStarted
+        from .events import CaseDone, Note, PassFinished, PassStarted
 
         if isinstance(event, PassStarted):
             self._errors[event.pass_index] = 0
@@ -77,10 +85,8 @@ def render_record(record: ProbeRecord, console: Console) -> None:
     other = record.compare.get("outcome") if record.compare.get("level") == "output" else record.compare.get("output")
     if other and other.get("n"):
         name = "outcome" if record.compare.get("level") == "output" else "output"
-        rate = other["rate"]
-        lo, hi = other["ci95"]
         how = f", extract {other['extract']}" if other.get("extract") else ""
-        console.print(f"{name} level: {other['m']}/{other['n']} = {rate:.2f} (95% CI {lo:.2f}–{hi:.2f}{escape(how)})")
+        console.print(f"{name} level: {rate_with_ci(other['m'], other['n'], other.get('ci95'))}{escape(how)}")
     for note in record.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if record.errored:

@@ -1,18 +1,24 @@
-"""The probe engine: run the passes of one axis, record every case as it completes, compute m/n.
+"""The probe runner: run the passes of one axis, record every case as it completes, compute m/n.
 
-One engine for every face: the CLI (``execsys probe``) and the TUI call :func:`run_probe`
-and render what it returns or reports through ``on_event``. Public API::
+One runner for every face: the CLI (``execsys probe``) and the TUI build options with
+:meth:`ProbeOptions.from_sources` and call :func:`run_probe`, rendering what it returns and what
+it reports through ``on_event``. Public API::
 
     from execsys.probes.runner import ProbeOptions, run_probe, ProbeInterrupted
-    options = ProbeOptions(axis="session", endpoints=["http://127.0.0.1:8000/v1"], cases="cases.jsonl")
-    record = run_probe(options, ledger, on_event=print, cancel=threading.Event())
+    options = ProbeOptions.from_sources(declaration, lock, axis="session",
+                                        endpoints=["http://127.0.0.1:8000/v1"], cases="cases.jsonl")
+    record = run_probe(options, on_event=print, cancel=threading.Event())
     record.to_json()        # execsys.probe/1
 
-Events (small dataclasses): :class:`PassStarted` (pass index, label, total, done so far),
-:class:`CaseDone` (pass index, case id, done, total, error), :class:`PassFinished`,
-:class:`Note` (restart progress, warnings), :class:`ProbeFinished` (the record).
-Setting ``cancel`` stops sending new requests (in-flight ones are recorded); ``run_probe``
-then raises :class:`ProbeInterrupted` naming the run id to resume.
+The ledger is ``options.ledger`` (a path; None = ``$EXECSYS_LEDGER`` or the user data dir), opened
+and closed inside :func:`run_probe`. Events (:mod:`execsys.probes.events`, frozen dataclasses):
+:class:`RunOpened` (run id, resumed), :class:`PassStarted`, :class:`CaseDone` (the case's digest,
+text, whether it agrees with the earlier passes, the running tally), :class:`PassFinished` (the
+pass's running agreement), :class:`Note` (warnings, restart progress), :class:`ProbeFinished`.
+Setting ``cancel`` stops sending new requests (in-flight ones are recorded); ``run_probe`` then
+raises :class:`ProbeInterrupted` naming the run id to resume. An endpoint that stops accepting
+connections ends the probe after :data:`UNREACHABLE_STREAK` consecutive connection failures
+(:class:`ProbeAborted`, resumable); those cases are not recorded, so ``--resume`` sends them again.
 
 Ledger: kind ``probe-run`` at the start (the parameters), ``probe-case`` per case per pass
 as it completes (parent = run id, key = ``"<pass>:<case id>"``, body with the output text,
@@ -23,14 +29,18 @@ counted twice, because a second append of the same parent+key is a no-op.
 
 Memory stays flat in the number of cases: the cases file is held as byte offsets
 (:class:`~execsys.probes.cases.CaseFile`), what each pass still has to send is asked of the
-ledger, m/n is computed at the end by walking the cases against their ``probe-case`` rows, and a
-probe of more than ``CASES_INLINE_LIMIT`` cases writes its per-case results as ``probe-result``
-rows instead of one huge ``probe`` row (see :mod:`execsys.probes.record`).
+ledger, m/n is folded at the end (:mod:`execsys.probes.agreement`) by walking the cases against
+their ``probe-case`` rows, and a probe of more than ``CASES_INLINE_LIMIT`` cases writes its
+per-case results as ``probe-result`` rows instead of one huge ``probe`` row (see
+:mod:`execsys.probes.record`).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -38,17 +48,21 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from execsys.canonical import content_id
 from execsys.errors import InputError, UsageError
 from execsys.ledger import Ledger, new_id, now_iso
-from execsys.stats import wilson
+from execsys.operation import OnEvent, first_given, new_cancel
+from execsys.redact import redact_text
+from execsys.sources import no_identity_reason
 
-from .axes import AXES, PassPlan
+from .agreement import AgreementFold, Slot, judge, sentence
+from .axes import AXES, Axis, PassSchedule
 from .cases import Case, CaseFile, cases_digest, pass_indices, select
 from .client import CommandClient, Completion, EndpointClient
-from .compare import Extractor, context, digest, first_divergence, first_token_divergence, parse_extractor
+from .compare import Extractor, digest, divergence_between, parse_extractor
+from .events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
 from .record import (
     CASES_INLINE_LIMIT,
     RESULT_KIND,
@@ -59,7 +73,66 @@ from .record import (
     result_key,
 )
 
+if TYPE_CHECKING:
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
+
+__all__ = [
+    "CaseDone", "Note", "PassFinished", "PassStarted", "ProbeAborted", "ProbeFinished", "ProbeInterrupted",
+    "ProbeOptions", "RunOpened", "decoding_from_budget", "run_probe",
+]
+
+T = TypeVar("T")
 RUN_SCHEMA = "execsys.probe-run/1"
+DEFAULT_TIMEOUT = 120.0
+UNREACHABLE_STREAK = 5  # consecutive connection failures after which the endpoint counts as gone
+DECODING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "repeat_penalty", "stop")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# what API keys look like (OpenAI/Anthropic, Hugging Face, GitHub, Slack, AWS): a value of that shape
+# given where a variable's NAME belongs is the key itself
+_KEY_SHAPED = re.compile(r"(sk-|sk_|hf_|ghp_|gho_|ghs_|ghu_|github_pat_|xox[abps]-|AKIA|ASIA)[A-Za-z0-9_\-]{12,}")
+MAX_VARIABLE_NAME = 64
+
+
+def decoding_from_budget(budget: dict[str, Any]) -> dict[str, Any]:
+    """The request parameters the identity's budget declares; temperature 0 unless declared otherwise."""
+    decoding: dict[str, Any] = {"temperature": 0}
+    for key in DECODING_KEYS:
+        if budget.get(key) is not None:
+            decoding[key] = budget[key]
+    return decoding
+
+
+def check_api_key_env(name: str | None) -> list[str]:
+    """Refuse a value that is not a variable NAME (or is a key itself) -- never echoing it, since it may
+    be the secret -- and warn when the named variable is unset. Returns the warning lines."""
+    if name is None:
+        return []
+    if not isinstance(name, str) or _KEY_SHAPED.match(name) or len(name) > MAX_VARIABLE_NAME:
+        raise UsageError("--api-key-env takes the NAME of the environment variable that holds the key "
+                         "(e.g. OPENAI_API_KEY), not the key itself; nothing was recorded")
+    if not _VARIABLE_NAME.fullmatch(name):
+        raise UsageError("--api-key-env: not an environment variable name (letters, digits and _, "
+                         "not starting with a digit); nothing was recorded")
+    if not os.environ.get(name):
+        return [f"--api-key-env {name}: that variable is not set, so requests go out without an API key"]
+    return []
+
+
+def _or(value: Any, default: T) -> T:
+    """An override that may be None (not given), else its default: ``0`` counts as given."""
+    return default if value is None else value
+
+
+def _seconds(value: Any, flag: str) -> float:
+    """A timeout: a finite number of seconds above 0 (``0`` is refused, never replaced by a default)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} must be a number of seconds, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"{flag} must be a number of seconds greater than 0, got {value!r}")
+    return seconds
 
 
 @dataclass
@@ -75,6 +148,7 @@ class ProbeOptions:
     compare: str = "output"
     extract: str | None = None
     identity: str | None = None
+    identity_reason: str | None = None  # why there is no identity: the line said and recorded
     decoding: dict[str, Any] = field(default_factory=lambda: {"temperature": 0})
     repeats: int = 2
     repeats_given: bool = False
@@ -85,13 +159,95 @@ class ProbeOptions:
     ready_timeout: float = 120.0
     baseline: str | None = None
     order_seed: int = 0
-    timeout: float = 120.0
+    timeout: float = DEFAULT_TIMEOUT
     retries: int = 3
     api_key_env: str | None = None
     want_tokens: bool = False
     resume: bool | str = False
     max_body: int = 8 << 20
     declared_runtime: dict[str, Any] = field(default_factory=dict)  # [runtime] table, for re-observation
+    ledger: str | Path | None = None  # None: $EXECSYS_LEDGER or the user data dir
+    warnings: list[str] = field(default_factory=list)  # said as Note events when the probe starts
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration, lock: Identity | None, *, lock_path: Path | None = None,
+                     **overrides: Any) -> ProbeOptions:
+        """Options from what was given (``overrides``: the CLI's flags or the TUI's form, None = not
+        given) over the declaration's ``[probe]`` and ``[runtime]`` tables over the lock (its identity,
+        and its ``budget`` for decoding). Validates: bad input raises UsageError/InputError here.
+
+        ``lock_path`` is where the lock was looked for; with no lock the options carry the one line
+        that says the probe will not count toward any scope (``identity_reason``)."""
+        unknown = set(overrides) - {f for f in cls.__dataclass_fields__ if f not in ("identity", "identity_reason",
+                                                                                    "decoding", "warnings",
+                                                                                    "declared_runtime",
+                                                                                    "repeats_given")}
+        if unknown:
+            raise TypeError(f"unknown probe option(s): {', '.join(sorted(unknown))}")
+        given = overrides.get
+        axis = given("axis")
+        if axis not in AXES:
+            raise UsageError(f"unknown axis {axis!r}: choose one of {', '.join(AXES)} or merge")
+        probe_t = declaration.tables.get("probe", {})
+        runtime_t = declaration.tables.get("runtime", {})
+        command = given("command")
+        endpoints = [e for e in (given("endpoints") or []) if e]
+        if not endpoints and not command and runtime_t.get("endpoint"):
+            endpoints = [runtime_t["endpoint"]]
+        cases = first_given(given("cases"), probe_t.get("cases"))
+        if not cases and given("case_list") is None:
+            raise UsageError("--cases FILE is required (JSON Lines: {\"id\", \"prompt\" | \"messages\"})")
+        if given("sample_seed") is not None and given("n") is None:
+            raise UsageError("--sample SEED needs --n N (how many cases to sample)")
+        repeats = given("repeats")
+        if repeats is not None and repeats < 2:
+            raise UsageError("--repeats must be at least 2")
+        budget = dict(lock.declared("budget")) if lock is not None else {}
+        if not budget:
+            budget = declaration.tables.get("budget", {})
+        api_key_env = first_given(given("api_key_env"), probe_t.get("api_key_env"), runtime_t.get("api_key_env"))
+        warnings = check_api_key_env(api_key_env)
+        reason = None
+        if lock is None:
+            reason = no_identity_reason(lock_path, "this probe") if lock_path is not None else \
+                "no pinned identity: this probe will not count toward any scope"
+        options = cls(
+            axis=axis,
+            endpoints=endpoints,
+            command=command,
+            cases=cases,
+            case_list=given("case_list"),
+            model=given("model"),
+            n=first_given(given("n"), probe_t.get("n")),
+            sample_seed=given("sample_seed"),
+            compare=first_given(given("compare"), probe_t.get("compare")) or "output",
+            extract=first_given(given("extract"), probe_t.get("extract")),
+            identity=lock.id if lock is not None else None,
+            identity_reason=reason,
+            decoding=decoding_from_budget(budget),
+            repeats=repeats if repeats is not None else 2,
+            repeats_given=repeats is not None,
+            concurrency=_or(given("concurrency"), 1),
+            load=given("load"),
+            restart=first_given(given("restart"), runtime_t.get("restart")),
+            ready=first_given(given("ready"), runtime_t.get("ready")),
+            ready_timeout=_seconds(first_given(given("ready_timeout"), runtime_t.get("ready_timeout"), 120.0),
+                                   "--ready-timeout"),
+            baseline=given("baseline"),
+            order_seed=_or(given("order_seed"), 0),
+            timeout=_seconds(first_given(given("timeout"), probe_t.get("timeout"), DEFAULT_TIMEOUT), "--timeout"),
+            retries=max(0, _or(given("retries"), 3)),
+            api_key_env=api_key_env,
+            want_tokens=bool(given("want_tokens")),
+            resume=first_given(given("resume"), False) or False,
+            max_body=_or(given("max_body"), 8 << 20),
+            declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file",
+                                                                            "api_key_env")},
+            ledger=given("ledger"),
+            warnings=warnings,
+        )
+        options.validate()
+        return options
 
     def validate(self) -> None:
         if self.axis not in AXES:
@@ -110,45 +266,9 @@ class ProbeOptions:
             raise UsageError("--concurrency must be at least 1")
         if self.n is not None and self.n < 1:
             raise UsageError("--n must be at least 1")
+        _seconds(self.timeout, "--timeout")
+        _seconds(self.ready_timeout, "--ready-timeout")
         AXES[self.axis].validate(self)
-
-
-# -- events -------------------------------------------------------------------
-
-@dataclass
-class PassStarted:
-    pass_index: int
-    label: str
-    total: int
-    done: int
-    run_id: str | None = None  # the probe-run this pass appends to (what --resume takes)
-
-
-@dataclass
-class CaseDone:
-    pass_index: int
-    case_id: str
-    done: int
-    total: int
-    error: str | None = None
-
-
-@dataclass
-class PassFinished:
-    pass_index: int
-    label: str
-    completed: int
-    errored: int
-
-
-@dataclass
-class Note:
-    message: str
-
-
-@dataclass
-class ProbeFinished:
-    record: ProbeRecord
 
 
 class ProbeInterrupted(Exception):
@@ -162,11 +282,14 @@ class ProbeInterrupted(Exception):
 
 
 class ProbeAborted(InputError):
-    """The probe cannot go on (a restart failed); what completed is kept under ``run_id``."""
+    """The probe cannot go on (a restart failed, the endpoint is gone); what completed is kept under ``run_id``."""
 
     def __init__(self, message: str, run_id: str):
         super().__init__(message)
         self.run_id = run_id
+
+
+_Measured = tuple[Case, Completion, "str | None", "str | None"]  # a case, its answer, digest, outcome
 
 
 @dataclass(slots=True)
@@ -177,6 +300,10 @@ class _Result:
     fingerprint: str | None = None
     model: str | None = None
 
+    @property
+    def slot(self) -> Slot:
+        return Slot(self.digest, self.outcome, self.error)
+
 
 # -- the run context axes see -------------------------------------------------
 
@@ -184,7 +311,7 @@ class RunContext:
     """What an axis hook may use: options, targets, recorded steps, notes, abort."""
 
     def __init__(self, options: ProbeOptions, ledger: Ledger, run_id: str, clients: list[Any],
-                 cancel: threading.Event, emit: Callable[[Any], None]):
+                 cancel: threading.Event, emit: Callable[[Any], None], axis: Axis | None = None):
         self.options = options
         self.ledger = ledger
         self.run_id = run_id
@@ -197,6 +324,7 @@ class RunContext:
         self.pass_counts: dict[int, int] = {}  # case results recorded per pass (errors included)
         self.pass_errors: dict[int, int] = {}  # of which errored
         self.completed_passes: set[int] = set()
+        self.axis = axis or AXES[options.axis]
 
     def step(self, key: str) -> dict[str, Any] | None:
         return self.steps.get(key)
@@ -214,12 +342,10 @@ class RunContext:
 
     def observe(self, index: int) -> dict[str, Any]:
         """The runtime as the target shows it now: model list, server version, and the foundation's
-        runtime observation when ``execsys.identity.observe_runtime`` exists."""
+        runtime observation (engine, build, process flags, numerics environment)."""
+        from execsys.identity import observe_runtime
+
         info = self.clients[index].observe()
-        try:
-            from execsys.identity import observe_runtime
-        except ImportError:
-            return info
         try:
             observed = observe_runtime(_declared_runtime(self.options, self.target_url(index)), require_endpoint=False)
         except Exception as exc:  # observation is evidence, never a reason to fail the probe
@@ -229,15 +355,23 @@ class RunContext:
         return info
 
     def note_event(self, message: str) -> None:
-        self._emit(Note(message))
+        """Say ``message`` now (redacted), without keeping it in the record."""
+        self._emit(Note(redact_text(message)))
 
     def note(self, message: str) -> None:
+        """Say ``message`` now and keep it in the record's notes."""
+        message = redact_text(message)
         self.notes.append(message)
         self._emit(Note(message))
 
+    def note_once(self, message: str) -> None:
+        if redact_text(message) not in self.notes:
+            self.note(message)
+
     def engine_changed(self, detail: str) -> None:
         self.engine_change = detail
-        self.note(detail + ": disagreement is not a restart effect")
+        self.note(f"{detail}: disagreement is not a{'n' if self.axis.name[:1] in 'aeiou' else ''} "
+                  f"{self.axis.name} effect")
 
     def abort(self, message: str) -> None:
         done = sum(self.pass_counts.values())
@@ -272,27 +406,35 @@ def _engine_facts(observed: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# -- the engine -----------------------------------------------------------------
+# -- the runner ----------------------------------------------------------------
 
-def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any], None] | None = None,
+def run_probe(options: ProbeOptions, on_event: OnEvent | None = None,
               cancel: threading.Event | None = None) -> ProbeRecord:
-    """Run (or resume) one probe and return its record, already appended to the ledger."""
+    """Run (or resume) one probe and return its record, already appended to ``options.ledger``."""
     options.validate()
-    emit = on_event or (lambda event: None)
-    cancel = cancel or threading.Event()
+    emit: Callable[[Any], None] = on_event or (lambda event: None)
+    cancel = new_cancel(cancel)
+    with Ledger.open(options.ledger) as ledger:
+        return _run(options, ledger, emit, cancel)
+
+
+def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], cancel: threading.Event) -> ProbeRecord:
     axis = AXES[options.axis]
     extractor = parse_extractor(options.extract)
 
     all_cases: Sequence[Case] = options.case_list if options.case_list is not None else CaseFile(options.cases or "")
-    cases = select(all_cases, options.n, options.sample_seed)
-    digest_of_cases = cases_digest(cases)
-
-    clients = _clients(options)
+    clients: list[Any] = []
     try:
+        cases = select(all_cases, options.n, options.sample_seed)
+        digest_of_cases = cases_digest(cases)
+        clients = _clients(options)
         models = [client.resolve_model(options.model) for client in clients]
-        baseline = _load_baseline(options, ledger, cases) if options.axis == "redeploy" else None
+        baseline = _load_baseline(options, ledger, cases) if axis.uses_baseline else None
         parameters = _parameters(options, clients, models, digest_of_cases, extractor)
         match = content_id(parameters)
+        # said once the inputs are known to be usable: a bad input stays the one line that names it
+        for line in ([options.identity_reason] if options.identity_reason else []) + list(options.warnings):
+            emit(Note(redact_text(line)))
         run_id, started_at = _open_run(ledger, options, parameters, match, emit)
         final = ledger.child(run_id, "final")
         if final is not None:
@@ -300,35 +442,38 @@ def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any]
             emit(ProbeFinished(record))
             return record
 
-        ctx = RunContext(options, ledger, run_id, clients, cancel, emit)
-        plans = axis.plan(options)
-        _load_progress(ledger, run_id, ctx, len(plans))
+        ctx = RunContext(options, ledger, run_id, clients, cancel, emit, axis)
+        schedules = axis.schedule(options)
+        _load_progress(ledger, run_id, ctx, len(schedules))
+        judge_pass = _PassJudge(options, ledger, run_id, schedules, baseline, extractor is not None)
 
         count = len(cases)
-        sent = [p for p in plans if p.source == "send"]
+        sent = [p for p in schedules if p.source == "send"]
         total_cases = count * len(sent)
-        for plan in sent:
-            todo = _todo(ledger, ctx, run_id, plan.index, cases, options.order_seed)
+        for schedule in sent:
+            todo = _todo(ledger, ctx, run_id, schedule.index, cases, options.order_seed)
             done_before = count - len(todo)
-            emit(PassStarted(plan.index, plan.label, count, done_before, run_id))
+            emit(PassStarted(schedule.index, schedule.label, count, done_before, run_id))
+            tally = AgreementFold(level=options.compare, outcomes=extractor is not None, keep_ids=False)
             if todo:
                 if cancel.is_set():
                     break
-                axis.before_pass(ctx, plan)
+                axis.before_pass(ctx, schedule)
                 params = dict(options.decoding)
-                if models[plan.target] is not None:
-                    params["model"] = models[plan.target]
-                _run_pass(ctx, plan, todo, cases, clients[plan.target], params, extractor, done_before, count)
+                if models[schedule.target] is not None:
+                    params["model"] = models[schedule.target]
+                _run_pass(ctx, schedule, todo, cases, clients[schedule.target], params, extractor, done_before,
+                          count, judge_pass, tally)
             if cancel.is_set():
                 break
-            errored = ctx.pass_errors.get(plan.index, 0)
-            emit(PassFinished(plan.index, plan.label, count - errored, errored))
+            errored = ctx.pass_errors.get(schedule.index, 0)
+            emit(PassFinished(schedule.index, schedule.label, count - errored, errored, tally.tally()))
 
         if cancel.is_set() and any(ctx.pass_counts.get(p.index, 0) < count for p in sent):
             saved = sum(ctx.pass_counts.values())
             raise ProbeInterrupted(run_id, saved, total_cases)
 
-        record = _build_record(options, ctx, axis, plans, cases, clients, models, extractor,
+        record = _build_record(options, ctx, axis, schedules, cases, clients, models, extractor,
                                baseline, parameters, started_at, digest_of_cases)
         record_id = new_id("probe")
         record.id = record_id
@@ -343,6 +488,27 @@ def run_probe(options: ProbeOptions, ledger: Ledger, *, on_event: Callable[[Any]
             client.close()
         if isinstance(all_cases, CaseFile):
             all_cases.close()
+
+
+class _PassJudge:
+    """Whether a case just recorded on a pass agrees with its earlier passes: the agreement fold's
+    rule applied to the passes so far, reading the earlier results from the ledger (memory stays flat)."""
+
+    def __init__(self, options: ProbeOptions, ledger: Ledger, run_id: str, schedules: list[PassSchedule],
+                 baseline: ProbeRecord | None, outcomes: bool):
+        self.level = options.compare
+        self.ledger = ledger
+        self.run_id = run_id
+        self.schedules = schedules
+        self.outcomes = outcomes
+        self.baseline = _baseline_results(baseline) if baseline is not None else None
+
+    def verdict(self, pass_index: int, case_id: str, current: _Result):
+        if pass_index == 0:
+            return None
+        earlier = _case_slots(self.ledger, self.run_id, self.schedules[:pass_index], case_id, self.baseline)
+        slots = [r.slot if r is not None else None for r in earlier] + [current.slot]
+        return judge(slots, level=self.level, outcomes=self.outcomes)
 
 
 def _clients(options: ProbeOptions) -> list[Any]:
@@ -397,15 +563,18 @@ def _open_run(ledger: Ledger, options: ProbeOptions, parameters: dict[str, Any],
                     f"--resume {run.id}: that run was started with different parameters ({', '.join(moved)}); "
                     "repeat its exact command line, or drop --resume to start a new probe"
                 )
+            emit(RunOpened(run.id, True))
             return run.id, run.body.get("started_at") or run.created_at
         for run in ledger.iter(kind="probe-run", newest_first=True):
             if run.body.get("match") == match and ledger.child(run.id, "final") is None:
                 emit(Note(f"resuming run {run.id}"))
+                emit(RunOpened(run.id, True))
                 return run.id, run.body.get("started_at") or run.created_at
         emit(Note("nothing unfinished to resume with these parameters: starting a new probe"))
     started_at = now_iso()
     run_id = ledger.append("probe-run", {"schema": RUN_SCHEMA, "parameters": parameters, "match": match,
                                          "started_at": started_at})
+    emit(RunOpened(run_id, False))
     return run_id, started_at
 
 
@@ -443,12 +612,13 @@ def _todo(ledger: Ledger, ctx: RunContext, run_id: str, index: int, cases: Seque
     return array("q", (i for i in order if not ledger.has_child(run_id, f"{index}:{cases[i].id}")))
 
 
-def _run_pass(ctx: RunContext, plan: PassPlan, todo: array, cases: Sequence[Case], client: Any,
-              params: dict[str, Any], extractor: Extractor | None, done: int, total: int) -> None:
-    """Send ``todo`` at the plan's concurrency; record each result on the calling thread as it arrives."""
+def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Sequence[Case], client: Any,
+              params: dict[str, Any], extractor: Extractor | None, done: int, total: int,
+              judge_pass: _PassJudge, tally: AgreementFold) -> None:
+    """Send ``todo`` at the schedule's concurrency; record each result on the calling thread as it arrives."""
     ledger, run_id, cancel, emit = ctx.ledger, ctx.run_id, ctx.cancel, ctx._emit
 
-    def measure(case: Case) -> tuple[Case, Completion, str | None, str | None]:
+    def measure(case: Case) -> _Measured:
         try:
             completion = client.complete(case, params)
         except Exception as exc:  # a client bug must not lose the case silently
@@ -458,41 +628,71 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: array, cases: Sequence[Case
         text = completion.text or ""
         return case, completion, digest(text), extractor(text) if extractor else None
 
-    def record(batch: list[tuple[Case, Completion, str | None, str | None]]) -> None:
+    # Connection failures in a row are held back, not recorded: if the endpoint is gone they stop
+    # the probe and a resumed run sends those cases again; if it answers again they are recorded
+    # as the errors they were.
+    unreachable: list[_Measured] = []
+
+    def record(batch: list[_Measured]) -> None:
+        """Hold back connection failures, record the rest, stop when the endpoint is gone."""
+        ready: list[_Measured] = []
+        for item in batch:
+            if item[1].unreachable:
+                unreachable.append(item)
+                if len(unreachable) >= UNREACHABLE_STREAK:
+                    break
+                continue
+            ready.extend(unreachable)
+            unreachable.clear()
+            ready.append(item)
+        if ready:
+            _record(ready)
+        if len(unreachable) >= UNREACHABLE_STREAK:
+            raise ProbeAborted(f"endpoint unreachable since case {unreachable[0][0].id}: stopped; --resume continues",
+                               run_id)
+
+    def _record(batch: list[_Measured]) -> None:
         """Write the results that are ready (one transaction), then account for them and report."""
         nonlocal done
         entries = []
         for case, completion, output_digest, outcome in batch:
             body: dict[str, Any] = {
-                "pass": plan.index, "case": case.id, "text": completion.text, "digest": output_digest,
+                "pass": schedule.index, "case": case.id, "text": completion.text, "digest": output_digest,
                 "outcome": outcome, "error": completion.error, "attempts": completion.attempts,
                 "elapsed_s": round(completion.elapsed_s, 4), "system_fingerprint": completion.system_fingerprint,
                 "model": completion.model, "finish_reason": completion.finish_reason,
             }
             if completion.tokens is not None:
                 body["tokens"] = completion.tokens
-            entries.append((body, run_id, f"{plan.index}:{case.id}"))
+            entries.append((body, run_id, f"{schedule.index}:{case.id}"))
         ledger.append_many("probe-case", entries)
-        for case, completion, _digest, _outcome in batch:
-            ctx.pass_counts[plan.index] = ctx.pass_counts.get(plan.index, 0) + 1
+        for case, completion, output_digest, outcome in batch:
+            ctx.pass_counts[schedule.index] = ctx.pass_counts.get(schedule.index, 0) + 1
             if completion.error:
-                ctx.pass_errors[plan.index] = ctx.pass_errors.get(plan.index, 0) + 1
+                ctx.pass_errors[schedule.index] = ctx.pass_errors.get(schedule.index, 0) + 1
             done += 1
-            emit(CaseDone(plan.index, case.id, done, total, completion.error))
+            verdict = judge_pass.verdict(schedule.index, case.id, _Result(output_digest, outcome, completion.error))
+            if verdict is not None:
+                tally.add_verdict(case.id, verdict)
+            emit(CaseDone(schedule.index, case.id, done, total, completion.error, output_digest, completion.text,
+                          outcome, agrees=verdict.agree if verdict is not None else None,
+                          excluded=verdict is not None and verdict.errored, agreement=tally.tally()))
 
     # Requests go out from worker threads and results are recorded here, so even at concurrency 1 the
     # ledger write of one case overlaps the next request instead of adding to it.
-    workers = max(plan.concurrency, plan.load)
+    workers = max(schedule.concurrency, schedule.load)
     outbox: queue.Queue = queue.Queue(maxsize=max(64, workers * 8))
     source = iter(todo)
     source_lock = threading.Lock()
     all_received = threading.Event()
-    fillers = [0]
+    fillers = 0
+    fillers_lock = threading.Lock()  # K worker threads count filler requests
     finished = object()
 
     stop = threading.Event()  # set when recording fails: workers must not keep sending
 
     def worker() -> None:
+        nonlocal fillers
         try:
             while not cancel.is_set() and not stop.is_set():
                 with source_lock:
@@ -502,14 +702,16 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: array, cases: Sequence[Case
                 outbox.put(measure(cases[position]))
             # Keep K requests in flight until the last case answered: the tail is under load too.
             i = 0
-            while plan.load and not all_received.is_set() and not cancel.is_set() and not stop.is_set():
+            while schedule.load and not all_received.is_set() and not cancel.is_set() and not stop.is_set():
                 client.complete(cases[todo[i % len(todo)]], params)
-                fillers[0] += 1
+                with fillers_lock:
+                    fillers += 1
                 i += 1
         finally:
             outbox.put(finished)
 
-    threads = [threading.Thread(target=worker, name=f"probe-{plan.index}-{i}", daemon=True) for i in range(workers)]
+    threads = [threading.Thread(target=worker, name=f"probe-{schedule.index}-{i}", daemon=True)
+               for i in range(workers)]
     for thread in threads:
         thread.start()
     running, received = len(threads), 0
@@ -534,9 +736,13 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: array, cases: Sequence[Case
                 received += len(batch)
                 if received == len(todo):
                     all_received.set()
+        if unreachable:  # the pass ended on fewer failures than the streak: they are this pass's errors
+            _record(list(unreachable))
+            unreachable.clear()
     except BaseException:
-        # Recording failed (a full disk, a locked ledger): stop the workers and let them finish, so no
-        # thread is left blocked on the queue; what was recorded stays recorded and resumable.
+        # Recording failed (a full disk, a locked ledger) or the endpoint is gone: stop the workers and
+        # let them finish, so no thread is left blocked on the queue; what was recorded stays recorded
+        # and resumable.
         stop.set()
         deadline = time.monotonic() + 10
         while running and time.monotonic() < deadline:
@@ -549,8 +755,10 @@ def _run_pass(ctx: RunContext, plan: PassPlan, todo: array, cases: Sequence[Case
     all_received.set()
     for thread in threads:
         thread.join(timeout=5)
-    if plan.load:
-        ctx.steps.setdefault(f"fillers:{plan.index}", {"fillers": 0})["fillers"] += fillers[0]
+    if schedule.load:
+        with fillers_lock:
+            sent_fillers = fillers
+        ctx.steps.setdefault(f"fillers:{schedule.index}", {"fillers": 0})["fillers"] += sent_fillers
 
 
 def _load_baseline(options: ProbeOptions, ledger: Ledger, cases: Sequence[Case]) -> ProbeRecord:
@@ -584,15 +792,15 @@ def _baseline_results(baseline: ProbeRecord) -> dict[str, _Result]:
     return results
 
 
-def _case_slots(ledger: Ledger, run_id: str, plans: list[PassPlan], case_id: str,
+def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case_id: str,
                 baseline: dict[str, _Result] | None) -> list[_Result | None]:
     """One case's result on each pass, from its probe-case rows (or the baseline record)."""
     slots: list[_Result | None] = []
-    for plan in plans:
-        if plan.source == "baseline":
+    for schedule in schedules:
+        if schedule.source == "baseline":
             slots.append((baseline or {}).get(case_id) or _Result(None, None, "not in the baseline record"))
             continue
-        row = ledger.child(run_id, f"{plan.index}:{case_id}")
+        row = ledger.child(run_id, f"{schedule.index}:{case_id}")
         if row is None:
             slots.append(None)
             continue
@@ -611,8 +819,8 @@ def _texts(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) ->
     return row.body.get("text"), row.body.get("tokens")
 
 
-def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list[PassPlan], cases: Sequence[Case],
-                  clients: list[Any], models: list[str | None], extractor: Extractor | None,
+def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules: list[PassSchedule],
+                  cases: Sequence[Case], clients: list[Any], models: list[str | None], extractor: Extractor | None,
                   baseline: ProbeRecord | None, parameters: dict[str, Any], started_at: str,
                   digest_of_cases: str) -> ProbeRecord:
     """m/n and the per-case results, walking the cases in order against their ledger rows: one case in
@@ -633,15 +841,15 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
             ledger.append_many(RESULT_KIND, pending)
             pending.clear()
 
-    flipped: list[str] = []
-    errored_cases: list[str] = []
-    n = m_output = m_outcome = 0
-    per_pass_fp: list[set[str]] = [set() for _ in plans]
-    per_pass_models: list[set[str]] = [set() for _ in plans]
-    per_pass_errors = [0] * len(plans)
-    per_pass_completed = [0] * len(plans)
+    fold = AgreementFold(level=options.compare, outcomes=extractor is not None,
+                         divergence=lambda case_id, k: _divergence(ledger, ctx.run_id, baseline, schedules,
+                                                                   case_id, k))
+    per_pass_fp: list[set[str]] = [set() for _ in schedules]
+    per_pass_models: list[set[str]] = [set() for _ in schedules]
+    per_pass_errors = [0] * len(schedules)
+    per_pass_completed = [0] * len(schedules)
     for case in cases:
-        slots = _case_slots(ledger, ctx.run_id, plans, case.id, baseline_results)
+        slots = _case_slots(ledger, ctx.run_id, schedules, case.id, baseline_results)
         for i, slot in enumerate(slots):
             if slot is not None:
                 if not slot.error:
@@ -652,49 +860,18 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
                     per_pass_models[i].add(slot.model)
                 if slot.error:
                     per_pass_errors[i] += 1
-        passes_json = [
-            {"digest": s.digest, "outcome": s.outcome, "error": s.error} if s is not None else None for s in slots
-        ]
-        if any(s is None or s.error or s.digest is None for s in slots):
-            errored_cases.append(case.id)
-            keep(CaseResult(case.id, passes_json, None))
-            continue
-        n += 1
-        digests = [s.digest for s in slots]  # type: ignore[union-attr]
-        outcomes = [s.outcome for s in slots]  # type: ignore[union-attr]
-        agree = len(set(digests)) == 1
-        outcome_agree = len(set(outcomes)) == 1 if extractor else None
-        m_output += agree
-        m_outcome += bool(outcome_agree)
-        divergence = None
-        if not agree:
-            k = next(i for i, d in enumerate(digests) if d != digests[0])
-            divergence = _divergence(ledger, ctx.run_id, baseline, plans, case.id, k)
-        primary_agree = agree if options.compare == "output" else bool(outcome_agree)
-        if not primary_agree:
-            flipped.append(case.id)
-        keep(CaseResult(case.id, passes_json, primary_agree, outcome_agree, len(set(digests)), divergence))
+        keep(fold.add(case.id, [s.slot if s is not None else None for s in slots]))
     if pending:
         ledger.append_many(RESULT_KIND, pending)
         pending.clear()
 
-    def level(m: int) -> dict[str, Any]:
-        ci = wilson(m, n)
-        return {"m": m, "n": n, "rate": (m / n) if n else None, "ci95": list(ci) if ci else None}
-
-    compare: dict[str, Any] = {"level": options.compare, "output": level(m_output), "outcome": None}
-    if extractor:
-        compare["outcome"] = {**level(m_outcome), "extract": extractor.spec}
-    m = m_output if options.compare == "output" else m_outcome
-    ci = wilson(m, n)
-    rate = (m / n) if n else None
-
     passes_info = []
-    for i, plan in enumerate(plans):
-        info = plan.to_json()
-        info["target"] = clients[plan.target].display if plan.source == "send" else f"baseline {baseline.id if baseline else ''}"
-        info["model"] = models[plan.target] if plan.source == "send" else None
-        info["order_seed"] = options.order_seed if plan.shuffled else None
+    for i, schedule in enumerate(schedules):
+        info = schedule.to_json()
+        info["target"] = (clients[schedule.target].display if schedule.source == "send"
+                          else f"baseline {baseline.id if baseline else ''}")
+        info["model"] = models[schedule.target] if schedule.source == "send" else None
+        info["order_seed"] = options.order_seed if schedule.shuffled else None
         info["completed"] = per_pass_completed[i]
         info["errored"] = per_pass_errors[i]
         info["system_fingerprints"] = sorted(per_pass_fp[i])
@@ -703,34 +880,23 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
             info["fillers"] = ctx.steps[f"fillers:{i}"]["fillers"]
         passes_info.append(info)
 
-    # Served model / system_fingerprint moving between passes is reported beside the rate.
-    for i in range(1, len(plans)):
+    # Served model / system_fingerprint moving between passes is reported beside the rate; what it
+    # means depends on the axis (on the restart axis it is an engine change).
+    for i in range(1, len(schedules)):
         for key, label in (("system_fingerprints", "system_fingerprint"), ("models", "served model")):
             a, b = passes_info[0][key], passes_info[i][key]
             if a and b and a != b:
-                message = f"{label} changed between pass {plans[0].label} and pass {plans[i].label}: {', '.join(a)} -> {', '.join(b)}"
-                if options.axis == "restart" and ctx.engine_change is None:
-                    ctx.engine_changed(message)
-                elif message not in ctx.notes:
-                    ctx.notes.append(message)
-    if options.axis == "redeploy" and baseline is not None:
-        a, b = passes_info[0]["system_fingerprints"], passes_info[-1]["system_fingerprints"]
-        if not a and not b:
-            ctx.notes.append("system_fingerprint: the engine reports none (a change of backend would not show there)")
-        elif a == b:
-            ctx.notes.append(f"system_fingerprint unchanged: {', '.join(a)}")
+                axis.served_changed(ctx, f"{label} changed between pass {schedules[0].label} and pass "
+                                         f"{schedules[i].label}: {', '.join(a)} -> {', '.join(b)}")
+    for note in axis.fingerprint_notes(passes_info, baseline):
+        if note not in ctx.notes:
+            ctx.notes.append(note)
 
     boundary = axis.boundary(options)
-    holds = n > 0 and m == n
-    if n == 0:
-        statement = f"no case completed on every pass: nothing is known {boundary}"
-    elif ctx.engine_change:
-        statement = f"{ctx.engine_change}: this measures an engine change, not {boundary}"
-    elif holds:
-        statement = f"stable {boundary} for these {n} cases: {axis.stable_advice}"
-    else:
-        statement = f"unstable {boundary}: {axis.advice}"
-    sentence = _sentence(options.axis, m, n, ci, statement, len(errored_cases), options.compare)
+    n, m = fold.n, fold.m
+    holds = fold.holds
+    statement = axis.statement(boundary, n, holds, ctx.engine_change)
+    record_sentence = sentence(options.axis, options.compare, fold, statement, nothing="no case completed on every pass")
     scope = {"axis": options.axis, "boundary": boundary, "holds": holds if n else None, "level": options.compare,
              "statement": statement, "engine_changed": ctx.engine_change is not None}
 
@@ -747,44 +913,26 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Any, plans: list
         baseline_info = {"id": baseline.id, "run": baseline.run, "identity": baseline.identity,
                          "started_at": baseline.started_at, "target": baseline.target.get("endpoints")}
     return ProbeRecord(
-        axis=options.axis, identity=options.identity, target=target, n=n, m=m, agreement_rate=rate,
-        ci95=list(ci) if ci else None, compare=compare, errored=len(errored_cases), flipped=flipped,
+        axis=options.axis, identity=options.identity, target=target, n=n, m=m, agreement_rate=fold.rate(),
+        ci95=fold.ci95(), compare=fold.compare_json(extractor.spec if extractor else None),
+        errored=fold.errored, flipped=fold.flipped,
         cases=case_results if inline else LedgerCases(ledger.path, ctx.run_id, len(cases)),
-        cases_in_ledger=not inline, started_at=started_at, finished_at=now_iso(), scope=scope, sentence=sentence,
-        run=ctx.run_id, passes=passes_info, repeats=len(plans), decoding=options.decoding,
-        cases_file=parameters["cases_file"], cases_digest=digest_of_cases, errored_cases=errored_cases,
-        engine_changed=ctx.engine_change is not None, notes=list(ctx.notes), baseline=baseline_info,
+        cases_in_ledger=not inline, started_at=started_at, finished_at=now_iso(), scope=scope,
+        sentence=record_sentence, run=ctx.run_id, passes=passes_info, repeats=len(schedules),
+        decoding=options.decoding, cases_file=parameters["cases_file"], cases_digest=digest_of_cases,
+        errored_cases=fold.errored_cases, engine_changed=ctx.engine_change is not None, notes=list(ctx.notes),
+        baseline=baseline_info, identity_reason=options.identity_reason,
     )
 
 
-def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, plans: list[PassPlan],
+def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, schedules: list[PassSchedule],
                 case_id: str, k: int) -> dict[str, Any] | None:
     def texts(i: int) -> tuple[str | None, list[str] | None]:
-        if plans[i].source == "baseline":
+        if schedules[i].source == "baseline":
             return _texts(ledger, baseline.run if baseline else None, 0, case_id)
         return _texts(ledger, run_id, i, case_id)
 
-    (text_a, tokens_a), (text_b, tokens_b) = texts(0), texts(k)
-    if text_a is None or text_b is None:
-        return {"pass": k, "char": None, "token": None}
-    char = first_divergence(text_a, text_b)
-    return {
-        "pass": k, "char": char, "token": first_token_divergence(tokens_a, tokens_b),
-        "a": context(text_a, char or 0), "b": context(text_b, char or 0),
-    }
-
-
-def _sentence(axis: str, m: int, n: int, ci: tuple[float, float] | None, statement: str, errored: int,
-              level: str) -> str:
-    head = f"{axis} agreement" if level == "output" else f"{axis} outcome agreement"
-    if n == 0:
-        text = f"{head}: no case completed on every pass"
-    else:
-        assert ci is not None
-        text = f"{head} {m}/{n} = {m / n:.2f} (95% CI {ci[0]:.2f}–{ci[1]:.2f}) — {statement}"
-    if errored:
-        text += f" ({errored} errored case{'s' if errored != 1 else ''} excluded from n)"
-    return text
+    return divergence_between(texts(0), texts(k), k)
 
 
 def merge_records(ledger: Ledger, record_ids: list[str]) -> ProbeRecord:

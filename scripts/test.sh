@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian machine, then run it.
+# Python packages go into a virtual environment (.venv-test/, or $EXECSYS_TEST_VENV), so this works
+# on an interpreter that refuses system-wide installs (PEP 668); $PYTHON picks the interpreter.
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +29,32 @@ if [ ${#need_debs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_debs[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
+BASE_PY=${PYTHON:-python3}
+# A stock Debian/Ubuntu interpreter refuses system-wide installs (PEP 668) and may lack venv
+# support (python3-venv): everything the tests need goes into .venv-test/, created once, reused.
+if ! "$BASE_PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  echo "installing Debian package: python3-venv" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  venv_pkg="python3-venv"
+  ver=$("$BASE_PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  apt-cache show "python${ver}-venv" >/dev/null 2>&1 && venv_pkg="python${ver}-venv"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$venv_pkg" >/dev/null
+fi
+VENV=${EXECSYS_TEST_VENV:-.venv-test}
+if [ ! -x "$VENV/bin/python" ]; then
+  # no --system-site-packages: a dependency missing from pyproject must fail here, not hide
+  "$BASE_PY" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+# the suite starts `execsys`, `python3` and helper scripts as subprocesses: they must be this venv's
+export PATH="$PWD/$VENV/bin:$PATH"
+export VIRTUAL_ENV="$PWD/$VENV"
 # llama-cpp-python compiles llama.cpp (about 6 minutes on 2 cores); pip caches the wheel afterwards.
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+
+# execsys run's tests drive real harnesses from their own cached venv (minutes the first time only).
+bash scripts/harness-env.sh >/dev/null
 
 set +e
 "$PY" -m pytest "$@"

@@ -216,3 +216,31 @@ def test_restart_axis_arithmetic_with_a_command_target(cli, tmp_path):
     assert record["sentence"].startswith("restart agreement 3/5 = 0.60")
     assert "unstable across restarts: scope comparisons to one session" in record["sentence"]
     assert record["cases"][1]["first_divergence"]["char"] == len("QUESTION 1")
+
+
+def test_the_one_fold_excludes_errored_cases_and_locates_the_first_differing_pass():
+    """The fold that the runner, probe merge and the TUI share, against a hand count."""
+    from execsys.probes.agreement import AgreementFold, Slot, judge
+
+    same, other = Slot("d1", "7", None), Slot("d2", "7", None)
+    assert judge([same, same, other], outcomes=True).first_differing == 2
+    assert judge([same, other], level="outcome", outcomes=True).agree is True  # same outcome, other bytes
+    assert judge([same, Slot(None, None, "HTTP 500")]).errored
+    assert judge([same, None]).errored  # not run on a pass: excluded too
+    seen = []
+    fold = AgreementFold(divergence=lambda case_id, k: seen.append((case_id, k)) or {"pass": k})
+    for case_id, slots in (("a", [same, same]), ("b", [same, other]), ("c", [same, Slot(None, None, "x")]),
+                           ("d", [other, other])):
+        fold.add(case_id, slots)
+    assert (fold.m, fold.n, fold.errored, fold.flipped, fold.errored_cases) == (2, 3, 1, ["b"], ["c"])
+    assert seen == [("b", 1)]  # texts are read only for a case that differs
+    assert fold.tally().text() == "2/3 = 0.67 (95% CI 0.21–0.94)"
+
+
+def test_one_rate_formatter_with_one_dash():
+    from execsys.stats import RANGE_DASH, rate_with_ci
+
+    assert rate_with_ci(12, 20) == "12/20 = 0.60 (95% CI 0.39–0.78)"
+    assert rate_with_ci(20, 20, [0.84, 1.0]) == "20/20 = 1.00 (95% CI 0.84–1.00)"
+    assert rate_with_ci(0, 0) == "0/0"
+    assert RANGE_DASH == "\u2013"

@@ -162,17 +162,145 @@ def test_restart_never_ready_ends_with_a_clear_message(cli, tmp_path, llama_serv
     assert "did not become ready within 1s after the restart" in result.stderr
 
 
-def test_concurrency_under_load(cli, tmp_path, llama_server):
-    cases = write_prompts(tmp_path / "cases.jsonl", n=12)
-    result = cli("probe", "concurrency", "--endpoint", llama_server.base_url, "--cases", str(cases), "--json",
-                 "--load", "4")
+class CountingProxy:
+    """A loopback HTTP proxy (stdlib) in front of a real server that counts the completion requests in
+    flight: llama-cpp-python answers one request at a time, so only here can K concurrent requests be
+    seen. ``arrivals`` is the number in flight as each completion request arrived, in arrival order."""
+
+    def __init__(self, upstream_port: int):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.arrivals: list[int] = []
+        self.in_flight = 0
+        lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                counted = self.command == "POST" and self.path.endswith("completions")
+                if counted:
+                    with lock:
+                        proxy.in_flight += 1
+                        proxy.arrivals.append(proxy.in_flight)
+                try:
+                    upstream = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=120)
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream.getresponse()
+                    data = response.read()
+                    upstream.close()
+                finally:
+                    if counted:
+                        with lock:
+                            proxy.in_flight -= 1
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> CountingProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_concurrency_axis_keeps_k_requests_in_flight_during_pass_b(cli, tmp_path, llama_server):
+    load, n = 4, 8
+    cases = write_prompts(tmp_path / "cases.jsonl", n=n)
+    with CountingProxy(llama_server.port) as proxy:
+        result = cli("probe", "concurrency", "--endpoint", proxy.base_url, "--cases", str(cases), "--json",
+                     "--load", str(load))
     record = result.json()
     assert result.returncode == 0, result.stderr
-    assert (record["m"], record["n"]) == (12, 12)  # measured: the server serialises concurrent requests
+    assert (record["m"], record["n"]) == (n, n)  # measured: the server serialises concurrent requests
     a, b = record["passes"]
-    assert (a["concurrency"], a["load"], b["concurrency"], b["load"]) == (1, 0, 4, 4)
-    assert b["fillers"] >= 0 and b["completed"] == 12
-    assert record["sentence"].startswith("concurrency agreement 12/12")
+    assert (a["concurrency"], a["load"], b["concurrency"], b["load"]) == (1, 0, load, load)
+    assert b["completed"] == n
+    # pass A (the first n completion requests) goes out one at a time; pass B keeps K in flight
+    pass_a, pass_b = proxy.arrivals[:n], proxy.arrivals[n:]
+    assert max(pass_a) == 1, proxy.arrivals
+    assert max(pass_b) >= load, proxy.arrivals
+    assert len(pass_b) == n + b["fillers"]  # every request of pass B is a case or a counted filler
+    assert record["sentence"].startswith(f"concurrency agreement {n}/{n}")
+
+
+def test_a_server_killed_mid_probe_stops_it_after_a_few_failures_and_resume_finishes(
+        tmp_path, tiny_gguf, ledger_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from .fixtures.llama import LlamaServer
+
+    n = 30
+    cases = write_prompts(tmp_path / "cases.jsonl", n=n)
+    server = start_llama_server(tiny_gguf)
+    argv = [sys.executable, "-m", "execsys", "probe", "session", "--endpoint", server.base_url,
+            "--cases", str(cases), "--retries", "1"]
+    env = {**os.environ, "EXECSYS_LEDGER": str(ledger_path)}
+    try:
+        probe = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and probe.poll() is None:
+            if ledger_path.exists():
+                with Ledger.open(ledger_path) as ledger:
+                    if ledger.count(kind="probe-case") >= 5:
+                        break
+            time.sleep(0.05)
+        server.stop()  # the endpoint dies mid-run
+        killed_at = time.monotonic()
+        _, stderr = probe.communicate(timeout=120)
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        server.stop()
+    assert probe.returncode == 2, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("execsys probe: error: endpoint unreachable since case c"), stderr
+    assert last.endswith(": stopped; --resume continues")
+    assert stopped_after < 60  # not every remaining case retried for its full timeout
+    with Ledger.open(ledger_path) as ledger:
+        [run] = list(ledger.iter(kind="probe-run"))
+        assert ledger.child(run.id, "final") is None
+        kept = ledger.count(kind="probe-case", parent=run.id)
+        errors = [r for r in ledger.iter(kind="probe-case", parent=run.id) if r.body.get("error")]
+    assert 5 <= kept < 2 * n
+    # the failures that stopped it are not recorded as results: a resumed run sends those cases again
+    assert not any("cannot connect" in (r.body.get("error") or "") for r in errors)
+
+    with LlamaServer(tiny_gguf, port=server.port) as again:
+        again.start()
+        result = subprocess.run([*argv, "--resume", run.id, "--json"], capture_output=True, text=True, env=env,
+                                timeout=300)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["run"] == run.id and (record["n"] + record["errored"]) == n
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.count(kind="probe-case", parent=run.id) == 2 * n  # every case once per pass
 
 
 def test_hosts_same_engine_agree(cli, tmp_path, llama_server, tiny_gguf):

@@ -188,7 +188,14 @@ def test_ctrl_c_saves_progress_and_prints_how_to_resume(cli, tmp_path, ledger_pa
 
 
 def test_cancel_event_raises_probe_interrupted(tmp_path, ledger_path):
-    from execsys.probes.runner import CaseDone, PassStarted, ProbeInterrupted, ProbeOptions, run_probe
+    from execsys.probes.runner import (
+        CaseDone,
+        PassStarted,
+        ProbeInterrupted,
+        ProbeOptions,
+        RunOpened,
+        run_probe,
+    )
 
     cases = write_cases(tmp_path / "cases.jsonl", n=10)
     cancel = threading.Event()
@@ -202,16 +209,18 @@ def test_cancel_event_raises_probe_interrupted(tmp_path, ledger_path):
     # Slow enough answers (4 rounds of 0.3 s at concurrency 3) that the 4th result is recorded while
     # later cases are still unsent, even when a loaded machine delays the recording thread.
     with FlipEndpoint(delay=0.3) as endpoint, Ledger.open(ledger_path) as ledger:
-        options = ProbeOptions(axis="session", endpoints=[endpoint.base_url], cases=cases, concurrency=3)
+        options = ProbeOptions(axis="session", endpoints=[endpoint.base_url], cases=cases, concurrency=3,
+                               ledger=ledger_path)
         with pytest.raises(ProbeInterrupted) as info:
-            run_probe(options, ledger, on_event=on_event, cancel=cancel)
+            run_probe(options, on_event=on_event, cancel=cancel)
         saved = ledger.count(kind="probe-case", parent=info.value.run_id)
         assert info.value.saved == saved and 4 <= saved < 10 and info.value.total == 20  # stopped inside pass A
         record = run_probe(ProbeOptions(axis="session", endpoints=[endpoint.base_url], cases=cases, concurrency=3,
-                                        resume=info.value.run_id), ledger)
+                                        resume=info.value.run_id, ledger=ledger_path))
         assert (record.m, record.n) == (10, 10) and record.run == info.value.run_id
-    assert isinstance(events[0], PassStarted) and events[0].total == 10
-    assert events[0].run_id == info.value.run_id
+    assert events[0] == RunOpened(info.value.run_id, resumed=False)  # the run id comes before any pass
+    assert isinstance(events[1], PassStarted) and events[1].total == 10
+    assert events[1].run_id == info.value.run_id
 
 
 # -- command target -------------------------------------------------------------

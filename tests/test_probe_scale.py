@@ -33,7 +33,7 @@ def cli_large(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_large_probe_prints_every_case_and_keeps_them_beside_the_record(cli, tmp_path, flip_endpoint, ledger_path):
-    from execsys.probes.record import load_cases
+    from execsys.probes.record import load_case_results
 
     cases = write_cases(tmp_path / "cases.jsonl", {c: " [flip]" for c in FLIPPED})
     result = cli_large("probe", "session", "--endpoint", flip_endpoint.base_url, "--cases", str(cases), "--json")
@@ -58,8 +58,8 @@ def test_large_probe_prints_every_case_and_keeps_them_beside_the_record(cli, tmp
         assert ledger.count(kind="probe-case", parent=record["run"]) == 40
         assert ledger.count(kind="probe-result", parent=record["run"]) == 20
         assert ledger.child(record["run"], "result:c03").body["agree"] is False
-        assert [c.to_json() for c in load_cases(ledger, stored)] == record["cases"]
-        assert len(load_cases(ledger, stored)) == 20
+        assert [c.to_json() for c in load_case_results(ledger, stored)] == record["cases"]
+        assert len(load_case_results(ledger, stored)) == 20
         small_row = ledger.get(small["id"])  # a small probe keeps its cases in the row, as before
         assert len(small_row.body["cases"]) == 3 and "cases_in_ledger" not in small_row.body
         assert ledger.count(kind="probe-result", parent=small["run"]) == 0
@@ -94,10 +94,10 @@ def test_compare_and_a_redeploy_baseline_read_a_large_record(tmp_path, flip_endp
 
 
 def test_large_probe_interrupted_then_resumed_loses_and_double_counts_nothing(tmp_path, ledger_path, monkeypatch):
-    from execsys.probes import runner as engine
+    from execsys.probes import runner
     from execsys.probes.runner import CaseDone, ProbeInterrupted, ProbeOptions, run_probe
 
-    monkeypatch.setattr(engine, "CASES_INLINE_LIMIT", 5)
+    monkeypatch.setattr(runner, "CASES_INLINE_LIMIT", 5)
     cases = write_cases(tmp_path / "cases.jsonl", {c: " [flip]" for c in FLIPPED})
     cancel = threading.Event()
 
@@ -106,30 +106,31 @@ def test_large_probe_interrupted_then_resumed_loses_and_double_counts_nothing(tm
             cancel.set()
 
     def options(resume) -> ProbeOptions:
-        return ProbeOptions(axis="session", endpoints=[endpoint.base_url], cases=cases, concurrency=3, resume=resume)
+        return ProbeOptions(axis="session", endpoints=[endpoint.base_url], cases=cases, concurrency=3, resume=resume,
+                            ledger=ledger_path)
 
     with FlipEndpoint(delay=0.02) as endpoint, Ledger.open(ledger_path) as ledger:
         with pytest.raises(ProbeInterrupted) as info:
-            run_probe(options(False), ledger, on_event=on_event, cancel=cancel)
+            run_probe(options(False), on_event=on_event, cancel=cancel)
         run_id = info.value.run_id
         assert 26 <= ledger.count(kind="probe-case", parent=run_id) < 40  # stopped inside pass B
 
         # finishing fails once after the case results were written but before the final record
-        real_append = ledger.append
+        real_append = Ledger.append
 
-        def failing_append(kind, body, **kwargs):
+        def failing_append(self, kind, body, **kwargs):
             if kind == "probe":
                 raise OSError("disk full")
-            return real_append(kind, body, **kwargs)
+            return real_append(self, kind, body, **kwargs)
 
-        monkeypatch.setattr(ledger, "append", failing_append)
+        monkeypatch.setattr(Ledger, "append", failing_append)
         with pytest.raises(OSError):
-            run_probe(options(run_id), ledger)
-        monkeypatch.setattr(ledger, "append", real_append)
+            run_probe(options(run_id))
+        monkeypatch.setattr(Ledger, "append", real_append)
         assert ledger.count(kind="probe-result", parent=run_id) == 20
         assert ledger.child(run_id, "final") is None
 
-        record = run_probe(options(run_id), ledger)
+        record = run_probe(options(run_id))
         assert (record.m, record.n, record.run) == (12, 20, run_id) and set(record.flipped) == FLIPPED
         assert endpoint.total_calls == 40  # every case once per pass, none sent twice
         rows = [(r.key, r.kind) for r in ledger.iter(parent=run_id) if r.kind in ("probe-case", "probe-result")]
@@ -137,7 +138,7 @@ def test_large_probe_interrupted_then_resumed_loses_and_double_counts_nothing(tm
         assert [c.id for c in record.cases] == [f"c{i:02d}" for i in range(20)]
 
         # asking again returns the stored record, its cases read back from the ledger
-        again = run_probe(options(run_id), ledger)
+        again = run_probe(options(run_id))
         assert again.id == record.id and again.cases_in_ledger
         assert [c.to_json() for c in again.cases] == [c.to_json() for c in record.cases]
         assert endpoint.total_calls == 40

@@ -178,3 +178,86 @@ def test_flags_are_redacted_by_word_not_by_substring(argv: list[str], expected: 
 
     assert redact_argv(argv) == expected
     assert redact_text(" ".join(argv)) == " ".join(expected)
+
+
+# -- every name style of the secret rule, and secret-shaped values under innocent names -----------------
+
+NAME_STYLES = {
+    "MY_PASS": "planted-my-pass-0101",
+    "GITHUB_PAT": "planted-github-pat-0102",
+    "VLLM_PASS": "planted-vllm-pass-0103",  # a VLLM_ variable: recorded as numerics environment
+    "DB_PWD": "planted-db-pwd-0104",
+    "APP_CREDENTIALS": "planted-app-credentials-0105",
+    "WORKER_SESSION": "planted-worker-session-0106",
+}
+SHAPED = {  # innocent names, values in well-known key formats
+    "VLLM_SETTING": "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2",
+    "LLAMA_NOTE": "ghp_" + "a" * 36,
+    "CUDA_HINT": "hf_" + "B" * 34,
+    "NCCL_EXTRA": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+}
+FLAG_SECRETS = {"pass_flag": "planted-pass-flag-0107", "k_flag": "sk-" + "Z9y8X7w6V5u4T3s2R1q0P9o8",
+                "aws_key": "AKIA" + "ABCDEFGHIJKLMNOP", "slack": "xoxb-" + "1234567890-abcdefghij"}
+
+
+def test_every_name_style_and_key_shaped_value_is_redacted(cli, tmp_path: Path, ledger_path: Path) -> None:
+    (tmp_path / "engine.env").write_text("".join(f"{k}={v}\n" for k, v in {**NAME_STYLES, **SHAPED}.items()))
+    (tmp_path / "execsys.toml").write_text(f"""
+[runtime]
+engine = "vllm"
+env_file = "engine.env"
+flags = ["--pass", "{FLAG_SECRETS['pass_flag']}", "-k", "{FLAG_SECRETS['k_flag']}", "--max-model-len", "4096"]
+
+[harness]
+commands = ["python eval.py --pass {FLAG_SECRETS['pass_flag']} --aws {FLAG_SECRETS['aws_key']}"]
+
+[environment]
+variables = {{ MY_PASS = "{NAME_STYLES['MY_PASS']}", GITHUB_PAT = "{NAME_STYLES['GITHUB_PAT']}", NOTE = "{FLAG_SECRETS['slack']}" }}
+""")
+    env = {**NAME_STYLES, **SHAPED}
+    outputs = []
+    for args in (["pin", "--json"], ["pin"], ["doctor", "-v", "--env-file", "engine.env"],
+                 ["doctor", "--json", "--env-file", "engine.env"], ["verify", "--json"], ["ledger", "export"]):
+        result = cli(*args, cwd=tmp_path, env=env)
+        assert result.returncode in (0, 1), (args, result.stderr)
+        outputs.append((args, result.stdout + result.stderr))
+    lock = (tmp_path / "execsys.lock.json").read_text()
+    assert '"VLLM_PASS": "<redacted>"' in lock  # the variable is named, its value is not
+    assert "--max-model-len" in lock and "4096" in lock  # numerics flags stay visible
+    files = [tmp_path / "execsys.lock.json", *sorted(ledger_path.parent.glob(ledger_path.name + "*"))]
+    assert any(path.name.endswith("-wal") for path in files) or ledger_path.exists()
+    for secret in [*NAME_STYLES.values(), *SHAPED.values(), *FLAG_SECRETS.values()]:
+        for args, text in outputs:
+            assert secret not in text, f"{secret!r} printed by execsys {' '.join(args)}"
+        for path in files:
+            assert secret.encode() not in path.read_bytes(), f"{secret!r} found in {path.name}"
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("MY_PASS", True), ("GITHUB_PAT", True), ("DB_PWD", True), ("APP_CREDENTIALS", True), ("AWS_SESSION_TOKEN", True),
+    ("my-pass", True), ("PWD", False), ("OLDPWD", False), ("PATH", False), ("LD_LIBRARY_PATH", False),
+    ("PATTERN", False), ("PASSTHROUGH", False), ("XDG_SESSION_TYPE", False), ("DESKTOP_SESSION", False),
+])
+def test_the_secret_name_rule_by_whole_parts(name: str, secret: bool) -> None:
+    from execsys.redact import is_secret_name
+
+    assert is_secret_name(name) is secret
+
+
+def test_every_line_printed_goes_through_redaction(capsys: pytest.CaptureFixture[str]) -> None:
+    """The consoles every command prints through redact like the ledger does (a restart command echoed
+    on stderr, a warning quoting a flag): one mechanism, whoever prints."""
+    from execsys import console
+
+    console._stdout_console = console._stderr_console = None
+    console.err().print("restarting the server before pass B: curl -H 'Authorization: Bearer planted-bearer-0201' "
+                        "--token planted-token-0202 http://u:planted-pw-0203@h/x", markup=False)
+    console.out().print(f"[bold]key[/] {FLAG_SECRETS['k_flag']} and --pass planted-pass-0204")
+    console.warn(f"restart failed: {SHAPED['LLAMA_NOTE']}")
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    for secret in ("planted-bearer-0201", "planted-token-0202", "planted-pw-0203", FLAG_SECRETS["k_flag"],
+                   "planted-pass-0204", SHAPED["LLAMA_NOTE"]):
+        assert secret not in text
+    assert "restarting the server before pass B" in text and "<redacted>" in text and "warning: restart failed" in text
+    console._stdout_console = console._stderr_console = None

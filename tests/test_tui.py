@@ -417,6 +417,56 @@ async def test_escape_stops_a_probe_and_resume_finishes_it_without_double_counti
         assert len(records(ledger_path, "probe-run")) == 1
 
 
+async def test_a_probe_from_the_tui_speaks_for_the_lock_beside_its_declaration(project: Path, ledger_path: Path,
+                                                                             flip_endpoint) -> None:
+    # `execsys --config eval/execsys.toml` pins eval/execsys.lock.json: the Probes step ties its record to it
+    from tests.test_probe_arithmetic import write_lock
+
+    (project / "eval").mkdir()
+    (project / "eval" / "execsys.toml").write_text("")
+    identity = write_lock(project / "eval" / "execsys.lock.json", {"temperature": 0})
+    _write_cases(project / "cases.jsonl", ["alpha", "beta"])
+    app = ExecsysApp(config=project / "eval" / "execsys.toml", autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await _fill_probe_form(pilot, endpoint=flip_endpoint.base_url, cases="cases.jsonl")
+        await pilot.press("ctrl+g", "y")
+        screen = app.screen
+        await settle(pilot, lambda: not screen.running and records(ledger_path, "probe"))
+        [probe] = records(ledger_path, "probe")
+        assert probe.identity == identity and probe.body["identity"] == identity
+        assert probe.body["identity_reason"] is None
+
+
+async def test_a_resumed_probe_shows_a_flip_whose_first_pass_ran_before_the_stop(project: Path, ledger_path: Path,
+                                                                                 flip_endpoint) -> None:
+    # c0 and c1 answer pass A before Escape and flip on pass B after the resume: the screen shows them
+    # from what the runner said (the record's excerpts), never from the ledger
+    flip_endpoint.delay = 0.25
+    _write_cases(project / "cases.jsonl", ["alpha [flip]", "beta [flip]"] + [f"case {i}" for i in range(8)])
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await _fill_probe_form(pilot, endpoint=flip_endpoint.base_url, cases="cases.jsonl")
+        await pilot.press("ctrl+g", "y")
+        screen = app.screen
+        await while_running(pilot, lambda: len(records(ledger_path, "probe-case")) >= 3)
+        await pilot.press("escape")
+        await settle(pilot, lambda: not screen.running)
+        assert records(ledger_path, "probe") == []
+        await pilot.press("ctrl+g")
+        await settle(pilot, lambda: not screen.running and records(ledger_path, "probe"), timeout=120)
+        [probe] = records(ledger_path, "probe")
+        assert (probe.body["m"], probe.body["n"]) == (8, 10) and probe.body["flipped"] == ["c0", "c1"]
+        flipped = screen.query_one("#flipped", OptionList)
+        flipped.highlighted = 0
+        await pilot.pause()
+        shown = text_of(screen.query_one("#outputs"))
+        divergence = probe.body["cases"][0]["first_divergence"]
+        assert "pass A (excerpt)" in shown and "pass B (excerpt)" in shown
+        assert divergence["a"].lstrip("…")[:10] in shown and divergence["b"].lstrip("…")[:10] in shown
+
+
 # -- step 4: scope & plan ---------------------------------------------------------------------------
 
 
@@ -632,7 +682,8 @@ async def test_probe_defaults_come_from_the_config_the_app_was_opened_with(proje
     elsewhere.mkdir()
     (project / "execsys.toml").write_text('[probe]\ncases = "here.jsonl"\ntimeout = 99\ncompare = "output"\n')
     (elsewhere / "execsys.toml").write_text(
-        '[probe]\ncases = "there.jsonl"\ntimeout = 7\ncompare = "score"\n\n[runtime]\nready_timeout = 11\n')
+        '[probe]\ncases = "there.jsonl"\ntimeout = 7\ncompare = "outcome"\nextract = "last-number"\n\n'
+        '[runtime]\nready_timeout = 11\n')
     app = ExecsysApp(config=elsewhere / "execsys.toml", autostart=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("3")
@@ -644,7 +695,8 @@ async def test_probe_defaults_come_from_the_config_the_app_was_opened_with(proje
         from execsys.tui import adapter
 
         options = adapter.probe_options(app.paths, form)
-        assert (options.timeout, options.compare, options.ready_timeout) == (7.0, "score", 11.0)
+        assert (options.timeout, options.compare, options.extract, options.ready_timeout) == \
+            (7.0, "outcome", "last-number", 11.0)
         await settle(pilot, lambda: True)
 
 

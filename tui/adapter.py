@@ -256,10 +256,8 @@ def pin(paths: Paths, tables: dict[str, dict[str, Any]], on_event: OnEvent | Non
 
 
 def probe_axes() -> tuple[str, ...]:
-    try:
-        from execsys.probes.axes import AXES
-    except ImportError:
-        return scope_axes()
+    from execsys.probes.axes import AXES
+
     return tuple(AXES)
 
 
@@ -289,202 +287,76 @@ def probe_form_problem(form: dict[str, Any]) -> str | None:
     return None
 
 
-class LiveAgreement:
-    """The running tally shown while a probe runs; the record's figures replace it when it ends."""
-
-    def __init__(self) -> None:
-        self.agree: dict[str, bool] = {}
-        self.errored: set[str] = set()
-
-    def add(self, case_id: str, agree: bool) -> None:
-        self.agree[case_id] = agree
-        self.errored.discard(case_id)
-
-    def add_error(self, case_id: str) -> None:
-        self.errored.add(case_id)
-
-    def line(self) -> str:
-        n = len(self.agree)
-        m = sum(self.agree.values())
-        if not n:
-            return "agreement so far: no case compared yet"
-        text = f"agreement so far {m}/{n} = {m / n:.2f}"
-        flipped = n - m
-        if flipped:
-            text += f" · ✗ {flipped} flipped"
-        if self.errored:
-            text += f" · ? {len(self.errored)} errored (excluded)"
-        return text
+def live_line(tally: Any) -> str:
+    """The running agreement a probe event carries, as the screen shows it while cases arrive."""
+    if not tally.n:
+        text = "agreement so far: no case compared yet"
+    else:
+        text = f"agreement so far {tally.text()}"
+        if tally.n - tally.m:
+            text += f" · ✗ {tally.n - tally.m} flipped"
+    if tally.errored:
+        text += f" · ? {tally.errored} errored (excluded)"
+    return text
 
 
 def record_line(record: Any) -> str:
     """The finished record's figures: m/n, rate, interval, errored."""
+    from execsys.stats import rate_with_ci
+
     if not record.n:
         return f"no case completed on every pass ({record.errored} errored)"
-    text = f"agreement {record.m}/{record.n} = {record.agreement_rate:.2f}"
-    if record.ci95:
-        text += f" (95% CI {record.ci95[0]:.2f}–{record.ci95[1]:.2f})"
+    text = f"agreement {rate_with_ci(record.m, record.n, record.ci95)}"
     if record.errored:
         text += f" · ? {record.errored} errored (excluded from n)"
     return text
 
 
-def probe_argv(paths: Paths, form: dict[str, Any]) -> list[str]:
-    """The `execsys probe` command line the form stands for (flags are the CLI's public names)."""
-    argv = [form["axis"]]
-    for endpoint in (e.strip() for e in (form.get("endpoint") or "").split(",")):
-        if endpoint:
-            argv += ["--endpoint", endpoint]
-    for flag, key in (("--command", "command"), ("--cases", "cases"), ("--n", "n"), ("--restart", "restart"),
-                      ("--ready", "ready"), ("--load", "load"), ("--baseline", "baseline")):
-        if form.get(key) not in (None, ""):
-            argv += [flag, str(form[key])]
-    if paths.lock.exists():
-        argv += ["--lock", str(paths.lock)]
-    if form.get("resume"):
-        argv.append("--resume")
-    return argv
-
-
 def probe_options(paths: Paths, form: dict[str, Any]):
-    """The ProbeOptions `execsys probe ...` builds: the CLI's own parser and option builder, fed the form."""
-    import argparse
+    """The form's values as overrides over this session's declaration and lock: the very
+    ``ProbeOptions.from_sources`` the CLI calls with its flags."""
+    from execsys.probes.runner import ProbeOptions
 
-    from execsys.commands import probe as probe_command
-
-    parser = argparse.ArgumentParser(prog="execsys probe", exit_on_error=False)
-    probe_command.add_arguments(parser)
-    try:
-        args = parser.parse_args(probe_argv(paths, form))
-    except (argparse.ArgumentError, SystemExit) as exc:
-        from execsys.errors import UsageError
-
-        raise UsageError(f"the probe form does not make a valid command: {exc}") from None
-    # the session's declaration, not ./execsys.toml: `execsys tui --config PATH` probes with PATH's defaults
-    return probe_command.build_options(args, declaration_path=paths.config if paths.config.exists() else None)
-
-
-class ProbeWatcher:
-    """Turns the probe engine's events into what the screen shows, on the probe's own thread.
-
-    The engine records each case in the ledger before it reports it, so the watcher reads the
-    output text (for the side-by-side view) and the live agreement of a case from those records;
-    the finished record's figures replace the live tally at the end.
-    """
-
-    def __init__(self, ledger, options, override: dict[str, Any] | None) -> None:
-        self.ledger = ledger
-        self.options = options
-        self.override = override
-        self.run_id: str | None = None
-        self.passes = 0
-        self.sent_passes: set[int] = set()
-        self.override_recorded = False
-
-    def view(self, event: Any) -> dict[str, Any]:
-        from execsys.probes import runner as probe_engine
-
-        kind = type(event).__name__
-        view: dict[str, Any] = {"kind": kind}
-        if isinstance(event, probe_engine.Note):
-            view["text"] = event.message
-            if event.message.startswith("resuming run "):
-                self.run_id = event.message.split()[2]
-        elif isinstance(event, probe_engine.PassStarted):
-            self._find_run()
-            self.passes = max(self.passes, event.pass_index + 1)
-            self.sent_passes.add(event.pass_index)
-            view.update(pass_index=event.pass_index, label=event.label, total=event.total, done=event.done)
-        elif isinstance(event, probe_engine.CaseDone):
-            view.update(pass_index=event.pass_index, case_id=event.case_id, done=event.done, total=event.total,
-                        error=event.error)
-            view.update(self._case(event.pass_index, event.case_id))
-        elif isinstance(event, probe_engine.PassFinished):
-            view.update(pass_index=event.pass_index, label=event.label, completed=event.completed,
-                        errored=event.errored)
-        elif isinstance(event, probe_engine.ProbeFinished):
-            view["record"] = event.record
-        self._record_override()
-        return view
-
-    def _find_run(self) -> None:
-        """The run this probe appends to: named in the 'resuming' note, else the newest run with its parameters."""
-        if self.run_id is not None:
-            return
-        for run in self.ledger.iter(kind="probe-run", newest_first=True, limit=20):
-            params = run.body.get("parameters", {})
-            if params.get("axis") == self.options.axis and params.get("identity") == self.options.identity \
-                    and self.ledger.child(run.id, "final") is None:
-                self.run_id = run.id
-                return
-
-    def _case(self, pass_index: int, case_id: str) -> dict[str, Any]:
-        if self.run_id is None:
-            return {}
-        row = self.ledger.child(self.run_id, f"{pass_index}:{case_id}")
-        found: dict[str, Any] = {"output": row.body.get("text") if row else None}
-        if pass_index == 0 or 0 not in self.sent_passes:
-            return found
-        digests = []
-        for index in range(pass_index + 1):
-            other = row if index == pass_index else self.ledger.child(self.run_id, f"{index}:{case_id}")
-            if other is None or other.body.get("error"):
-                found["agree"] = None if other is None else "errored"
-                return found
-            digests.append(other.body.get("digest"))
-        found["agree"] = len(set(digests)) == 1
-        return found
-
-    def _record_override(self) -> None:
-        """The gate override travels with the run: a ledger record under the probe-run, said once."""
-        if self.override is None or self.override_recorded or self.run_id is None:
-            return
-        self.ledger.append("gate-override", {**self.override, "for": "probe", "run": self.run_id},
-                           identity=self.options.identity, parent=self.run_id, key="gate-override")
-        self.override_recorded = True
-
-    def finish(self) -> None:
-        """A run that never opened (it failed early) still leaves the override on record."""
-        if self.override is not None and not self.override_recorded and self.run_id is not None:
-            self._record_override()
+    endpoints = [e.strip() for e in (form.get("endpoint") or "").split(",") if e.strip()]
+    return ProbeOptions.from_sources(
+        load_declaration(paths), last_lock(paths), lock_path=paths.lock,
+        axis=form["axis"], endpoints=endpoints, command=form.get("command") or None,
+        cases=form.get("cases") or None, n=form.get("n"), restart=form.get("restart") or None,
+        ready=form.get("ready") or None, load=form.get("load"), baseline=form.get("baseline") or None,
+        resume=True if form.get("resume") else None, ledger=paths.ledger,
+    )
 
 
 def run_probe(paths: Paths, form: dict[str, Any], *, override: dict[str, Any] | None,
-              on_view: Callable[[dict[str, Any]], None], cancel) -> Any:
-    """Run (or resume) the probe as `execsys probe` does; returns the record, or None when stopped."""
+              on_event: Callable[[Any], None], cancel) -> Any:
+    """Run (or resume) the probe as ``execsys probe`` does, handing each engine event to ``on_event``;
+    returns the record, or None when stopped (the RunOpened event named the run to resume).
+
+    A gate override travels with the run: written under the probe-run as soon as the run is open."""
+    from execsys.probes.events import RunOpened
     from execsys.probes.runner import ProbeInterrupted
     from execsys.probes.runner import run_probe as engine_run_probe
 
-    from execsys.ledger import Ledger
-
     options = probe_options(paths, form)
-    with Ledger.open(paths.ledger) as ledger:
-        watcher = ProbeWatcher(ledger, options, override)
-        try:
-            return engine_run_probe(options, ledger, on_event=lambda event: on_view(watcher.view(event)),
-                                    cancel=cancel)
-        except ProbeInterrupted as stopped:
-            watcher.run_id = watcher.run_id or stopped.run_id
-            on_view({"kind": "Stopped", "run_id": stopped.run_id, "saved": stopped.saved, "total": stopped.total})
-            return None
-        finally:
-            watcher.finish()
+
+    def forward(event: Any) -> None:
+        if override is not None and isinstance(event, RunOpened):
+            record_override(paths, override, event.run_id, options.identity)
+        on_event(event)
+
+    try:
+        return engine_run_probe(options, on_event=forward, cancel=cancel)
+    except ProbeInterrupted:
+        return None
 
 
-def case_outputs(paths: Paths, record: Any) -> dict[str, dict[int, str | None]]:
-    """The stored output text of each flipped case, per pass, from the run's ledger records."""
-    if not record.run:
-        return {}
+def record_override(paths: Paths, override: dict[str, Any], run_id: str, identity: str | None) -> None:
+    """The gate override under the probe-run it let through (a repeat for a resumed run is a no-op)."""
     from execsys.ledger import Ledger
 
-    found: dict[str, dict[int, str | None]] = {}
     with Ledger.open(paths.ledger) as ledger:
-        for case_id in record.flipped:
-            for index in range(record.repeats):
-                row = ledger.child(record.run, f"{index}:{case_id}")
-                if row is not None:
-                    found.setdefault(case_id, {})[index] = row.body.get("text")
-    return found
+        ledger.append("gate-override", {**override, "for": "probe", "run": run_id},
+                      identity=identity, parent=run_id, key="gate-override")
 
 
 # -- plan ------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ import time
 from execsys.doctor import files, sysinfo
 from execsys.doctor.model import Finding, HazardResult, fold
 
+from execsys.errors import InputError
+from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
 from execsys.redact import REDACTED, is_secret_name, redact_argv
 
 ID = "unread-env-config"
@@ -39,20 +41,19 @@ _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".onnx", ".ggml")
 def parse_env_file(path: str) -> dict[str, str]:
     """KEY=VALUE lines as systemd and docker read them: comments, ``export``, single/double quotes."""
     env: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.strip()
-            if not line or line.startswith(("#", ";")):
-                continue
-            if line.startswith("export "):
-                line = line[7:].lstrip()
-            if "=" not in line:
-                continue
-            key, value = line.split("=", 1)
-            key, value = key.strip(), value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            env[key] = value
+    for raw in read_bounded(path, ENV_FILE_LIMIT, "env file").decode("utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        env[key] = value
     return env
 
 
@@ -152,7 +153,7 @@ def check(ctx) -> HazardResult:
             return fold(ID, [Finding("fail", f"env file {path} does not exist", f"{ID}/env-file-missing")],
                         ok=f"env file {path} does not exist", evidence=evidence, accept=ctx.accept, listed=True,
                         fix="Point --env-file / [runtime] env_file at the file the service reads.")
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, InputError) as exc:
             return fold(ID, [Finding("error", f"cannot read env file {path}: {exc}", f"{ID}/env-file-unreadable")],
                         ok="", fix="", evidence=evidence, listed=True)
     if opts.declared_env:

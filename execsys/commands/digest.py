@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
 def _print_human(result) -> None:
     # plain text, no rich: the digest line is data (b3sum's own shape) and start-up stays light
     if result.kind == "file":
-        sys.stdout.write(f"{result.digest}  {result.path}\n")
+        from execsys.digest import b3sum_line
+
+        sys.stdout.write(b3sum_line(result.digest, result.path) + "\n")  # b3sum's own line, escapes and all
     else:
         sys.stdout.write(f"{result.digest}  {result.path}/  ({result.files} files, {_size(result.size_bytes)}; "
                          "--manifest lists them)\n")

@@ -16,6 +16,7 @@ The ledger holds every identity pinned, doctor report and probe record, append-o
 examples:
   execsys ledger list                      newest first
   execsys ledger list --kind probe --json
+  execsys ledger list --kind run           evaluation runs with their verdicts
   execsys ledger show identity-20261130T101500-1a2b   (a unique prefix is enough)
   execsys ledger export > ledger.jsonl     one JSON record per line
 """
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
     ls = sub.add_parser("list", help="records, newest first", formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="examples:\n  execsys ledger list --kind identity\n  execsys ledger list --limit 0 --json")
-    ls.add_argument("--kind", help="only records of this kind (identity, doctor, probe, plan, ...)")
+    ls.add_argument("--kind", help="only records of this kind (identity, doctor, probe, plan, run, ...)")
     ls.add_argument("--limit", type=non_negative_int, default=50, help="at most this many (default 50; 0 = all)")
     add_json(ls)
     show = sub.add_parser("show", help="one record in full", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,5 +94,9 @@ def _summary(record) -> dict:
     if not text and record.kind == "plan" and isinstance(body.get("order"), list):
         arms = " vs ".join(str(a) for a in body.get("arms") or [])
         text = f"{arms}, {len(body['order'])} cases, design {body.get('design')}, seed {body.get('seed')}"
-    return {"id": record.id, "kind": record.kind, "identity": record.identity, "parent": record.parent,
-            "created_at": record.created_at, "summary": str(text)}
+    summary = {"id": record.id, "kind": record.kind, "identity": record.identity, "parent": record.parent,
+               "created_at": record.created_at, "summary": str(text)}
+    if record.kind in ("run", "attach"):
+        # runs are listed to be judged: the verdict word is a field, not only inside the summary
+        summary["verdict"] = body.get("verdict")
+    return summary

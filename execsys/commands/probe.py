@@ -10,10 +10,9 @@ import shlex
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
-from execsys.cli import add_json
+from execsys.cli import add_json, add_sources
 from execsys.errors import UsageError
 
 HELP = "measure agreement across a session, restart, load, hosts or a redeploy (m/n, Wilson CI)"
@@ -34,6 +33,11 @@ axes:
 cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "expected"?}.
 prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
 [budget] (temperature 0 unless declared; seed when declared).
+
+The record is tied to the pinned identity: --lock, else execsys.lock.json beside the declaration
+(--config, else $EXECSYS_CONFIG or ./execsys.toml). Without a lock the probe says so in one line
+and records "identity": null with that reason: it will not count toward any scope. An endpoint
+that stops accepting connections ends the probe after 5 failures in a row; --resume continues.
 
 examples:
   execsys probe session --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl
@@ -68,7 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="outcome extractor: regex:PATTERN, json:PATH, last-number or command:CMD")
     cases.add_argument("--tokens", action="store_true",
                        help="ask for logprobs so a divergence is also located by token index")
-    cases.add_argument("--lock", metavar="FILE", help="identity to tie the record to (default ./execsys.lock.json if present)")
     run = parser.add_argument_group("passes")
     run.add_argument("--repeats", type=int, metavar="N", help="N passes (N >= 2): agreement = all N identical")
     run.add_argument("--concurrency", type=int, default=1, metavar="C", help="requests in flight per pass (default 1)")
@@ -81,12 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     axis.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 120)")
     axis.add_argument("--load", type=int, metavar="K", help="concurrency axis: requests kept in flight during pass B")
     axis.add_argument("--baseline", metavar="RECORD_ID", help="redeploy axis: the stored probe record to compare against")
+    add_sources(parser, lock_help="the identity to tie the record to (default: execsys.lock.json beside the "
+                                  "declaration; without one the probe counts toward no scope, and says so)")
     add_json(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from execsys.ledger import Ledger
-
     if args.axis == "merge":
         return _merge(args)
     if args.records:
@@ -96,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
     from execsys.probes.render import ProgressReporter, render_record
     from execsys.probes.runner import ProbeInterrupted, run_probe
 
-    options.validate()
-    ledger = Ledger.open()
     cancel = threading.Event()
     previous = signal.getsignal(signal.SIGINT)
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_sigint)
     try:
         with ProgressReporter(err(), live=stderr_is_terminal()) as reporter:
-            record = run_probe(options, ledger, on_event=reporter, cancel=cancel)
+            record = run_probe(options, on_event=reporter, cancel=cancel)
     except ProbeInterrupted as exc:
         sys.stderr.write(
             f"execsys probe: interrupted: {exc.saved} of {exc.total} case results saved in run {exc.run_id}\n"
@@ -119,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         signal.signal(signal.SIGINT, previous)
-        ledger.close()
     if args.json:
         record.write_json(sys.stdout)  # print_json's exact text, streamed case by case (flat in n)
     else:
@@ -127,82 +127,42 @@ def run(args: argparse.Namespace) -> int:
     return record.exit_code
 
 
-def build_options(args: argparse.Namespace, declaration_path: str | Path | None = None):
-    """ProbeOptions from flags, then execsys.toml ([probe], [runtime]), then the lock's [budget].
-
-    ``declaration_path`` reads that declaration instead of ./execsys.toml (the TUI opened with --config).
-    """
-    from execsys.declaration import load
+def build_options(args: argparse.Namespace):
+    """The flags as overrides (None = not given) for :meth:`ProbeOptions.from_sources`, over the
+    declaration (``--config``) and the lock (``--lock``, else the one beside the declaration)."""
     from execsys.probes.axes import AXES
     from execsys.probes.runner import ProbeOptions
+    from execsys.sources import load_sources
 
     if args.axis not in AXES:
         raise UsageError(f"unknown axis {args.axis!r}: choose one of {', '.join(AXES)} or merge")
-    decl = load(declaration_path)
-    probe_t, runtime_t = decl.tables.get("probe", {}), decl.tables.get("runtime", {})
-    endpoints = list(args.endpoint)
-    if not endpoints and not args.target_command and runtime_t.get("endpoint"):
-        endpoints = [runtime_t["endpoint"]]
-    cases = args.cases or probe_t.get("cases")
-    if not cases:
-        raise UsageError("--cases FILE is required (JSON Lines: {\"id\", \"prompt\" | \"messages\"})")
-    identity, budget = _identity(args.lock)
-    if not budget:
-        budget = decl.tables.get("budget", {})
-    if args.repeats is not None and args.repeats < 2:
-        raise UsageError("--repeats must be at least 2")
-    if args.sample is not None and args.n is None:
-        raise UsageError("--sample SEED needs --n N (how many cases to sample)")
-    return ProbeOptions(
+    sources = load_sources(args.config, args.lock)
+    return ProbeOptions.from_sources(
+        sources.declaration, sources.lock, lock_path=sources.lock_path,
         axis=args.axis,
-        endpoints=endpoints,
+        endpoints=list(args.endpoint),
         command=args.target_command,
-        cases=cases,
+        cases=args.cases,
         model=args.model,
-        n=args.n if args.n is not None else probe_t.get("n"),
+        n=args.n,
         sample_seed=args.sample,
-        compare=args.compare or probe_t.get("compare") or "output",
-        extract=args.extract or probe_t.get("extract"),
-        identity=identity,
-        decoding=decoding_from_budget(budget),
-        repeats=args.repeats or 2,
-        repeats_given=args.repeats is not None,
+        compare=args.compare,
+        extract=args.extract,
+        repeats=args.repeats,
         concurrency=args.concurrency,
         load=args.load,
-        restart=args.restart or runtime_t.get("restart"),
-        ready=args.ready or runtime_t.get("ready"),
-        ready_timeout=float(args.ready_timeout or runtime_t.get("ready_timeout") or 120.0),
+        restart=args.restart,
+        ready=args.ready,
+        ready_timeout=args.ready_timeout,
         baseline=args.baseline,
         order_seed=args.order_seed,
-        timeout=float(args.timeout or probe_t.get("timeout") or 120.0),
-        retries=max(0, args.retries),
-        api_key_env=args.api_key_env or probe_t.get("api_key_env") or runtime_t.get("api_key_env"),
-        want_tokens=args.tokens,
-        resume=args.resume,
-        declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file", "api_key_env")},
+        timeout=args.timeout,
+        retries=args.retries,
+        api_key_env=args.api_key_env,
+        want_tokens=args.tokens or None,
+        resume=args.resume or None,
+        ledger=getattr(args, "ledger", None),
     )
-
-
-DECODING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "repeat_penalty", "stop")
-
-
-def decoding_from_budget(budget: dict[str, Any]) -> dict[str, Any]:
-    """The request parameters the identity's budget declares; temperature 0 unless declared otherwise."""
-    decoding: dict[str, Any] = {"temperature": 0}
-    for key in DECODING_KEYS:
-        if budget.get(key) is not None:
-            decoding[key] = budget[key]
-    return decoding
-
-
-def _identity(lock: str | None) -> tuple[str | None, dict[str, Any]]:
-    path = lock or ("execsys.lock.json" if Path("execsys.lock.json").exists() else None)
-    if path is None:
-        return None, {}
-    from execsys.identity import load_lock
-
-    identity = load_lock(path)
-    return identity.id, dict(identity.declared("budget"))
 
 
 def _resume_command(run_id: str) -> str:

@@ -7,14 +7,20 @@ what is actually serving), and the serving process found listening on the
 endpoint's port (its flags and numerics environment variables: how it was
 started). Every value passes through redaction: engines are often launched with
 ``--api-key`` on the command line.
+
+Every request to the endpoint has an overall deadline and a size cap, not only
+per-read timeouts: an endpoint that trickles its body a byte a second, or sends
+a gigabyte, must not hang or swell ``pin``, ``verify`` or the restart axis.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,6 +111,41 @@ def _api_and_root(endpoint: str) -> tuple[str, str]:
     return api, root
 
 
+# The largest answer an observation reads: vLLM's /openapi.json is a few hundred KiB.
+OBSERVE_BODY_LIMIT = 8 << 20
+
+
+class _Unanswered(Exception):
+    """An observation request that ran past its deadline or its size cap."""
+
+
+class _Answer:
+    def __init__(self, status: int, content_type: str, body: bytes) -> None:
+        self.status = status
+        self.content_type = content_type
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def _fetch(client: Any, method: str, url: str, *, budget: float, json_body: Any = None) -> _Answer:
+    """One request, read to the end within ``budget`` seconds overall and OBSERVE_BODY_LIMIT bytes
+    (httpx's timeouts bound each read, not the whole body). Raises _Unanswered past either."""
+    deadline = time.monotonic() + budget
+    with client.stream(method, url, json=json_body) as response:
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > OBSERVE_BODY_LIMIT:
+                raise _Unanswered(f"answered more than {OBSERVE_BODY_LIMIT >> 20} MiB")
+            if time.monotonic() > deadline:
+                raise _Unanswered(f"did not finish answering within {budget:.0f}s")
+        return _Answer(response.status_code, response.headers.get("content-type", ""), b"".join(chunks))
+
+
 def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0,
                      fingerprint_timeout: float = 30.0) -> dict[str, Any]:
     """What the endpoint says about itself. Raises InputError when it does not answer."""
@@ -117,25 +158,28 @@ def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: floa
         with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
                           trust_env=False) as client:
             try:
-                response = client.get(f"{api}/models")
+                response = _fetch(client, "GET", f"{api}/models", budget=timeout)
             except httpx.TimeoutException as exc:
                 raise InputError(f"endpoint {redact_url(endpoint)}: no answer within {timeout:.0f}s "
                                  "(is the server up? check [runtime] endpoint)") from exc
+            except _Unanswered as exc:
+                raise InputError(f"endpoint {redact_url(endpoint)}: /v1/models {exc} "
+                                 "(is it the serving engine? check [runtime] endpoint)") from exc
             except httpx.HTTPError as exc:
                 raise InputError(f"endpoint {redact_url(endpoint)}: unreachable ({type(exc).__name__}: "
                                  f"{_short(exc)}); start the server or fix [runtime] endpoint") from exc
-            observed["models_status"] = response.status_code
+            observed["models_status"] = response.status
             models: list[str] = []
-            if response.status_code == 200:
-                with contextlib.suppress(ValueError, AttributeError, TypeError):
+            if response.status == 200:
+                with contextlib.suppress(ValueError, AttributeError, TypeError, RecursionError):
                     models = sorted(str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict))
             observed["models"] = models
-            observed["server_version"] = _json_field(client, f"{root}/version", ("version",))
-            openapi = _json_any(client, f"{root}/openapi.json")
+            observed["server_version"] = _json_field(client, f"{root}/version", ("version",), timeout)
+            openapi = _json_any(client, f"{root}/openapi.json", timeout)
             info = openapi.get("info", {}) if isinstance(openapi, dict) else {}
             observed["openapi"] = ({"title": info.get("title"), "version": info.get("version")}
                                    if isinstance(info, dict) and info else None)
-            props = _json_any(client, f"{root}/props")
+            props = _json_any(client, f"{root}/props", timeout)
             build = props.get("build_info") if isinstance(props, dict) else None
             observed["build_info"] = build if isinstance(build, str) else None
             observed["system_fingerprint"] = _fingerprint(client, api, models, fingerprint_timeout)
@@ -148,18 +192,18 @@ def _short(exc: Exception) -> str:
     return " ".join(str(exc).split())[:160] or "connection failed"
 
 
-def _json_any(client, url: str) -> Any:
+def _json_any(client: Any, url: str, budget: float) -> Any:
     try:
-        response = client.get(url)
-        if response.status_code != 200 or "json" not in response.headers.get("content-type", ""):
+        response = _fetch(client, "GET", url, budget=budget)
+        if response.status != 200 or "json" not in response.content_type:
             return None
         return response.json()
-    except Exception:  # noqa: BLE001 - optional facts: absence is recorded as None
+    except Exception:  # noqa: BLE001 - optional facts: absence (or a stalled answer) is recorded as None
         return None
 
 
-def _json_field(client, url: str, path: tuple[str, ...]) -> Any:
-    data = _json_any(client, url)
+def _json_field(client: Any, url: str, path: tuple[str, ...], budget: float) -> Any:
+    data = _json_any(client, url, budget)
     for key in path:
         if not isinstance(data, dict):
             return None
@@ -167,17 +211,27 @@ def _json_field(client, url: str, path: tuple[str, ...]) -> Any:
     return data if isinstance(data, (str, int, float)) else None
 
 
-def _fingerprint(client, api: str, models: list[str], timeout: float) -> str | None:
+def _fingerprint(client: Any, api: str, models: list[str], timeout: float) -> str | None:
     """``system_fingerprint`` from a one-token request, where the engine gives one."""
     if not models:
         return None
     body = {"model": models[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
             "temperature": 0}
     try:
-        response = client.post(f"{api}/chat/completions", json=body, timeout=timeout)
-        if response.status_code != 200:
-            return None
-        value = response.json().get("system_fingerprint")
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        with client.stream("POST", f"{api}/chat/completions", json=body, timeout=httpx.Timeout(timeout)) as response:
+            if response.status_code != 200:
+                return None
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > OBSERVE_BODY_LIMIT or time.monotonic() > deadline:
+                    return None
+        value = json.loads(b"".join(chunks)).get("system_fingerprint")
         return str(value) if value else None
     except Exception:  # noqa: BLE001
         return None
@@ -238,17 +292,21 @@ def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[
 
 
 def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines of the declared env file (a regular file of at most a few MiB: a FIFO or
+    /dev/zero there is an error, never a hang)."""
+    from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
+
     values: dict[str, str] = {}
     try:
-        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line or line.startswith("#") or "=" not in line:
-                    continue
-                key, _, value = line.removeprefix("export ").partition("=")
-                values[key.strip()] = value.strip().strip("'\"")
-    except OSError as exc:
+        text = read_bounded(os.path.expanduser(path), ENV_FILE_LIMIT, "[runtime] env_file").decode("utf-8", "replace")
+    except FileNotFoundError as exc:
         raise InputError(f"[runtime] env_file {path}: {exc.strerror}") from exc
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key.strip()] = value.strip().strip("'\"")
     return values
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from execsys.errors import InputError
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
 from execsys.ledger import now_iso
 
 LOG_SCHEMA = "execsys.plan-log/1"
@@ -59,7 +60,7 @@ class ExecutedLog:
 def read_log(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Header and events of an executed log (``execsys.plan-log/1`` JSON Lines)."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = read_bounded(path, RECORD_FILE_LIMIT, "executed log").decode("utf-8").splitlines()
     except FileNotFoundError:
         raise InputError(f"executed log {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from execsys.canonical import content_id
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
 from execsys.ledger import Ledger, now_iso
 from execsys.sources import no_identity_reason
 
@@ -261,7 +262,7 @@ def plan_from_json(data: Any, where: str = "plan") -> Plan:
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, RECORD_FILE_LIMIT, "plan").decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such plan file") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:

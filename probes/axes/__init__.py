@@ -1,11 +1,14 @@
 """The probe axes: what moves between the passes of a probe.
 
 Each axis is one module with an :class:`Axis` subclass that says which passes to run
-(``plan``), what to do before a pass (``before_pass``: the restart axis restarts the
-server there) and how to phrase the result. ``AXES`` is the registry, one line per axis::
+(``schedule``), what to do before a pass (``before_pass``: the restart axis restarts the
+server there), how to phrase the result and what a change of served model or fingerprint
+between passes means on it (``served_changed``, ``fingerprint_notes``). The runner knows no
+axis by name: everything axis-specific is one of these hooks. ``AXES`` is the registry, one
+line per axis::
 
     from execsys.probes.axes import AXES
-    AXES["restart"].plan(options)
+    AXES["restart"].schedule(options)
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from execsys.probes.record import ProbeRecord
     from execsys.probes.runner import ProbeOptions, RunContext
 
 
 @dataclass(frozen=True)
-class PassPlan:
+class PassSchedule:
     """One pass: which target, at what concurrency, in which order, or taken from a baseline record."""
 
     index: int
@@ -38,25 +42,47 @@ class PassPlan:
 
 
 class Axis:
-    """Base class: subclasses set the phrases and override ``plan`` (and ``before_pass`` if needed)."""
+    """Base class: subclasses set the phrases and override ``schedule`` (and the hooks they need)."""
 
     name = ""
     summary = ""  # one line for --help
     across = ""  # "across restarts"
     advice = ""  # what to do when unstable: "scope comparisons to one session"
     stable_advice = ""  # what the result licenses when stable
+    uses_baseline = False  # pass 0 comes from a stored record (--baseline)
 
     def validate(self, options: ProbeOptions) -> None:
         """Raise UsageError when the options do not make sense for this axis."""
 
-    def plan(self, options: ProbeOptions) -> list[PassPlan]:
+    def schedule(self, options: ProbeOptions) -> list[PassSchedule]:
         raise NotImplementedError
 
-    def before_pass(self, ctx: RunContext, plan: PassPlan) -> None:
+    def before_pass(self, ctx: RunContext, schedule: PassSchedule) -> None:
         """Hook run before each pass that still has cases to send (the restart axis restarts here)."""
 
-    def boundary(self, options: ProbeOptions) -> str:
+    def boundary(self, options: ProbeOptions | None = None) -> str:
         return self.across
+
+    def served_changed(self, ctx: RunContext, message: str) -> None:
+        """The served model or system_fingerprint differs between two passes: by default a note beside
+        the rate (the restart axis says the engine changed instead)."""
+        ctx.note_once(message)
+
+    def fingerprint_notes(self, passes: list[dict[str, Any]], baseline: ProbeRecord | None) -> list[str]:
+        """Notes about the passes' fingerprints once they are known (the redeploy axis says whether
+        the baseline's fingerprint still holds)."""
+        return []
+
+    def statement(self, boundary: str, n: int | None, holds: bool, engine_change: str | None) -> str:
+        """The part of the sentence after the rate; ``n`` None when the count is not worth repeating."""
+        if n == 0:
+            return f"no case completed on every pass: nothing is known {boundary}"
+        if engine_change:
+            return f"{engine_change}: this measures an engine change, not {boundary}"
+        if holds:
+            counted = f"these {n} cases" if n is not None else "these cases"
+            return f"stable {boundary} for {counted}: {self.stable_advice}"
+        return f"unstable {boundary}: {self.advice}"
 
 
 def letters(i: int) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from execsys.errors import UsageError
 
-from . import Axis, PassPlan, letters
+from . import Axis, PassSchedule, letters
 
 if TYPE_CHECKING:
     from execsys.probes.runner import ProbeOptions
@@ -32,11 +32,11 @@ class ConcurrencyAxis(Axis):
         if options.load < 2:
             raise UsageError("--load must be at least 2 (pass A already runs at concurrency 1)")
 
-    def plan(self, options: ProbeOptions) -> list[PassPlan]:
+    def schedule(self, options: ProbeOptions) -> list[PassSchedule]:
         load = options.load or 2
-        return [PassPlan(0, "A", concurrency=1)] + [
-            PassPlan(i, letters(i), concurrency=load, load=load) for i in range(1, options.repeats)
+        return [PassSchedule(0, "A", concurrency=1)] + [
+            PassSchedule(i, letters(i), concurrency=load, load=load) for i in range(1, options.repeats)
         ]
 
-    def boundary(self, options: ProbeOptions) -> str:
-        return f"between concurrency 1 and load {options.load}"
+    def boundary(self, options: ProbeOptions | None = None) -> str:
+        return f"between concurrency 1 and load {options.load}" if options is not None else self.across

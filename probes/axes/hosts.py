@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from execsys.errors import UsageError
 
-from . import Axis, PassPlan
+from . import Axis, PassSchedule
 
 if TYPE_CHECKING:
     from execsys.probes.runner import ProbeOptions
@@ -33,8 +33,8 @@ class HostsAxis(Axis):
         if options.repeats_given:
             raise UsageError("the hosts axis runs one pass per endpoint; --repeats does not apply")
 
-    def plan(self, options: ProbeOptions) -> list[PassPlan]:
+    def schedule(self, options: ProbeOptions) -> list[PassSchedule]:
         return [
-            PassPlan(i, f"host {i + 1}", target=i, concurrency=options.concurrency)
+            PassSchedule(i, f"host {i + 1}", target=i, concurrency=options.concurrency)
             for i in range(len(options.endpoints))
         ]

@@ -9,13 +9,14 @@ beside the rate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from execsys.errors import UsageError
 
-from . import Axis, PassPlan, letters
+from . import Axis, PassSchedule, letters
 
 if TYPE_CHECKING:
+    from execsys.probes.record import ProbeRecord
     from execsys.probes.runner import ProbeOptions
 
 
@@ -25,6 +26,7 @@ class RedeployAxis(Axis):
     across = "across redeploys"
     advice = "scope comparisons to one deployment: re-run the baseline after every redeploy"
     stable_advice = "this deployment reproduces the baseline"
+    uses_baseline = True
 
     def validate(self, options: ProbeOptions) -> None:
         if not options.baseline:
@@ -32,7 +34,17 @@ class RedeployAxis(Axis):
         if len(options.endpoints) > 1:
             raise UsageError("the redeploy axis takes one --endpoint")
 
-    def plan(self, options: ProbeOptions) -> list[PassPlan]:
-        return [PassPlan(0, "baseline", source="baseline")] + [
-            PassPlan(i, letters(i), concurrency=options.concurrency) for i in range(1, options.repeats)
+    def schedule(self, options: ProbeOptions) -> list[PassSchedule]:
+        return [PassSchedule(0, "baseline", source="baseline")] + [
+            PassSchedule(i, letters(i), concurrency=options.concurrency) for i in range(1, options.repeats)
         ]
+
+    def fingerprint_notes(self, passes: list[dict[str, Any]], baseline: ProbeRecord | None) -> list[str]:
+        if baseline is None or not passes:
+            return []
+        a, b = passes[0]["system_fingerprints"], passes[-1]["system_fingerprints"]
+        if not a and not b:
+            return ["system_fingerprint: the engine reports none (a change of backend would not show there)"]
+        if a == b:
+            return [f"system_fingerprint unchanged: {', '.join(a)}"]
+        return []

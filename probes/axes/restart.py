@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from execsys.errors import UsageError
+from execsys.redact import redact_text
 
-from . import Axis, PassPlan, letters
+from . import Axis, PassSchedule, letters
 
 if TYPE_CHECKING:
     from execsys.probes.runner import ProbeOptions, RunContext
@@ -36,31 +37,32 @@ class RestartAxis(Axis):
         if len(options.endpoints) > 1:
             raise UsageError("the restart axis takes one --endpoint")
 
-    def plan(self, options: ProbeOptions) -> list[PassPlan]:
+    def schedule(self, options: ProbeOptions) -> list[PassSchedule]:
         # Same order on both sides: the restart is the only thing that moves.
-        return [PassPlan(i, letters(i), concurrency=options.concurrency) for i in range(options.repeats)]
+        return [PassSchedule(i, letters(i), concurrency=options.concurrency) for i in range(options.repeats)]
 
-    def before_pass(self, ctx: RunContext, plan: PassPlan) -> None:
-        if plan.index == 0:
+    def before_pass(self, ctx: RunContext, schedule: PassSchedule) -> None:
+        if schedule.index == 0:
             if ctx.step("observe:0") is None:
-                ctx.record_step("observe:0", {"runtime": ctx.observe(plan.target)})
+                ctx.record_step("observe:0", {"runtime": ctx.observe(schedule.target)})
             return
-        key = f"restart:{plan.index}"
-        if ctx.step(key) is not None or ctx.pass_has_results(plan.index):
+        key = f"restart:{schedule.index}"
+        if ctx.step(key) is not None or ctx.pass_has_results(schedule.index):
             return  # restarted already before this pass (a resumed probe does not restart twice)
-        before = ctx.observe(plan.target)
-        ctx.note_event(f"restarting the server before pass {plan.label}: {ctx.options.restart}")
+        before = ctx.observe(schedule.target)
+        # the command may carry a token (--token, an Authorization header): redacted like every line
+        ctx.note_event(f"restarting the server before pass {schedule.label}: {redact_text(ctx.options.restart or '')}")
         started = time.monotonic()
         result = run_restart(ctx.options.restart or "", ctx.options.ready_timeout)
         if not result.ok:
             ctx.abort(f"restart command failed ({_describe(result)})")
         restart_s = time.monotonic() - started
-        ready, detail = wait_ready(ctx, plan.target, ctx.options.ready, ctx.options.ready_timeout)
+        ready, detail = wait_ready(ctx, schedule.target, ctx.options.ready, ctx.options.ready_timeout)
         if ctx.cancel.is_set():
             return  # interrupted while waiting: nothing recorded, so a resumed probe restarts again
         if not ready:
             ctx.abort(f"the server did not become ready within {ctx.options.ready_timeout:g}s after the restart ({detail})")
-        after = ctx.observe(plan.target)
+        after = ctx.observe(schedule.target)
         changed = runtime_changes(before, after)
         if changed:
             ctx.engine_changed("the engine changed across the restart (" + "; ".join(changed) + ")")
@@ -68,6 +70,15 @@ class RestartAxis(Axis):
             "command": ctx.options.restart, "before": before, "after": after, "changed": changed,
             "restart_s": round(restart_s, 3), "ready_s": round(time.monotonic() - started, 3),
         })
+
+
+    def served_changed(self, ctx: RunContext, message: str) -> None:
+        # a served model or fingerprint that moved across the restart is an engine change, not a
+        # restart effect: say so once, in the sentence
+        if ctx.engine_change is None:
+            ctx.engine_changed(message)
+        else:
+            ctx.note_once(message)
 
 
 def run_restart(command: str, timeout: float):

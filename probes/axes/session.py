@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from execsys.errors import UsageError
 
-from . import Axis, PassPlan, letters
+from . import Axis, PassSchedule, letters
 
 if TYPE_CHECKING:
     from execsys.probes.runner import ProbeOptions
@@ -28,8 +28,8 @@ class SessionAxis(Axis):
         if len(options.endpoints) > 1:
             raise UsageError("the session axis takes one --endpoint (several endpoints: use the hosts axis)")
 
-    def plan(self, options: ProbeOptions) -> list[PassPlan]:
+    def schedule(self, options: ProbeOptions) -> list[PassSchedule]:
         return [
-            PassPlan(i, letters(i), concurrency=options.concurrency, shuffled=i > 0)
+            PassSchedule(i, letters(i), concurrency=options.concurrency, shuffled=i > 0)
             for i in range(options.repeats)
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted, RunOpened
 from execsys.tui import adapter
 from execsys.tui.screens.base import GatedStep
 from execsys.tui.widgets.divergence import SideBySide
@@ -41,16 +42,16 @@ class ProbesScreen(GatedStep):
     ]
 
     class ProbeEvent(Message):
-        """An event from the probe engine (pass started, case done, pass finished, finished)."""
+        """An event from the probe runner (run opened, pass started, case done, pass finished, note)."""
 
-        def __init__(self, run: int, view: dict[str, Any]) -> None:
+        def __init__(self, run: int, event: Any) -> None:
             super().__init__()
-            self.run, self.view = run, view
+            self.run, self.event = run, event
 
     class ProbeFinished(Message):
-        def __init__(self, run: int, record: Any, cancelled: bool, outputs: dict[str, dict[int, str | None]]) -> None:
+        def __init__(self, run: int, record: Any, cancelled: bool) -> None:
             super().__init__()
-            self.run, self.record, self.cancelled, self.outputs = run, record, cancelled, outputs
+            self.run, self.record, self.cancelled = run, record, cancelled
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,7 +60,7 @@ class ProbesScreen(GatedStep):
         self._outputs: dict[str, dict[int, str | None]] = {}
         self._divergence: dict[str, int | None] = {}
         self._flipped: list[str] = []
-        self._live = adapter.LiveAgreement()
+        self._contexts: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.running = False
         self.probe_run_id: str | None = None
 
@@ -149,11 +150,10 @@ class ProbesScreen(GatedStep):
         worker = get_current_worker()
         record = adapter.run_probe(
             self.app.paths, form, override=override,
-            on_view=lambda view: self.post_message(self.ProbeEvent(run, view)),
+            on_event=lambda event: self.post_message(self.ProbeEvent(run, event)),
             cancel=worker.cancelled_event,
         )
-        outputs = adapter.case_outputs(self.app.paths, record) if record is not None else {}
-        self.post_message(self.ProbeFinished(run, record, record is None, outputs))
+        self.post_message(self.ProbeFinished(run, record, record is None))
 
     # -- live view -------------------------------------------------------------------------
     def _reset_view(self) -> None:
@@ -162,7 +162,7 @@ class ProbesScreen(GatedStep):
         self._outputs.clear()
         self._divergence.clear()
         self._flipped.clear()
-        self._live = adapter.LiveAgreement()
+        self._contexts.clear()
         self.query_one("#flipped", OptionList).clear_options()
         self.query_one("#agreement", Static).update("")
         self.query_one("#outputs", SideBySide).clear_case()
@@ -171,33 +171,26 @@ class ProbesScreen(GatedStep):
     def probe_event(self, message: ProbeEvent) -> None:
         if message.run != self._run:
             return
-        view = message.view
-        kind = view["kind"]
-        if kind == "PassStarted":
-            bar = self._pass_bar(view["pass_index"], view["total"])
-            bar.update(total=view["total"], progress=view["done"])
-            self._set_status(f"pass {view['label']} running … (Escape stops; progress is kept)")
-        elif kind == "CaseDone":
-            self._pass_bar(view["pass_index"], view["total"]).update(total=view["total"], progress=view["done"])
-            case_id = view["case_id"]
-            if "output" in view:
-                self._outputs.setdefault(case_id, {})[view["pass_index"]] = view["output"]
-            agree = view.get("agree")
-            if view.get("error") or agree == "errored":
-                self._live.add_error(case_id)
-            elif agree is not None:
-                self._live.add(case_id, agree)
-                if not agree and case_id not in self._flipped:
-                    self._flipped.append(case_id)
-                    self.query_one("#flipped", OptionList).add_option(Option(f"✗ {case_id}", id=case_id))
-            self._show_agreement()
-        elif kind == "PassFinished":
-            errored = f", ? {view['errored']} errored" if view["errored"] else ""
-            self._set_status(f"pass {view['label']} finished: {view['completed']} completed{errored}")
-        elif kind == "Note":
-            self._set_status(view["text"])
-        elif kind == "Stopped":
-            self.probe_run_id = view["run_id"]
+        event = message.event
+        if isinstance(event, RunOpened):
+            self.probe_run_id = event.run_id
+        elif isinstance(event, PassStarted):
+            bar = self._pass_bar(event.pass_index, event.total)
+            bar.update(total=event.total, progress=event.done)
+            self._set_status(f"pass {event.label} running … (Escape stops; progress is kept)")
+        elif isinstance(event, CaseDone):
+            self._pass_bar(event.pass_index, event.total).update(total=event.total, progress=event.done)
+            self._outputs.setdefault(event.case_id, {})[event.pass_index] = event.text
+            if event.agrees is False and event.case_id not in self._flipped:
+                self._flipped.append(event.case_id)
+                self.query_one("#flipped", OptionList).add_option(Option(f"✗ {event.case_id}", id=event.case_id))
+            if event.pass_index > 0:
+                self.query_one("#agreement", Static).update(adapter.live_line(event.agreement))
+        elif isinstance(event, PassFinished):
+            errored = f", ? {event.errored} errored" if event.errored else ""
+            self._set_status(f"pass {event.label} finished: {event.completed} completed{errored}")
+        elif isinstance(event, Note):
+            self._set_status(event.message)
 
     def _pass_bar(self, index: int, total: int | None) -> ProgressBar:
         bar = self._bars.get(index)
@@ -211,9 +204,6 @@ class ProbesScreen(GatedStep):
         elif total and bar.total != total:
             bar.update(total=total)
         return bar
-
-    def _show_agreement(self) -> None:
-        self.query_one("#agreement", Static).update(self._live.line())
 
     @on(ProbeFinished)
     def probe_finished(self, message: ProbeFinished) -> None:
@@ -238,13 +228,14 @@ class ProbesScreen(GatedStep):
         flipped = self.query_one("#flipped", OptionList)
         flipped.clear_options()
         self._flipped = list(record.flipped)
+        shown = set(self._flipped)
         for case in record.cases:
-            if case.first_divergence:
-                self._divergence[case.id] = case.first_divergence.get("char")
+            if case.id in shown and case.first_divergence:
+                div = case.first_divergence
+                self._divergence[case.id] = div.get("char")
+                self._contexts[case.id] = (div.get("a"), div.get("b"), div.get("pass"))
         for case_id in self._flipped:
             flipped.add_option(Option(f"✗ {case_id}", id=case_id))
-        for case_id, per_pass in message.outputs.items():
-            self._outputs.setdefault(case_id, {}).update(per_pass)
         if self._flipped:
             flipped.highlighted = 0
         self.app.refresh_session_facts()
@@ -255,6 +246,12 @@ class ProbesScreen(GatedStep):
         if case_id is None:
             return
         per_pass = self._outputs.get(case_id, {})
+        if len(per_pass) < 2 and case_id in self._contexts:
+            # sent in an earlier session (a resumed probe): the record's excerpts around the divergence
+            a, b, k = self._contexts[case_id]
+            labels = ("pass A (excerpt)", f"pass {PASS_NAMES[(k or 1) % 26]} (excerpt)")
+            self.query_one("#outputs", SideBySide).show(case_id, a, b, labels, None)
+            return
         passes = sorted(per_pass)
         first = per_pass.get(passes[0]) if passes else None
         # the pass that differs from the first (the engine's divergence is against pass 0)

@@ -1,0 +1,121 @@
+"""``execsys run [options] -- CMD [ARGS...]``: run an evaluation harness inside the execution system's record."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from execsys.cli import add_json, add_sources
+from execsys.errors import UsageError
+
+HELP = "run an evaluation harness with its identity pinned before, watched during, verified after"
+DESCRIPTION = """\
+Runs the harness command given after '--' in seven steps, one line each on stderr:
+gate (the doctor: a failing hazard refuses the run), identity (verify the lock, or pin one now),
+run (the command, with EXECSYS_RUN_ID, EXECSYS_IDENTITY and EXECSYS_LOCK in its environment),
+watch (the serving runtime every --watch seconds), verify after, results (the files written during
+the run, BLAKE3 each), record (an execsys.run/1 ledger record and a <result>.execsys.json sidecar
+beside each result). lm-eval gets --metadata '{"execsys": {...}}' added, so the identity lands in its
+results JSON; Inspect AI gets it through execsys's hook (pip install 'execsys[inspect]').
+
+verdicts: clean, drifted (the runtime moved: compare causally with nothing), overridden (ran past a
+failing gate), failed (the harness exited non-zero), interrupted (stopped by a signal), refused.
+
+examples:
+  execsys run -- lm_eval --model local-completions --tasks gsm8k --output_path out --log_samples
+  execsys run --watch 10 -- inspect eval task.py --model openai-api/local/tiny
+  execsys run --override "port 8000 shared with the metrics proxy, checked" -- python eval.py
+  execsys run --result 'scores/*.json' --json -- ./eval.sh > run.json
+
+exit codes: the harness's when it failed or was interrupted; 1 when drifted or refused; 0 when clean;
+2 bad usage (no '--', a bad lock, a --result directory that does not exist)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sources(parser)
+    parser.add_argument("--gate", choices=("fail", "warn", "off"), default=None,
+                        help="fail (default): a failing hazard refuses the run; warn: report only; off: no doctor")
+    parser.add_argument("--override", metavar="REASON",
+                        help="run past a failing gate; the reason is recorded with the run")
+    parser.add_argument("--repin", action="store_true",
+                        help="when the lock no longer matches, pin the system as it is instead of refusing")
+    parser.add_argument("--watch", dest="watch_s", type=float, metavar="S", default=None,
+                        help="re-observe the serving runtime every S seconds while the harness runs "
+                             "(default 30; 0 = off)")
+    parser.add_argument("--result", dest="results", action="append", metavar="PATH|GLOB", default=[],
+                        help="a result file the harness writes (repeatable; lm-eval's --output_path and "
+                             "Inspect's --log-dir are found without it)")
+    parser.add_argument("--sidecar-dir", metavar="DIR",
+                        help="write the <result>.execsys.json sidecars here instead of beside each result")
+    add_json(parser)
+    parser.add_argument("harness_command", nargs=argparse.REMAINDER, metavar="-- CMD", help="-- then the harness command and its arguments")
+
+
+def options_from_args(args: argparse.Namespace):
+    from execsys.run.options import RunOptions
+    from execsys.sources import load_sources
+
+    command = list(args.harness_command or [])
+    if not command or command[0] != "--":
+        raise UsageError("put the harness command after '--': execsys run [options] -- CMD [ARGS...]")
+    sources = load_sources(args.config, args.lock)
+    return RunOptions.from_sources(
+        sources.declaration, sources.lock, command=command[1:], lock_path=sources.lock_path,
+        gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,
+        results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from execsys import console
+    from execsys.run.runner import run_eval
+
+    options = options_from_args(args)
+    record = run_eval(options, on_event=StepPrinter())
+    if args.json:
+        console.print_json(record.to_json() | {"sidecars": record.sidecars})
+    return record.exit_status
+
+
+class StepPrinter:
+    """One stderr line per step (and per drift event, signal and result), symbol first.
+
+    rich styles them on a terminal; piped, the lines are written plainly (and rich is never imported:
+    the wrapper's own cost is the point of keeping it small)."""
+
+    def __init__(self) -> None:
+        from execsys import console
+
+        self.rich = console.stderr_is_terminal()
+
+    def __call__(self, event: object) -> None:
+        from execsys import console
+        from execsys.redact import redact_text
+        from execsys.run import events
+
+        status, text = None, None
+        if isinstance(event, events.StepFinished):
+            status, text = event.status, f"{event.step:<8} {event.text}"
+        elif isinstance(event, events.StepStarted) and event.step == "run":
+            status, text = "start", f"run      {event.text}"
+        elif isinstance(event, events.DriftDetected):
+            e = event.event
+            status, text = "warn", (f"drift    {e.get('at')} {e.get('component')}: {e.get('before')} -> "
+                                    f"{e.get('after')}")
+        elif isinstance(event, events.SignalForwarded):
+            status, text = "warn", f"signal   {event.signal} sent to the harness (process group {event.pid})"
+        elif isinstance(event, events.ResultFound):
+            status, text = "result", f"result   {event.path} {event.blake3[:16]} ({event.harness})"
+        if status is None or text is None:
+            return
+        text = redact_text(text)
+        symbol = {"start": "→", "result": " "}.get(status) or console.symbol(status)
+        if not self.rich:
+            sys.stderr.write(f"{symbol} {text}\n")
+            sys.stderr.flush()
+            return
+        from rich.markup import escape
+
+        style = console.STYLES.get(status, "dim")
+        console.err().print(f"[{style}]{symbol}[/] {escape(text)}", highlight=False)

@@ -1,0 +1,91 @@
+"""Inspect AI (UK AISI): the identity goes into the eval log's metadata through execsys's hook.
+
+``inspect eval`` writes one log per task under ``--log-dir`` (``$INSPECT_LOG_DIR``, else
+``./logs``): a ``.eval`` zip, or ``.json`` with ``--log-format json``. The hook in
+:mod:`execsys.harnesses.inspect_hook` (installed with ``execsys[inspect]``, found through the
+``inspect_ai`` entry point) writes ``{"execsys": {...}}`` into the eval's metadata when
+``EXECSYS_LOCK`` is set, so ``execsys run`` changes nothing on the command line. Logs are read back
+with Inspect's own reader; a sample's outcome is its first score's value (``C``/``I`` as
+right/wrong), keyed ``<task>/<id>`` plus ``#<epoch>`` past the first epoch.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from execsys.errors import InputError
+from execsys.harnesses.base import HarnessResult, flag_value, program_words
+
+NAME = "inspect"
+MISSING_EXTRA = ("reading Inspect logs needs Inspect AI installed here: pip install 'execsys[inspect]' "
+                 "(or run execsys from the environment that has inspect_ai)")
+
+
+class InspectHarness:
+    name = NAME
+
+    def matches(self, argv: Sequence[str]) -> bool:
+        words = program_words(argv)
+        return any(w == "inspect" or w.startswith("inspect_ai") for w in words) and \
+            any(w in ("eval", "eval-set", "eval-retry") for w in (*words, *argv))
+
+    def prepare(self, argv: Sequence[str], identity_id: str, run_id: str) -> list[str]:
+        return list(argv)  # the hook reads EXECSYS_LOCK and EXECSYS_RUN_ID from the environment
+
+    def output_dirs(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> list[Path]:
+        value = flag_value(argv, "--log-dir") or env.get("INSPECT_LOG_DIR") or "./logs"
+        path = Path(value).expanduser()
+        return [path if path.is_absolute() else cwd / path]
+
+    def owns(self, path: Path) -> bool:
+        if path.suffix == ".eval":
+            return zipfile.is_zipfile(path)
+        if path.suffix != ".json":
+            return False
+        try:
+            with open(path, encoding="utf-8") as fh:
+                head = fh.read(4096)
+        except (OSError, UnicodeDecodeError):
+            return False
+        return '"eval"' in head and ('"version"' in head or '"status"' in head) and '"results"' not in head[:20]
+
+    def is_primary(self, path: Path) -> bool:
+        return True
+
+    def read(self, path: Path) -> HarnessResult:
+        try:
+            from inspect_ai.log import read_eval_log
+        except ImportError:
+            raise InputError(f"{path}: {MISSING_EXTRA}") from None
+        try:
+            log = read_eval_log(str(path))
+        except Exception as exc:  # noqa: BLE001 - Inspect raises many kinds for a bad file
+            raise InputError(f"{path}: not a readable Inspect log ({type(exc).__name__}: {exc})") from None
+        metadata = dict(log.eval.metadata or {})
+        metadata.update(getattr(log, "metadata", None) or {})  # edits recorded in log_updates
+        found = metadata.get("execsys")
+        embedded = ({"identity": str(found["identity"]), "run": found.get("run")}
+                    if isinstance(found, dict) and found.get("identity") else None)
+        outcomes: dict[str, Any] = {}
+        for sample in log.samples or []:
+            if not sample.scores:
+                continue
+            score = next(iter(sample.scores.values()))
+            key = f"{log.eval.task}/{sample.id}" + (f"#{sample.epoch}" if sample.epoch and sample.epoch > 1 else "")
+            outcomes[key] = score_outcome(score.value)
+        return HarnessResult(path, NAME, outcomes, embedded)
+
+
+def score_outcome(value: Any) -> Any:
+    """Inspect's ``C``/``I`` as right/wrong; other values (numbers, partial credit) unchanged."""
+    if value == "C":
+        return True
+    if value == "I":
+        return False
+    return value
+
+
+ADAPTER = InspectHarness()

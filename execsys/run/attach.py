@@ -1,0 +1,114 @@
+"""``attach``: give results made without ``execsys run`` a sidecar, honestly marked as recorded after.
+
+Many results already exist. Their identity can still be written down, but only as the system is
+*now*: the engine may have been upgraded or restarted since the run. So the sidecar says
+``"attached_after": true`` with that sentence, the lock is verified at attach time (the verdict is
+kept), and ``compare`` treats such a result as descriptive only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from execsys.errors import InputError, UsageError
+from execsys.harnesses import registry
+from execsys.ledger import Ledger, new_id, now_iso
+from execsys.operation import Cancel, OnEvent, emit, new_cancel
+from execsys.run import results as results_step
+from execsys.run.events import ResultFound, RunRecorded
+from execsys.run.record import sidecar_path
+from execsys.sources import no_identity_reason
+
+if TYPE_CHECKING:
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
+
+SCHEMA = "execsys.attach/1"
+ATTACHED_SENTENCE = "identity recorded after the run: the system may have moved in between; descriptive only"
+
+
+@dataclass
+class AttachOptions:
+    results: list[Path]
+    declaration: Declaration
+    lock: Identity
+    lock_path: Path
+    sidecar_dir: Path | None = None
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> AttachOptions:
+        """Needs ``results`` (paths that exist) and ``lock_path``; the lock must exist (nothing to attach else)."""
+        paths = [Path(p).expanduser().absolute() for p in overrides.pop("results", None) or []]
+        if not paths:
+            raise UsageError("name at least one result file: execsys attach RESULT... [--lock L]")
+        for path in paths:
+            if not path.is_file():
+                raise InputError(f"{path}: no such result file")
+            if registry.is_sidecar(path):
+                raise InputError(f"{path}: that is a sidecar; attach the result file beside it")
+        lock_path = Path(overrides.pop("lock_path")).absolute()
+        if lock is None:
+            raise InputError(no_identity_reason(lock_path, "nothing can be attached") + "; run 'execsys pin' first")
+        sidecar_dir = overrides.pop("sidecar_dir", None)
+        if sidecar_dir is not None:
+            sidecar_dir = Path(sidecar_dir).expanduser().absolute()
+            if not sidecar_dir.is_dir():
+                raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
+        if overrides:
+            raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
+        return cls(paths, declaration, lock, lock_path, sidecar_dir)
+
+
+@dataclass
+class AttachReport:
+    id: str
+    identity_id: str
+    lock_path: str
+    verify_now: dict[str, Any]
+    results: list[dict[str, str]] = field(default_factory=list)
+    sidecars: list[str] = field(default_factory=list)
+    recorded_at: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verify_now.get("verdict") == "same-system" else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "id": self.id, "attached_after": True, "statement": ATTACHED_SENTENCE,
+                "verdict": "attached", "summary": f"attached after the run: {len(self.results)} result(s); "
+                                                  f"verify now {self.verify_now.get('verdict')}",
+                "identity": {"id": self.identity_id, "lock": self.lock_path}, "verify_now": self.verify_now,
+                "recorded_at": self.recorded_at, "results": self.results, "sidecars": self.sidecars}
+
+
+def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
+                   cancel: Cancel | None = None) -> AttachReport:
+    """Digest each result, verify the lock now, write the sidecars, record it in the ledger."""
+    from execsys.fsutil import atomic_write_json
+    from execsys.identity import verify
+    from execsys.redact import scrub
+
+    cancel = new_cancel(cancel)
+    report = verify(options.lock, declaration=options.declaration, exclude=[options.lock_path])
+    changed = [name for name, check in report.components.items() if check.status != "same"]
+    attached = AttachReport(new_id("attach"), options.lock.id, str(options.lock_path),
+                            {"verdict": report.verdict, "changed": changed, "sentence": report.sentence},
+                            recorded_at=now_iso())
+    for path in options.results:
+        if cancel.is_set():
+            break
+        found = results_step.FoundResult(path, results_step.digest(path), registry.for_file(path).name)
+        attached.results.append(found.to_json())
+        emit(on_event, ResultFound(str(path), found.blake3, found.harness))
+    for result in attached.results:
+        target = sidecar_path(Path(result["path"]), options.sidecar_dir)
+        attached.sidecars.append(str(target))
+    body = attached.to_json()
+    for result, target in zip(attached.results, attached.sidecars, strict=True):
+        atomic_write_json(target, scrub(dict(body, result=result)))
+    with Ledger.open() as ledger:
+        ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
+    emit(on_event, RunRecorded(attached.id, "attached", tuple(attached.sidecars)))
+    return attached

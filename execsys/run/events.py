@@ -1,0 +1,60 @@
+"""What ``run_eval`` tells a face while it works: one frozen dataclass per thing that happened."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from execsys.operation import Event
+
+STEPS = ("gate", "identity", "run", "watch", "verify", "results", "record")
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    """A step began; ``text`` is the line a face shows for it."""
+
+    step: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    """A step ended: ``status`` is ok | warn | fail | skip, ``text`` says what came of it."""
+
+    step: str
+    status: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ChildStarted(Event):
+    pid: int
+    argv: tuple[str, ...]  # redacted
+
+
+@dataclass(frozen=True)
+class SignalForwarded(Event):
+    signal: str  # SIGINT | SIGTERM | SIGKILL
+    pid: int
+
+
+@dataclass(frozen=True)
+class DriftDetected(Event):
+    """The serving runtime changed while the harness ran: ``event`` is ``{at, component, before, after}``."""
+
+    event: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResultFound(Event):
+    path: str
+    blake3: str
+    harness: str
+
+
+@dataclass(frozen=True)
+class RunRecorded(Event):
+    run_id: str
+    verdict: str
+    sidecars: tuple[str, ...]

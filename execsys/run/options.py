@@ -1,0 +1,109 @@
+"""``RunOptions``: what ``execsys run`` was asked to do, layered flags > declaration > lock, validated."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from execsys.errors import InputError, UsageError
+from execsys.operation import first_given
+
+if TYPE_CHECKING:
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
+
+GATES = ("fail", "warn", "off")
+DEFAULT_WATCH_S = 30.0
+
+
+@dataclass
+class RunOptions:
+    """Everything one run needs. ``command`` is the harness's argv, exactly as after ``--``."""
+
+    command: list[str]
+    declaration: Declaration
+    lock: Identity | None
+    lock_path: Path
+    gate: str = "fail"  # fail: a failing hazard refuses; warn: fails are warnings; off: no doctor
+    override: str | None = None  # run past a failing gate, for this recorded reason
+    repin: bool = False  # a new-identity lock is re-pinned instead of refusing
+    watch_s: float = DEFAULT_WATCH_S  # 0 = no watching
+    results: list[str] = field(default_factory=list)  # --result PATH|GLOB
+    sidecar_dir: Path | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+    child_stdout_to_stderr: bool = False  # --json: stdout is the record's alone
+    grace_s: float = 10.0  # after a cancel, how long the harness has to stop before it is killed
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> RunOptions:
+        """Options from the declaration and the lock, then the overrides (None = not given).
+
+        Needs ``command`` and ``lock_path`` among the overrides. Raises UsageError / InputError
+        for what cannot work, before anything runs."""
+        command = list(overrides.pop("command", None) or [])
+        if not command:
+            raise UsageError("no harness command: give it after '--', e.g. execsys run -- lm_eval --model ...")
+        cwd = Path(first_given(overrides.pop("cwd", None), Path.cwd()) or Path.cwd()).absolute()
+        program = command[0]
+        found = shutil.which(program, path=os.environ.get("PATH")) if os.sep not in program else \
+            (program if os.access(cwd / program, os.X_OK) else None)
+        if not found:
+            raise InputError(f"harness command not found: {program!r} (not on PATH, or not executable)")
+        lock_path = overrides.pop("lock_path", None)
+        if lock_path is None:
+            raise UsageError("lock_path is required (the lock to verify, or to write when pinning)")
+        gate = first_given(overrides.pop("gate", None), "fail")
+        if gate not in GATES:
+            raise UsageError(f"--gate {gate!r}: one of {', '.join(GATES)} (fail is the default)")
+        override = overrides.pop("override", None)
+        if override is not None and not str(override).strip():
+            raise UsageError("--override needs a reason: --override 'engine restarted by ops, port checked'")
+        watch_s = first_given(overrides.pop("watch_s", None), DEFAULT_WATCH_S)
+        if watch_s is None or not watch_s >= 0:
+            raise UsageError(f"--watch {watch_s}: seconds between observations, 0 or more (0 = off)")
+        results = [str(r) for r in overrides.pop("results", None) or []]
+        for pattern in results:
+            _check_result_pattern(pattern, cwd)
+        sidecar_dir = overrides.pop("sidecar_dir", None)
+        if sidecar_dir is not None:
+            sidecar_dir = Path(sidecar_dir).expanduser().absolute()
+            if not sidecar_dir.is_dir():
+                raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
+        options = cls(command=command, declaration=declaration, lock=lock, lock_path=Path(lock_path).absolute(),
+                      gate=str(gate), override=str(override).strip() if override else None,
+                      repin=bool(overrides.pop("repin", None) or False), watch_s=float(watch_s),
+                      results=results, sidecar_dir=sidecar_dir, cwd=cwd,
+                      child_stdout_to_stderr=bool(overrides.pop("child_stdout_to_stderr", None) or False))
+        grace = overrides.pop("grace_s", None)
+        if grace is not None:
+            options.grace_s = float(grace)
+        if overrides:
+            raise TypeError(f"unknown run option(s): {', '.join(sorted(overrides))}")
+        return options
+
+
+def _check_result_pattern(pattern: str, cwd: Path) -> None:
+    """A ``--result`` whose directory does not exist can never match: a typo, said now, not after the run."""
+    if not pattern.strip():
+        raise UsageError("--result needs a path or a glob")
+    path = Path(os.path.expanduser(pattern))
+    path = path if path.is_absolute() else cwd / path
+    if glob.has_magic(pattern):
+        directory = Path(*_until_magic(path.parts))
+        if not directory.is_dir():
+            raise InputError(f"--result {pattern}: directory {directory} does not exist")
+    elif not path.parent.is_dir():
+        raise InputError(f"--result {pattern}: directory {path.parent} does not exist")
+
+
+def _until_magic(parts: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        out.append(part)
+    return out

@@ -1,0 +1,90 @@
+"""Step 6, the results: the files this run created or modified, digested, each with its harness.
+
+Looked for in the harness's own output directory (lm-eval's ``--output_path``, Inspect's
+``--log-dir``) and in every ``--result PATH|GLOB``. A file that was already there and did not change
+is an older run's and is left alone: the snapshot taken before the harness starts tells them apart.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from execsys.harnesses import registry
+from execsys.harnesses.base import HarnessAdapter
+
+Stamp = tuple[int, int]  # (mtime_ns, size)
+
+
+@dataclass(frozen=True)
+class FoundResult:
+    path: Path
+    blake3: str
+    harness: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": str(self.path), "blake3": self.blake3, "harness": self.harness}
+
+
+class ResultFinder:
+    """Snapshot before the run (:meth:`before`), then :meth:`found` after it."""
+
+    def __init__(self, adapter: HarnessAdapter, harness_dirs: list[Path], patterns: list[str], cwd: Path) -> None:
+        self.adapter = adapter
+        self.harness_dirs = harness_dirs
+        self.patterns = [p if os.path.isabs(os.path.expanduser(p)) else str(cwd / p)
+                         for p in (os.path.expanduser(p) for p in patterns)]
+        self._before: dict[Path, Stamp] = {}
+
+    def _harness_files(self) -> Iterable[Path]:
+        for directory in self.harness_dirs:
+            if directory.is_dir():
+                for root, _dirs, files in os.walk(directory):
+                    for name in files:
+                        yield Path(root) / name
+
+    def _pattern_files(self) -> Iterable[Path]:
+        for pattern in self.patterns:
+            for name in sorted(glob.glob(pattern, recursive=True)):
+                yield Path(name)
+
+    def _candidates(self) -> dict[Path, str | None]:
+        """Every candidate file -> the harness it must belong to (None: whichever claims it)."""
+        out: dict[Path, str | None] = {}
+        for path in self._pattern_files():
+            out[path.absolute()] = None
+        for path in self._harness_files():
+            out.setdefault(path.absolute(), self.adapter.name)
+        return {p: h for p, h in out.items() if p.is_file() and not registry.is_sidecar(p)}
+
+    def before(self) -> None:
+        self._before = {p: _stamp(p) for p in self._candidates()}
+
+    def found(self) -> list[tuple[Path, str]]:
+        """(path, harness) for each file created or modified since :meth:`before`, sorted by path."""
+        out: list[tuple[Path, str]] = []
+        for path, harness in sorted(self._candidates().items()):
+            if self._before.get(path) == _stamp(path):
+                continue
+            if harness is not None and self.adapter.owns(path):
+                out.append((path, harness))
+            else:
+                out.append((path, registry.for_file(path).name))
+        return out
+
+
+def _stamp(path: Path) -> Stamp:
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def digest(path: Path) -> str:
+    from execsys.digest import hash_file
+
+    return hash_file(path)

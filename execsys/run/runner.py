@@ -1,0 +1,276 @@
+"""``run_eval``: the seven steps of ``execsys run``, in order, as events; never prints.
+
+The harness is the user's program: it gets the terminal as it is (stdin, stdout, stderr passed
+through, so progress bars work), its own session and process group, and ``EXECSYS_RUN_ID``,
+``EXECSYS_IDENTITY`` and ``EXECSYS_LOCK`` in its environment. Signals reach it through us: SIGINT
+and SIGTERM are forwarded to its process group (when this runs on the main thread), a second
+SIGINT kills the group, and a ``cancel`` (the TUI's stop) sends SIGINT and, after ``grace_s``,
+SIGKILL. Whatever happens, the results it left are digested and the run is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from execsys.harnesses import registry
+from execsys.identity import Identity, VerifyReport, pin, record_identity, verify, write_lock
+from execsys.ledger import Ledger, new_id, now_iso
+from execsys.operation import Cancel, OnEvent, emit, new_cancel
+from execsys.run import results as results_step
+from execsys.run.events import (
+    ChildStarted,
+    DriftDetected,
+    ResultFound,
+    RunRecorded,
+    SignalForwarded,
+    StepFinished,
+    StepStarted,
+)
+from execsys.run.gate import run_gate
+from execsys.run.options import RunOptions
+from execsys.run.record import RunRecord, redact_command, write_sidecars
+from execsys.run.watch import Watcher
+
+HOOK_DIR_ENV = "EXECSYS_HOOK_DIR"
+
+
+def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> RunRecord:
+    """Gate, fix the identity, run the harness, watch, verify after, digest the results, record."""
+    cancel = new_cancel(cancel)
+    adapter = registry.for_command(options.command)
+    record = RunRecord(id=new_id("run"), command=redact_command(options.command), cwd=str(options.cwd),
+                       harness=adapter.name, lock_path=str(options.lock_path))
+    with Ledger.open() as ledger:
+        # The lock's verification reads only; it runs beside the doctor (both wait mostly on
+        # subprocesses and sockets) and is used only once the gate has let the run through.
+        lock = options.lock
+        early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
+                                                  exclude=[options.lock_path])) if lock is not None else None
+        # 1. gate
+        emit(on_event, StepStarted("gate", "checking the nine hazards" if options.gate != "off"
+                                   else "doctor skipped (--gate off)"))
+        gate = run_gate(options.declaration, options.gate, options.override, ledger)
+        record.doctor = gate.to_json()
+        if gate.refused:
+            record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
+                              "--override REASON (recorded) or --gate warn")
+            emit(on_event, StepFinished("gate", "fail", record.refused))
+            return _finish(record, ledger, options, on_event)
+        if gate.mode == "off":
+            emit(on_event, StepFinished("gate", "skip", "doctor skipped (--gate off), recorded"))
+        elif gate.failing:
+            how = f"overridden: {gate.override}" if gate.overridden else "--gate warn"
+            emit(on_event, StepFinished("gate", "warn", f"{len(gate.failing)} failing ({how}): "
+                                        + "; ".join(gate.failing)))
+        else:
+            emit(on_event, StepFinished("gate", "ok", f"doctor {gate.verdict} ({gate.report_id})"))
+
+        # 2. identity
+        emit(on_event, StepStarted("identity", f"verifying {options.lock_path}" if options.lock is not None
+                                   else f"no lock at {options.lock_path}: pinning the system now"))
+        identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
+        if identity is None:
+            emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
+            return _finish(record, ledger, options, on_event)
+        emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}"))
+
+        # 3 + 4. run, watched
+        harness_dirs = adapter.output_dirs(options.command, options.cwd, os.environ)
+        finder = results_step.ResultFinder(adapter, harness_dirs, options.results, options.cwd)
+        finder.before()
+        declared_runtime = options.declaration.component("runtime") or identity.declared("runtime")
+        watcher = Watcher(declared_runtime, options.watch_s,
+                          on_drift=lambda event: emit(on_event, DriftDetected(event)))
+        argv = adapter.prepare(options.command, identity.id, record.id)
+        hook_dir = Path(tempfile.mkdtemp(prefix="execsys-run-hook-")) if adapter.name == "inspect" else None
+        try:
+            emit(on_event, StepStarted("watch", f"watching the runtime every {options.watch_s:g} s"
+                                       if watcher.active else "watch off" if options.watch_s == 0
+                                       else "watch off: no [runtime] endpoint or process declared"))
+            watcher.start()
+            record.started_at = now_iso()
+            emit(on_event, StepStarted("run", shlex.join(redact_command(argv))))
+            _run_child(argv, options, identity, record, hook_dir, on_event, cancel)
+            record.finished_at = now_iso()
+        finally:
+            watcher.stop()
+        cpu_note = {"interval_s": options.watch_s, "observations": watcher.observations,
+                    "errors": watcher.errors[:5]}
+        record.watch = cpu_note
+        record.drift = list(watcher.drift)
+        status = "fail" if record.interrupted or record.failed else "ok"
+        emit(on_event, StepFinished("run", status, f"harness exited {record.exit_code}"
+                                    + (f" after {', '.join(record.signals)}" if record.signals else "")))
+        if watcher.active:
+            emit(on_event, StepFinished("watch", "warn" if record.drift else "ok",
+                                        f"{len(record.drift)} drift event(s) in {watcher.observations} observations"))
+        if hook_dir is not None:
+            record.hook = _hook_reports(hook_dir)
+
+        # 5. verify after
+        emit(on_event, StepStarted("verify", f"re-observing identity {identity.id[:12]}"))
+        report = verify(identity, declaration=options.declaration, exclude=[options.lock_path, *harness_dirs])
+        changed = [name for name, check in report.components.items() if check.status != "same"]
+        record.verify_after = {"verdict": report.verdict, "changed": changed, "observed_id": report.observed_id,
+                               "sentence": report.sentence}
+        emit(on_event, StepFinished("verify", "ok" if report.verdict == "same-system" else "warn",
+                                    f"{report.verdict}: {report.sentence}"))
+
+        # 6. results
+        emit(on_event, StepStarted("results", "looking for result files written during the run"))
+        for path, harness in finder.found():
+            found = results_step.FoundResult(path, results_step.digest(path), harness)
+            record.results.append(found.to_json())
+            emit(on_event, ResultFound(str(path), found.blake3, harness))
+        emit(on_event, StepFinished("results", "ok" if record.results else "warn",
+                                    f"{len(record.results)} result file(s)"))
+        return _finish(record, ledger, options, on_event)
+
+
+def _finish(record: RunRecord, ledger: Ledger, options: RunOptions, on_event: OnEvent | None) -> RunRecord:
+    """7. record: sidecars beside the results, then the ledger row that names them."""
+    emit(on_event, StepStarted("record", "writing the run record"))
+    record.sidecars = write_sidecars(record, options.sidecar_dir)
+    ledger.append("run", dict(record.to_json(), sidecars=record.sidecars), identity=record.identity_id,
+                  record_id=record.id)
+    emit(on_event, StepFinished("record", "ok", f"{record.id}: {record.verdict_detail()}"))
+    emit(on_event, RunRecorded(record.id, record.verdict, tuple(record.sidecars)))
+    return record
+
+
+class _Background:
+    """A function started on a daemon thread now; ``result()`` joins it and returns (or re-raises)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="execsys-run-verify", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _fix_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
+                  report: VerifyReport | None = None) -> Identity | None:
+    """Verify the lock (refusing a new identity unless --repin), or pin one now."""
+    if options.lock is not None:
+        if report is None:
+            report = verify(options.lock, declaration=options.declaration, exclude=[options.lock_path])
+        if report.verdict == "same-system":
+            record.identity_id, record.identity_how = options.lock.id, "verified"
+            return options.lock
+        if not options.repin:
+            record.identity_id = options.lock.id
+            record.refused = (f"the lock no longer matches this system ({report.sentence}); "
+                              "give --repin to pin the system as it is now")
+            return None
+        how = "repinned"
+    else:
+        how = "pinned"
+    identity = pin(options.declaration, exclude=[options.lock_path])
+    write_lock(identity, options.lock_path)
+    record_identity(identity, ledger)
+    record.identity_id, record.identity_how = identity.id, how
+    return identity
+
+
+def _run_child(argv: list[str], options: RunOptions, identity: Identity, record: RunRecord,
+               hook_dir: Path | None, on_event: OnEvent | None, cancel: Cancel) -> None:
+    env = dict(os.environ)
+    env.update({"EXECSYS_RUN_ID": record.id, "EXECSYS_IDENTITY": identity.id,
+                "EXECSYS_LOCK": str(options.lock_path)})
+    if hook_dir is not None:
+        env[HOOK_DIR_ENV] = str(hook_dir)
+    stdout = sys.stderr.fileno() if options.child_stdout_to_stderr else None
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    proc = subprocess.Popen(argv, cwd=options.cwd, env=env, stdout=stdout, start_new_session=True)
+    emit(on_event, ChildStarted(proc.pid, tuple(redact_command(argv))))
+    received: list[int] = []
+    restore = _forward_signals(received)
+    handled = 0
+    kill_at: float | None = None
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            while handled < len(received):
+                signum = received[handled]
+                handled += 1
+                second_interrupt = signum == signal.SIGINT and signal.SIGINT in received[:handled - 1]
+                sent = signal.SIGKILL if second_interrupt else signum
+                _signal_group(proc, sent, record, on_event)
+            if cancel.is_set() and kill_at is None:
+                _signal_group(proc, signal.SIGINT, record, on_event)
+                kill_at = time.monotonic() + options.grace_s
+            if kill_at is not None and time.monotonic() > kill_at:
+                _signal_group(proc, signal.SIGKILL, record, on_event)
+                kill_at = float("inf")
+    finally:
+        restore()
+        if proc.poll() is None:  # we are leaving through an exception: leave nothing running
+            _signal_group(proc, signal.SIGKILL, record, on_event)
+            proc.wait(timeout=10)
+    record.exit_code = proc.returncode
+
+
+def _signal_group(proc: subprocess.Popen, signum: int, record: RunRecord, on_event: OnEvent | None) -> None:
+    name = signal.Signals(signum).name
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
+    record.signals.append(name)
+    emit(on_event, SignalForwarded(name, proc.pid))
+
+
+def _forward_signals(received: list[int]):
+    """Collect SIGINT/SIGTERM for the wait loop to forward; only the main thread may install handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, lambda s, _frame: received.append(s))
+
+    def restore() -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
+
+
+def _hook_reports(hook_dir: Path) -> dict[str, Any]:
+    """What the Inspect hook wrote, one JSON file per task; the directory is ours and goes afterwards."""
+    reports: list[dict[str, Any]] = []
+    for path in sorted(hook_dir.glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            reports.append(json.loads(path.read_text(encoding="utf-8")))
+    shutil.rmtree(hook_dir, ignore_errors=True)
+    return {"reports": reports, "model_calls": sum(int(r.get("model_calls") or 0) for r in reports),
+            "mismatches": sum(int(r.get("mismatches") or 0) for r in reports)}

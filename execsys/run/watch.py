@@ -1,0 +1,127 @@
+"""Step 4, the watch: re-observe the serving runtime while the harness runs.
+
+An engine restarted into other flags, upgraded or swapped half-way through an evaluation leaves a
+result that no single execution system produced, and nothing in the harness's output says so. Every
+``--watch`` seconds this observes what the endpoint says about itself (model list,
+``system_fingerprint``, server version and build) and the process listening on its port (pid, start
+time, argv, numerics environment); any field that differs from the previous observation is a drift
+event ``{at, component, before, after}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from execsys.ledger import now_iso
+
+# Facts that may be absent on one tick for reasons that are not a change (the engine gives no
+# fingerprint under load): compared only when both observations have a value.
+_OPTIONAL = {"runtime.endpoint.system_fingerprint"}
+
+
+def observe_serving(declared_runtime: dict[str, Any]) -> dict[str, Any]:
+    """One observation of the serving runtime, flattened to ``{"runtime.<field>": value}``."""
+    from execsys.identity import observe_runtime
+
+    observed = observe_runtime(declared_runtime, require_endpoint=False)
+    endpoint = observed.get("endpoint") or {}
+    process = dict(observed.get("process") or {})
+    process.update(_listener(declared_runtime.get("endpoint")))
+    flat: dict[str, Any] = {"runtime.engine.version": (observed.get("engine") or {}).get("version")}
+    for key in ("models", "system_fingerprint", "server_version", "build_info", "openapi", "error"):
+        if key in endpoint:
+            flat[f"runtime.endpoint.{key}"] = endpoint[key]
+    for key in ("pid", "started_at", "exe", "argv", "numerics_env"):
+        if key in process:
+            flat[f"runtime.process.{key}"] = process[key]
+    return flat
+
+
+def _listener(endpoint: str | None) -> dict[str, Any]:
+    """pid and start time of the process listening on the endpoint's (local) port."""
+    import psutil
+
+    if not endpoint:
+        return {}
+    parts = urlsplit(endpoint)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and not \
+            (parts.hostname or "").startswith("127."):
+        return {}
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                proc = psutil.Process(conn.pid)
+                return {"pid": conn.pid, "started_at": round(proc.create_time(), 2)}
+    return {}
+
+
+def changes(before: dict[str, Any], after: dict[str, Any], at: str) -> list[dict[str, Any]]:
+    """Drift events between two observations (a field that appears or disappears counts)."""
+    events = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if key in _OPTIONAL and (old is None or new is None):
+            continue
+        if old != new:
+            events.append({"at": at, "component": key, "before": old, "after": new})
+    return events
+
+
+class Watcher:
+    """A daemon thread observing every ``interval_s``; ``drift`` collects the events, ``on_drift`` hears each."""
+
+    def __init__(self, declared_runtime: dict[str, Any], interval_s: float,
+                 on_drift: Callable[[dict[str, Any]], None] | None = None,
+                 observe: Callable[[dict[str, Any]], dict[str, Any]] = observe_serving) -> None:
+        self.declared_runtime = declared_runtime
+        self.interval_s = interval_s
+        self.on_drift = on_drift
+        self.observe = observe
+        self.drift: list[dict[str, Any]] = []
+        self.observations = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: dict[str, Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.interval_s > 0 and bool(self.declared_runtime.get("endpoint") or
+                                            self.declared_runtime.get("process"))
+
+    def start(self) -> None:
+        """Take the baseline observation now (before the harness starts), then watch in the background."""
+        if not self.active:
+            return
+        self._last = self._observe()
+        self._thread = threading.Thread(target=self._loop, name="execsys-run-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _observe(self) -> dict[str, Any]:
+        self.observations += 1
+        return self.observe(self.declared_runtime)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                now = self._observe()
+            except Exception as exc:  # noqa: BLE001 - a failed look is recorded, never fatal to the run
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if self._stop.is_set():
+                return  # the harness ended while we looked: verify-after speaks for that moment
+            for event in changes(self._last or {}, now, now_iso()):
+                self.drift.append(event)
+                if self.on_drift is not None:
+                    self.on_drift(event)
+            self._last = now

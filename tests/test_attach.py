@@ -1,0 +1,51 @@
+"""``execsys attach``: results made without ``execsys run`` get an honest, after-the-fact sidecar."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import blake3
+
+from tests.fixtures.common import run_cli
+
+SENTENCE = "identity recorded after the run: the system may have moved in between; descriptive only"
+
+
+def test_attach_writes_an_after_the_fact_sidecar_and_records_it(tmp_path, ledger_path):
+    assert run_cli("pin", cwd=tmp_path).returncode == 0
+    lock_id = json.loads((tmp_path / "execsys.lock.json").read_text())["id"]
+    # two results made by a harness run without execsys (execsys.result/1 needs an identity of its
+    # own, so these are plain outcome files an adapter cannot read: attach digests them regardless)
+    results = []
+    for name, outcomes in (("a.jsonl", [1, 0, 1]), ("b.jsonl", [1, 1, 1])):
+        path = tmp_path / name
+        subprocess.run([sys.executable, "-c", f"open({str(path)!r}, 'w').write({json.dumps(outcomes)!r})"],
+                       check=True)
+        results.append(path)
+    attached = run_cli("attach", *map(str, results), "--json", cwd=tmp_path)
+    assert attached.returncode == 0, attached.stderr
+    body = attached.json()
+    assert body["attached_after"] is True and body["statement"] == SENTENCE
+    assert body["identity"]["id"] == lock_id and body["verify_now"]["verdict"] == "same-system"
+    for path in results:
+        sidecar = json.loads(path.with_name(path.name + ".execsys.json").read_text())
+        assert sidecar["attached_after"] is True and sidecar["statement"] == SENTENCE
+        assert sidecar["result"]["blake3"] == blake3.blake3(path.read_bytes()).hexdigest()
+        assert sidecar["identity"]["id"] == lock_id
+    listed = run_cli("ledger", "list", "--kind", "attach", "--json", cwd=tmp_path).json()
+    assert [(r["id"], r["verdict"]) for r in listed] == [(body["id"], "attached")]
+    human = run_cli("attach", str(results[0]), cwd=tmp_path)
+    assert human.returncode == 0 and SENTENCE in human.stderr
+
+
+def test_attach_refuses_what_it_cannot_attach(tmp_path, ledger_path):
+    (tmp_path / "r.json").write_text("{}")
+    no_lock = run_cli("attach", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert no_lock.returncode == 2 and "execsys pin" in no_lock.stderr
+    assert run_cli("pin", cwd=tmp_path).returncode == 0
+    missing = run_cli("attach", str(tmp_path / "nope.json"), cwd=tmp_path)
+    assert missing.returncode == 2 and "no such result file" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.execsys.json"))

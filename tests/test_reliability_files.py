@@ -1,0 +1,128 @@
+"""Files execsys writes and reads: never replace a special file, never read one without bound.
+
+Writes (`pin --out`, `init --force`, every `write_output`) refuse a FIFO, a device
+or a directory at the target and write a symlink through to its file; reads of a
+declaration, lock or env file refuse FIFOs and devices (a FIFO never blocks) and
+files over their cap; a declaration with a BOM, `nan`, a TOML date or deep
+nesting is accepted or a clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from execsys.errors import InputError
+from execsys.fsutil import read_bounded, write_output
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "a.fifo"
+    os.mkfifo(path)
+    return path
+
+
+def test_write_output_refuses_a_fifo_and_leaves_it_a_fifo(fifo: Path) -> None:
+    with pytest.raises(InputError, match="FIFO.*not a regular file.*cannot write the lock"):
+        write_output(fifo, "{}", "the lock")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in fifo.parent.iterdir()] == [fifo.name]  # no temp file left behind
+
+
+def test_write_output_writes_a_symlink_through_to_its_file(tmp_path: Path) -> None:
+    real = tmp_path / "store" / "lock.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "lock.json"
+    link.symlink_to(real)
+    write_output(link, "new", "the lock")
+    assert link.is_symlink() and real.read_text() == "new"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "store" / "created.json")
+    write_output(dangling, "made", "the lock")
+    assert dangling.is_symlink() and (tmp_path / "store" / "created.json").read_text() == "made"
+
+
+def test_write_output_refuses_a_symlink_to_a_fifo(tmp_path: Path, fifo: Path) -> None:
+    link = tmp_path / "out.json"
+    link.symlink_to(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        write_output(link, "x", "the plan")
+    assert link.is_symlink() and stat.S_ISFIFO(os.stat(link).st_mode)
+
+
+def test_pin_out_and_init_force_refuse_a_fifo(cli, tmp_path: Path, fifo: Path, ledger_path: Path) -> None:
+    result = cli("pin", "--out", str(fifo), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = cli("init", "--force", "--config", str(fifo), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_read_bounded_refuses_fifo_device_directory_and_oversize(tmp_path: Path, fifo: Path) -> None:
+    for path, words in ((fifo, "FIFO"), (Path("/dev/zero"), "character device"), (tmp_path, "directory")):
+        with pytest.raises(InputError, match=words):
+            read_bounded(path, 1 << 20, "declaration")  # returns at once: never blocks on the FIFO
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * 2048)
+    with pytest.raises(InputError, match="more than a declaration may have"):
+        read_bounded(big, 1024, "declaration")
+    assert read_bounded(big, 4096, "declaration") == b"#" * 2048
+    with pytest.raises(FileNotFoundError):
+        read_bounded(tmp_path / "missing", 10, "lock")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("source", ["fifo", "/dev/zero"])
+def test_special_files_as_declaration_lock_and_env_file_are_clear_errors(cli, tmp_path: Path, fifo: Path,
+                                                                          ledger_path: Path, source: str) -> None:
+    special = str(fifo) if source == "fifo" else source
+    results = [cli("pin", "--config", special, "--out", str(tmp_path / "x.json"), cwd=tmp_path, timeout=50),
+               cli("verify", "--lock", special, cwd=tmp_path, timeout=50)]
+    (tmp_path / "execsys.toml").write_text(f'[runtime]\nenv_file = "{special}"\n')
+    results.append(cli("pin", "--out", str(tmp_path / "y.json"), cwd=tmp_path, timeout=50))
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        assert "not a regular file" in result.stderr and "Traceback" not in result.stderr
+    doctor = cli("doctor", "--json", "--env-file", special, cwd=tmp_path, timeout=50)
+    assert doctor.returncode in (0, 1), doctor.stderr
+    finding = next(f for f in doctor.json()["hazards"] if f["id"] == "unread-env-config")
+    assert finding["status"] == "error" and "not a regular file" in finding["summary"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\ufeff[budget]\ntemperature = 0.5\n", None),
+    ("[budget]\ntemperature = nan\n", "'budget.temperature' must be a finite number"),
+    ("[budget]\ntop_p = inf\n", "'budget.top_p' must be a finite number"),
+    ("[tools]\nversions = { grep = 1979-05-27T07:32:00Z }\n", "'tools.versions.grep' is a TOML date/time"),
+    ("[tools]\nversions = { grep = 07:32:00 }\n", "is a TOML date/time"),
+    ("x = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+    ("[" + ".".join(["a"] * 5000) + "]\n", "nested more than 32 levels"),
+    ("[model]\nname = {" + "a = {" * 40 + "}" * 41 + "\n", "nested"),
+])
+def test_declaration_values_json_cannot_hold_are_clear_errors(cli, tmp_path: Path, ledger_path: Path, text: str,
+                                                              expected: str | None) -> None:
+    (tmp_path / "execsys.toml").write_text(text, encoding="utf-8")
+    result = cli("pin", "--json", cwd=tmp_path, timeout=60)
+    if expected is None:
+        assert result.returncode == 0, result.stderr
+        assert result.json()["components"]["budget"]["declared"]["temperature"] == 0.5
+    else:
+        assert result.returncode == 2, result.stderr
+        assert expected in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "execsys.lock.json").exists()
+
+
+def test_a_lock_nested_100000_deep_is_a_clear_error(cli, tmp_path: Path, ledger_path: Path) -> None:
+    lock = tmp_path / "deep.lock.json"
+    lock.write_text('{"components": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    for args in (["verify", "--lock", str(lock)], ["diff", str(lock), str(lock)]):
+        result = cli(*args, cwd=tmp_path, timeout=60)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "nested too deeply" in result.stderr and "Traceback" not in result.stderr
