@@ -318,3 +318,31 @@ async def test_a_registered_plan_shows_the_command_that_runs_it(demo: Path, ledg
         await settle(pilot, lambda: "registered" in text_of(result))
         command = f"execsys plan run plan.json --arm base=URL --arm tuned=URL --ledger {ledger_path}"
         assert command in " ".join(text_of(result).split()), text_of(result)
+
+
+# -- runs ----------------------------------------------------------------------------------------------
+
+
+async def test_scope_lists_recent_runs_with_their_verdicts_and_a_run_shows_its_result_files(
+        project: Path, ledger_path: Path, cli) -> None:
+    import sys
+
+    write = "import pathlib, sys; pathlib.Path('scores.txt').write_text('0.5'); sys.exit(int(sys.argv[1]))"
+    clean = cli("run", "--result", "scores.txt", "--", sys.executable, "-c", write, "0", cwd=project)
+    assert clean.returncode == 0, clean.stderr
+    failed = cli("run", "--", sys.executable, "-c", write, "3", cwd=project)
+    assert failed.returncode == 3, failed.stderr
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f4")
+        screen = app.screen
+        runs = screen.query_one("#runs", OptionList)
+        await settle(pilot, lambda: runs.option_count == 2)
+        lines = [str(runs.get_option_at_index(i).prompt) for i in range(2)]
+        assert lines[0].startswith("✗ failed") and lines[1].startswith("✓ clean"), lines  # newest first
+        detail = screen.query_one("#run-detail", Static)
+        await settle(pilot, lambda: "failed" in text_of(detail))
+        runs.highlighted = 1
+        await settle(pilot, lambda: "scores.txt" in text_of(detail))
+        shown = text_of(detail)
+        assert "Drift during the run: none" in shown and "blake3" in shown, shown

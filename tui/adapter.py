@@ -408,3 +408,23 @@ def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, see
     if out:
         atomic_write_json(out, data)
     return data, plan.record_id
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+def recent_runs(paths: Paths, limit: int = 10) -> list[Any]:
+    """The newest `execsys run` records (``execsys.run.history.RunSummary``), newest first."""
+    from execsys.ledger import Ledger
+    from execsys.run.history import recent_runs as engine_recent_runs
+
+    with Ledger.open(paths.ledger) as ledger:
+        return engine_recent_runs(ledger, limit=limit)
+
+
+def run_body(paths: Paths, run_id: str) -> dict[str, Any]:
+    """One run record's body (``execsys.run/1``: verdict, drift events, result files), as `execsys ledger show`."""
+    from execsys.ledger import Ledger
+
+    with Ledger.open(paths.ledger) as ledger:
+        return dict(ledger.get(run_id).body)
