@@ -346,3 +346,52 @@ async def test_scope_lists_recent_runs_with_their_verdicts_and_a_run_shows_its_r
         await settle(pilot, lambda: "scores.txt" in text_of(detail))
         shown = text_of(detail)
         assert "Drift during the run: none" in shown and "blake3" in shown, shown
+
+
+# -- probes ---------------------------------------------------------------------------------------------
+
+
+async def _probe(pilot, axis: str | None = None, restart: str | None = None) -> None:
+    from textual.widgets import Select
+
+    app = pilot.app
+    await pilot.press("f3")
+    screen = app.screen
+    screen.query_one("#command", Input).value = "python3 harness.py"
+    if axis:
+        screen.query_one("#axis", Select).value = axis
+    if restart:
+        screen.query_one("#restart", Input).value = restart
+    await pilot.pause()
+    await pilot.press("ctrl+g")
+    await pilot.pause()
+    if app.screen is not screen:  # the gate asks (the doctor has not run): override
+        await pilot.press("y")
+    await settle(pilot, lambda: not screen.running and screen.query_one("#flipped", OptionList).option_count > 0)
+
+
+async def test_at_80x24_the_probe_verdict_shows_in_full_and_its_fields_say_e_g(demo: Path) -> None:
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _probe(pilot)
+        screen = app.screen
+        for field_id in ("endpoint", "command", "cases", "n", "restart", "ready", "load", "baseline"):
+            assert screen.query_one(f"#{field_id}", Input).placeholder.startswith("e.g. "), field_id
+        verdict = text_of(screen.query_one("#probe-status", Static))
+        tail = " ".join(verdict.split()[-3:])  # the advice the sentence ends with
+        shown = " ".join(screen_text(app).split())
+        assert tail in shown, (tail, screen_text(app))
+
+
+async def test_the_restart_probe_says_pass_b_runs_once_the_restart_is_over(demo: Path) -> None:
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f3")
+        statuses: list[str] = []
+        screen = app.screen
+        original = screen._set_status
+        screen._set_status = lambda line: (statuses.append(str(line)), original(line))[1]  # type: ignore[method-assign]
+        await _probe(pilot, axis="restart", restart="true")
+        restarting = next(i for i, line in enumerate(statuses) if line.startswith("restarting the server"))
+        after = statuses[restarting + 1:]
+        assert after and after[0].startswith("pass B running"), statuses
