@@ -94,7 +94,7 @@ class GatedStep(StepScreen):
 
         self.with_gate(overridden)
 
-    def with_gate(self, proceed: Callable[[dict[str, Any] | None], None]) -> None:
+    def with_gate(self, proceed: Callable[[dict[str, Any] | None], object]) -> None:
         """Call ``proceed(override)`` when the gate is open (override None) or the operator overrides it."""
         app = self.app
         if app.doctor.gate_open():
