@@ -45,6 +45,8 @@ class FieldLabel(Label):
 
     def _focus_moved(self, focused: Widget | None) -> None:
         marked = focused is not None and focused.id == self.field_id
+        if marked == self.has_class("-focused"):
+            return  # only the two labels whose field gained or lost the focus repaint, not every label
         self.set_class(marked, "-focused")
         self.update(self._text(self.text, marked))
 
