@@ -173,21 +173,23 @@ def elf_info(path: str) -> ElfInfo | None:
         from elftools.common.exceptions import ELFError
         from elftools.elf.dynamic import DynamicSection
         from elftools.elf.elffile import ELFFile
+        from elftools.elf.segments import InterpSegment
     except ImportError:  # remote hosts without pyelftools
         return elf_info_stdlib(path, info)
     try:
         with open(path, "rb") as fh:
             elf = ELFFile(fh)
             for segment in elf.iter_segments():
-                if segment["p_type"] == "PT_INTERP":
+                if isinstance(segment, InterpSegment):
                     info.interpreter = segment.get_interp_name()
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
+                        # pyelftools sets .rpath/.runpath on these tags only, so ask for them by name
                         if tag.entry.d_tag == "DT_RPATH":
-                            info.rpath += [p for p in tag.rpath.split(":") if p]
+                            info.rpath += [p for p in getattr(tag, "rpath", "").split(":") if p]
                         elif tag.entry.d_tag == "DT_RUNPATH":
-                            info.runpath += [p for p in tag.runpath.split(":") if p]
+                            info.runpath += [p for p in getattr(tag, "runpath", "").split(":") if p]
         info.dynamic_read = True
     except (ELFError, OSError, ValueError, struct.error):
         pass
@@ -311,6 +313,7 @@ def elf_info_stdlib(path: str, info: ElfInfo | None = None) -> ElfInfo | None:
                 if strtab is not None:
                     base = next((off + strtab - va for va, off, sz in loads if va <= strtab < va + sz), None)
                     for tag, value in wanted if base is not None else []:
+                        assert base is not None
                         fh.seek(base + value)
                         text = fh.read(4096).split(b"\0", 1)[0].decode("utf-8", "replace")
                         target = info.runpath if tag == _DT_RUNPATH else info.rpath
@@ -393,7 +396,8 @@ def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output
     def _reader() -> None:
         assert proc.stdout is not None
         while True:
-            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+            read1 = getattr(proc.stdout, "read1", None)
+            chunk = read1(65536) if read1 is not None else proc.stdout.read(65536)
             if not chunk:
                 return
             if len(kept) < keep:
@@ -407,10 +411,12 @@ def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output
     reader = threading.Thread(target=_reader, daemon=True)
     reader.start()
     if input is not None and proc.stdin is not None:
+        stdin = proc.stdin
+
         def _writer() -> None:
             try:
-                proc.stdin.write(input)
-                proc.stdin.close()
+                stdin.write(input)
+                stdin.close()
             except OSError:
                 pass
         threading.Thread(target=_writer, daemon=True).start()

@@ -28,7 +28,7 @@ from execsys.errors import InputError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # pyright: ignore[reportMissingImports]  (Python 3.10 only)
 
 DEFAULT_NAME = "execsys.toml"
 # No real declaration nests deeper than a few levels; this keeps every later walk of it (canonical

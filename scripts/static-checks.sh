@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${1:-${PYTHON:-python3}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --target "$work/site" . \
+"$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$work/site" . \
   >"$work/pip.log" 2>&1 || { cat "$work/pip.log" >&2; exit 1; }
 rm -rf build
 status=0

@@ -368,6 +368,25 @@ def plan_designs() -> tuple[str, ...]:
     return tuple(DESIGNS)
 
 
+def plan_run_command(paths: Paths, plan_file: str, arms: list[str]) -> str:
+    """The `execsys plan run` command line for a registered plan in this session (its declaration,
+    lock and ledger named where they are not the defaults), each arm's endpoint left as URL."""
+    import shlex
+
+    from execsys.sources import config_path, lock_path
+
+    argv = ["execsys", "plan", "run", plan_file]
+    for arm in arms:
+        argv += ["--arm", f"{arm}=URL"]
+    if paths.config != config_path(None):
+        argv += ["--config", str(paths.config)]
+    if paths.lock != lock_path(None, paths.config):
+        argv += ["--lock", str(paths.lock)]
+    if paths.ledger is not None:
+        argv += ["--ledger", str(paths.ledger)]
+    return shlex.join(argv)
+
+
 def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, seed: int, out: str | None,
                   identity_id: str | None, override: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
     """`execsys plan new --arms A B --cases FILE --design D --seed S [--out FILE]`, plus the gate override.
@@ -389,3 +408,23 @@ def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, see
     if out:
         atomic_write_json(out, data)
     return data, plan.record_id
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+def recent_runs(paths: Paths, limit: int = 10) -> list[Any]:
+    """The newest `execsys run` records (``execsys.run.history.RunSummary``), newest first."""
+    from execsys.ledger import Ledger
+    from execsys.run.history import recent_runs as engine_recent_runs
+
+    with Ledger.open(paths.ledger) as ledger:
+        return engine_recent_runs(ledger, limit=limit)
+
+
+def run_body(paths: Paths, run_id: str) -> dict[str, Any]:
+    """One run record's body (``execsys.run/1``: verdict, drift events, result files), as `execsys ledger show`."""
+    from execsys.ledger import Ledger
+
+    with Ledger.open(paths.ledger) as ledger:
+        return dict(ledger.get(run_id).body)

@@ -209,11 +209,9 @@ class ExecsysApp(App[int]):
         """Every step's worker failures end here: one notification, one line, no traceback on screen."""
         error = worker.error
         what = worker.group if worker.group != "default" else (worker.name or "work")
-        message = " ".join(str(error).split()) or type(error).__name__
-        from execsys.errors import ExecsysError
+        from execsys.tui.screens.base import error_line
 
-        if not isinstance(error, ExecsysError):
-            message = f"{type(error).__name__}: {message}"
+        message = error_line(error)
         self.log.error(f"worker {what} failed", error=error)
         self.notify(message, title=f"{what} failed", severity="error", timeout=10)
 

@@ -55,6 +55,9 @@ class DoctorState:
     hazard_ids: list[str] = field(default_factory=list)
 
     host_errors: dict[str, str] = field(default_factory=dict)
+    cancelled: set[tuple[str, str]] = field(default_factory=set)
+    """(host, hazard id) checks that Esc stopped before they finished: not evidence either way."""
+    last_run_cancelled: bool = False
 
     def failing(self) -> list[tuple[str, str]]:
         """(host, hazard id) pairs that keep the report from being clean, for the current hosts only.
@@ -74,14 +77,19 @@ class DoctorState:
         return found
 
     def verdict(self) -> str:
-        """``checking`` / ``not run`` / ``hazards`` / ``incomplete`` / ``clean`` for the header and the gate."""
+        """``checking`` / ``not run`` / ``hazards`` / ``cancelled`` / ``incomplete`` / ``clean`` for the header and the gate.
+
+        ``cancelled`` only when the last run was stopped and left a hazard without any result; a stopped
+        re-run of checks that had results keeps the verdict those results give."""
         if self.running:
             return "checking"
         if not self.finished_once:
             return "not run"
         if self.failing():
             return "hazards"
-        return "incomplete" if self.unchecked() else "clean"
+        if self.unchecked():
+            return "cancelled" if self.last_run_cancelled else "incomplete"
+        return "clean"
 
     def gate_open(self) -> bool:
         """The gate opens only when every current host was checked and nothing fails."""
@@ -107,7 +115,8 @@ class DoctorState:
         failing = self.failing()
         missing = self.unchecked()
         if missing and not failing:
-            return f"not every hazard was checked on {', '.join(missing)}"
+            stopped = " (the last run was cancelled)" if self.last_run_cancelled else ""
+            return f"not every hazard was checked on {', '.join(missing)}{stopped}"
         if failing:
             listed = ", ".join(f"{hazard} on {host}" for host, hazard in failing[:4])
             more = f" and {len(failing) - 4} more" if len(failing) > 4 else ""

@@ -57,7 +57,7 @@ class InspectHarness:
 
     def read(self, path: Path) -> HarnessResult:
         try:
-            from inspect_ai.log import read_eval_log
+            from inspect_ai.log import read_eval_log  # pyright: ignore[reportMissingImports]  (execsys[inspect])
         except ImportError:
             raise InputError(f"{path}: {MISSING_EXTRA}") from None
         try:

@@ -24,7 +24,13 @@ import os
 import tempfile
 from typing import Any
 
-from inspect_ai.hooks import Hooks, SampleEvent, TaskEnd, TaskStart, hooks
+from inspect_ai.hooks import (  # pyright: ignore[reportMissingImports]  (loaded by Inspect, in its env)
+    Hooks,
+    SampleEvent,
+    TaskEnd,
+    TaskStart,
+    hooks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +120,7 @@ class ExecsysHooks(Hooks):
         location = getattr(data.log, "location", None)
         recorded = False
         try:
-            from inspect_ai.log import (
+            from inspect_ai.log import (  # pyright: ignore[reportMissingImports]
                 MetadataEdit,
                 ProvenanceData,
                 edit_eval_log,

@@ -7,12 +7,23 @@ from typing import TYPE_CHECKING, Any
 
 from execsys.tui.widgets.header import StateHeader
 from textual.app import ComposeResult
+from textual.binding import ActiveBinding
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 if TYPE_CHECKING:
     from execsys.tui.app import ExecsysApp
+
+
+class StepFooter(Footer):
+    """The footer with Quit first: whatever the width, the way out is never the key that is cut off."""
+
+    def compose(self) -> ComposeResult:
+        widgets = list(super().compose())
+        quits = [w for w in widgets if getattr(w, "action", None) in ("quit", "app.quit")]  # FooterKeys
+        yield from quits
+        yield from (w for w in widgets if w not in quits)
 
 
 class StepScreen(Screen):
@@ -27,10 +38,23 @@ class StepScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StateHeader(self.STEP)
         yield from self.compose_body()
-        yield Footer(compact=True)
+        yield StepFooter(compact=True)
 
     def compose_body(self) -> ComposeResult:  # pragma: no cover - overridden
         yield from ()
+
+    @property
+    def active_bindings(self) -> dict[str, ActiveBinding]:
+        """The keys the footer and the help show: only those that do something in this state (see ``offers``).
+
+        Key presses do not go through this map, so a key left out still answers (with a line saying
+        why it has nothing to do), it is only not advertised."""
+        found = super().active_bindings
+        return {key: active for key, active in found.items() if self.offers(active.binding.action)}
+
+    def offers(self, action: str) -> bool:
+        """Hook: False while ``action`` would do nothing useful here (call ``refresh_bindings`` when that changes)."""
+        return True
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Worker failures from every step go to the app's one handler; the step may tidy up after."""
@@ -47,6 +71,15 @@ class GatedStep(StepScreen):
 
     GATE_WHAT = "run"
 
+    def on_mount(self) -> None:
+        for name in ("doctor_verdict", "gate_override"):
+            self.watch(self.app, name, lambda *_: self.refresh_bindings(), init=False)
+
+    def offers(self, action: str) -> bool:
+        if action == "override_gate":  # an open or already overridden gate has nothing to override
+            return not self.app.doctor.gate_open() and self.app.gate_override is None
+        return super().offers(action)
+
     def action_override_gate(self) -> None:
         """ctrl+o: override the closed gate now, before starting anything (asked, then kept for the
         next run, which records it in the ledger); with the gate open there is nothing to override."""
@@ -61,7 +94,7 @@ class GatedStep(StepScreen):
 
         self.with_gate(overridden)
 
-    def with_gate(self, proceed: Callable[[dict[str, Any] | None], None]) -> None:
+    def with_gate(self, proceed: Callable[[dict[str, Any] | None], object]) -> None:
         """Call ``proceed(override)`` when the gate is open (override None) or the operator overrides it."""
         app = self.app
         if app.doctor.gate_open():
@@ -79,3 +112,11 @@ class GatedStep(StepScreen):
                 self.notify(f"Gate kept closed: {app.doctor.gate_reason()}.", title="Not started")
 
         app.push_screen(OverrideDialog(app.doctor.gate_reason(), self.GATE_WHAT), decided)
+
+
+def error_line(error: BaseException | None) -> str:
+    """A worker's error as one line, for the step's own status: a notification fades in seconds, the pane keeps it."""
+    from execsys.errors import ExecsysError
+
+    message = " ".join(str(error).split()) or type(error).__name__
+    return message if isinstance(error, ExecsysError) else f"{type(error).__name__}: {message}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from execsys.tui.widgets.fields import FieldLabel, FormInput
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,7 +22,9 @@ class AddHostDialog(ModalScreen[str | None]):
             yield Label("Add a remote host", classes="section-title")
             yield Static("Anything ssh accepts: an alias from ~/.ssh/config, user@host, ssh://user@host:port.",
                          classes="muted")
-            yield Input(placeholder="user@gpu1", id="host-input")
+            yield FieldLabel("SSH destination", "host-input")
+            yield FormInput(placeholder="e.g. user@gpu1 (or an alias, or ssh://user@gpu1:2222)", id="host-input",
+                            compact=False)
             with Horizontal(classes="actions"):
                 yield Button("Add", variant="primary", id="add")
                 yield Button("Cancel", id="cancel")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from execsys.tui import adapter
-from execsys.tui.screens.base import StepScreen
+from execsys.tui.screens.base import StepScreen, error_line
 from execsys.tui.screens.dialogs import AddHostDialog
 from execsys.tui.state import LOCAL
 from rich.text import Text
@@ -38,7 +38,7 @@ class DoctorScreen(StepScreen):
         Binding("R", "rerun_all", "Re-run all", key_display="R"),
         Binding("a", "add_host", "Add host"),
         Binding("x", "remove_host", "Remove host"),
-        Binding("escape", "cancel", "Stop", show=False),
+        Binding("escape", "cancel", "Stop"),
     ]
 
     class HazardChecked(Message):
@@ -60,6 +60,7 @@ class DoctorScreen(StepScreen):
         self._run = 0
         self._pending: set[tuple[str, str]] = set()
         self._hazards: list[tuple[str, str]] = []
+        self._cancelling: int | None = None  # the run Esc stopped: its abandoned checks are cancelled, not errors
 
     def compose_body(self) -> ComposeResult:
         with Vertical(classes="step-body"):
@@ -99,8 +100,12 @@ class DoctorScreen(StepScreen):
         for host in checked:
             for hazard_id in ids:
                 self._pending.add((host, hazard_id))
+                self.state.cancelled.discard((host, hazard_id))
+        self._cancelling = None
+        self.state.last_run_cancelled = False
         self.state.running = True
         self.app.doctor_changed()
+        self.refresh_bindings()
         self._refresh_cells()
         self._set_status(f"checking {len(ids)} hazard{'s' if len(ids) != 1 else ''} on "
                          f"{', '.join(checked)} … (Esc stops)")
@@ -126,8 +131,11 @@ class DoctorScreen(StepScreen):
 
     @on(HazardChecked)
     def hazard_checked(self, message: HazardChecked) -> None:
-        self.state.results.setdefault(message.host, {})[message.result.id] = message.result
         self._pending.discard((message.host, message.result.id))
+        if self._was_cancelled(message.run, message.result):
+            self.state.cancelled.add((message.host, message.result.id))
+        else:
+            self.state.results.setdefault(message.host, {})[message.result.id] = message.result
         self._refresh_cells()
         self._show_detail()
 
@@ -138,30 +146,52 @@ class DoctorScreen(StepScreen):
         self._pending.clear()
         self.state.running = False
         self.state.finished_once = True
-        # The report is authoritative: it also carries hosts that could not be inspected at all.
+        cancelled = message.run == self._cancelling
+        # The report is authoritative: it also carries hosts that could not be inspected at all. A stopped
+        # run's abandoned checks say nothing about the system: the earlier results stay, marked cancelled.
         for host_report in getattr(message.report, "hosts", []):
             name = host_report.name if host_report.name in self.state.hosts else LOCAL
-            if host_report.error:
-                self.state.host_errors[name] = host_report.error
-            else:
-                self.state.host_errors.pop(name, None)
+            if not cancelled:
+                if host_report.error:
+                    self.state.host_errors[name] = host_report.error
+                else:
+                    self.state.host_errors.pop(name, None)
             for result in host_report.hazards:
-                self.state.results.setdefault(name, {})[result.id] = result
+                if self._was_cancelled(message.run, result):
+                    self.state.cancelled.add((name, result.id))
+                else:
+                    self.state.results.setdefault(name, {})[result.id] = result
+        self.state.last_run_cancelled = cancelled
         if message.record_id:
             self.state.report_ids.append(message.record_id)
         self.app.doctor_changed()
         self._refresh_cells()
+        self.refresh_bindings()
+        self._summarise()
+
+    def _was_cancelled(self, run: int, result: Any) -> bool:
+        """A check the operator's Esc abandoned (the engine reports it as an error: it did not finish)."""
+        return run == self._cancelling and result.status == "error"
+
+    def _summarise(self) -> None:
+        """The status line: the verdict and the counts for the hosts shown now."""
         counts = _count(self.state.results, self.state.hosts)
         verdict = self.state.verdict()
-        symbol = SYMBOLS["ok"] if verdict == "clean" else SYMBOLS["fail"]
-        self._set_status(f"{symbol} {verdict}: {counts}")
+        symbol = {"clean": SYMBOLS["ok"], "cancelled": "–", "incomplete": "?"}.get(verdict, SYMBOLS["fail"])
+        line = f"{symbol} {verdict}: {counts}" if counts else f"{symbol} {verdict}"
+        stopped = sorted(self.state.cancelled)
+        if self.state.last_run_cancelled and stopped:
+            line += (f" · – cancelled: {len(stopped)} check{'s' if len(stopped) != 1 else ''} stopped before "
+                     "finishing (earlier results kept; R checks again)")
+        self._set_status(line)
 
     def worker_failed(self, worker: Worker) -> None:
         self._pending.clear()
         self.state.running = False
         self.app.doctor_changed()
         self._refresh_cells()
-        self._set_status("? the doctor run failed (see the notification); R runs it again")
+        self.refresh_bindings()
+        self._set_status(f"? the doctor run failed: {error_line(worker.error)}; R runs it again")
 
     # -- rendering ------------------------------------------------------------
     def _build_table(self) -> None:
@@ -209,6 +239,9 @@ class DoctorScreen(StepScreen):
         if (host, hazard_id) in self._pending:
             return Text("… checking", style="italic")
         result = self.state.results.get(host, {}).get(hazard_id)
+        if (host, hazard_id) in self.state.cancelled:
+            was = f" (was {SYMBOLS.get(result.status, '?')} {result.status})" if result is not None else ""
+            return Text(f"– cancelled{was}", style="dim")
         if result is None and host in self.state.host_errors:
             return Text(f"? {self.state.host_errors[host]}", style=STYLES["error"])
         if result is None:
@@ -247,6 +280,8 @@ class DoctorScreen(StepScreen):
         result = self.state.results.get(host, {}).get(hazard_id)
         if (host, hazard_id) in self._pending:
             text.append("… checking", style="italic")
+        elif (host, hazard_id) in self.state.cancelled and result is None:
+            text.append("– cancelled: the check was stopped (Esc) before it finished; r checks it again", style="dim")
         elif result is None and host in self.state.host_errors:
             text.append(f"? {host} could not be inspected: {self.state.host_errors[host]}", style="bold")
         elif result is None:
@@ -254,6 +289,12 @@ class DoctorScreen(StepScreen):
         else:
             text.append(f"{SYMBOLS.get(result.status, '?')} {result.status}: ", style=f"bold {STYLES.get(result.status, '')}")
             text.append(f"{result.summary}\n")
+            if (host, hazard_id) in self.state.cancelled:
+                text.append("– the last re-run of this check was cancelled; this is the earlier result\n", style="dim")
+            fix = getattr(result, "fix", None)
+            if fix:  # right under the problem, above the fold (flutter doctor's order)
+                text.append("\nFix\n", style="bold underline")
+                text.append(f"  {fix}\n")
             evidence = list(getattr(result, "evidence", None) or [])
             if evidence:
                 text.append("\nEvidence\n", style="bold underline")
@@ -267,10 +308,6 @@ class DoctorScreen(StepScreen):
                     mark = "accepted" if finding.accepted else finding.level
                     text.append(f"  {SYMBOLS.get('ok' if finding.accepted else finding.level, '?')} {finding.id}"
                                 f" ({mark})\n")
-            fix = getattr(result, "fix", None)
-            if fix:
-                text.append("\nFix\n", style="bold underline")
-                text.append(f"  {fix}\n")
         return text
 
     def _set_status(self, line: str) -> None:
@@ -311,11 +348,22 @@ class DoctorScreen(StepScreen):
         self.state.host_errors.pop(host, None)
         self.app.doctor_changed()
         self._build_table()
+        self.refresh_bindings()
+        if not self.state.running:
+            self._summarise()  # the counts and verdict of the hosts still shown
 
     def action_cancel(self) -> None:
         if self.state.running:
+            self._cancelling = self._run
             self.workers.cancel_group(self, "doctor")
             self._set_status("stopping … (checks already running finish their timeout)")
+
+    def offers(self, action: str) -> bool:
+        if action == "cancel":
+            return self.state.running
+        if action == "remove_host":
+            return bool(self._remote_hosts())
+        return super().offers(action)
 
 
 def _count(results: dict[str, dict[str, Any]], hosts: list[str]) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from execsys.tui import adapter
-from execsys.tui.screens.base import StepScreen
+from execsys.tui.screens.base import StepScreen, error_line
+from execsys.tui.widgets.fields import FieldLabel, FormInput
 from execsys.tui.widgets.marked import MarkedOptionList
-from execsys.tui.widgets.values import flatten, from_field, to_field
+from execsys.tui.widgets.values import compare_observed, from_field, placeholder, to_field
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -27,6 +28,13 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 from execsys import COMPONENTS
+
+
+class Panel(VerticalScroll):
+    """A component's form: Tab goes from the component list straight to its first field, not to the
+    scrolling container (it still scrolls to follow the focused field)."""
+
+    can_focus = False
 
 
 class IdentityScreen(StepScreen):
@@ -46,6 +54,13 @@ class IdentityScreen(StepScreen):
             super().__init__()
             self.declared, self.observed, self.source, self.diff = declared, observed, source, diff
 
+    class Declared(Message):
+        """The declaration's tables, read before anything is observed: the form is filled even when observing fails."""
+
+        def __init__(self, declared: dict[str, dict[str, Any]]) -> None:
+            super().__init__()
+            self.declared = declared
+
     class PinProgressed(Message):
         def __init__(self, done: int, total: int) -> None:
             super().__init__()
@@ -54,9 +69,9 @@ class IdentityScreen(StepScreen):
     class Pinned(Message):
         """Pinned, written to the lock and the ledger; ``diff`` is against the lock that was there before."""
 
-        def __init__(self, identity: Any, diff: Any, lock_path: str) -> None:
+        def __init__(self, identity: Any, diff: Any, lock_path: str, tables: dict[str, dict[str, Any]]) -> None:
             super().__init__()
-            self.identity, self.diff, self.lock_path = identity, diff, lock_path
+            self.identity, self.diff, self.lock_path, self.tables = identity, diff, lock_path, tables
 
     def __init__(self) -> None:
         super().__init__()
@@ -70,12 +85,13 @@ class IdentityScreen(StepScreen):
             yield MarkedOptionList(*[Option(f"  {name}", id=name) for name in COMPONENTS], id="components")
             with ContentSwitcher(initial=f"panel-{COMPONENTS[0]}", id="panels"):
                 for name in COMPONENTS:
-                    with VerticalScroll(id=f"panel-{name}", classes="panel"):
+                    with Panel(id=f"panel-{name}", classes="panel"):
                         yield Label(f"{name} · declared (edit; saved to the declaration)", classes="section-title")
-                        for key in SCHEMA[name]:
+                        for key, expected in SCHEMA[name].items():
                             with Horizontal(classes="field"):
-                                yield Label(key, classes="field-name")
-                                yield Input(id=f"f-{name}-{key}", compact=True, classes="field-input")
+                                yield FieldLabel(key, f"f-{name}-{key}", classes="field-name")
+                                yield FormInput(id=f"f-{name}-{key}", classes="field-input",
+                                                placeholder=placeholder(name, key, expected))
                         yield Label(f"{name} · observed (read-only; = as declared, ≠ differs, ◇ observed only)",
                                     classes="section-title observed-title")
                         yield Static("… observing", id=f"obs-{name}", classes="observed")
@@ -102,6 +118,7 @@ class IdentityScreen(StepScreen):
     def observe(self, live: bool) -> None:
         """The form's values, and the observed side: from the last lock, or live when asked (ctrl+r) or unpinned."""
         declared, source = adapter.declared_components(self.app.paths)
+        self.post_message(self.Declared(declared))
         lock = None
         if not live:
             try:
@@ -118,19 +135,28 @@ class IdentityScreen(StepScreen):
             source += "; observed: now, on this machine"
         self.post_message(self.Observed(declared, observed, source, diff))
 
-    @on(Observed)
-    def observed(self, message: Observed) -> None:
+    @on(Declared)
+    def declared(self, message: Declared) -> None:
+        self._fill_form(message.declared)
+        self._mark_components(message.declared)
+
+    def _fill_form(self, declared_tables: dict[str, dict[str, Any]]) -> None:
         from execsys.declaration import SCHEMA
 
-        self.query_one("#pin-progress", ProgressBar).display = False
-        self._observed = message.observed
-        self._declared = message.declared
+        self._declared = declared_tables
         for name in COMPONENTS:
-            declared = message.declared.get(name, {})
+            declared = declared_tables.get(name, {})
             for key in SCHEMA[name]:
                 field = self.query_one(f"#f-{name}-{key}", Input)
                 if not field.value:  # never overwrite what the operator has typed
                     field.value = to_field(declared.get(key))
+
+    @on(Observed)
+    def observed(self, message: Observed) -> None:
+        self.query_one("#pin-progress", ProgressBar).display = False
+        self._observed = message.observed
+        self._fill_form(message.declared)
+        for name in COMPONENTS:
             self._render_observed(name)
         self._mark_components(message.declared)
         text = Text(message.source)
@@ -141,19 +167,13 @@ class IdentityScreen(StepScreen):
 
     def _render_observed(self, name: str) -> None:
         """Observed facts, each marked: = same as declared, ≠ differs from declared, ◇ observed only."""
-        observed = self._observed.get(name)
-        declared = self._declared.get(name, {})
+        rows = compare_observed(name, self._declared.get(name, {}), self._observed.get(name),
+                                base_dir=self.app.paths.config.parent)
         text = Text()
-        lines = flatten(observed) if observed else []
-        if not lines:
+        if not rows:
             text.append("– nothing observed for this component (declared only)", style="dim")
-        for key, value in lines:
-            leaf = key.rsplit(".", 1)[-1]
-            if leaf in declared and to_field(declared[leaf]) != "":
-                same = to_field(declared[leaf]) == value
-                text.append("= " if same else "≠ ", style="bold" if not same else "")
-            else:
-                text.append("◇ ", style="dim")
+        for mark, key, value in rows:
+            text.append(f"{mark} ", style={"≠": "bold", "◇": "dim"}.get(mark, ""))
             text.append(f"{key}: ", style="italic")
             text.append(f"{value}\n")
         self.query_one(f"#obs-{name}", Static).update(text)
@@ -203,11 +223,19 @@ class IdentityScreen(StepScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="save")
     def save(self, tables: dict[str, dict[str, Any]]) -> None:
         path = adapter.save_declaration(self.app.paths, tables)
-        self.app.call_from_thread(self._saved, str(path))
+        self.app.call_from_thread(self._saved, str(path), tables)
 
-    def _saved(self, path: str) -> None:
+    def _saved(self, path: str, tables: dict[str, dict[str, Any]]) -> None:
+        self._declared_now(tables)
         self._set_status(f"✓ saved {path}")
         self.notify(f"Saved {path}", title="Declaration")
+
+    def _declared_now(self, tables: dict[str, dict[str, Any]]) -> None:
+        """What was just saved is what is declared: the ●/○ marks and the = ≠ ◇ marks follow at once."""
+        self._declared = {name: dict(tables.get(name, {})) for name in COMPONENTS}
+        self._mark_components(self._declared)
+        for name in COMPONENTS:
+            self._render_observed(name)
 
     # -- pinning ---------------------------------------------------------------------
     @on(Button.Pressed, "#pin")
@@ -225,7 +253,7 @@ class IdentityScreen(StepScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="pin")
     def pin(self, tables: dict[str, dict[str, Any]]) -> None:
         identity, diff = adapter.pin(self.app.paths, tables, on_event=self._on_event())
-        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock)))
+        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock), tables))
 
     def _show_progress(self) -> None:
         bar = self.query_one("#pin-progress", ProgressBar)
@@ -263,8 +291,7 @@ class IdentityScreen(StepScreen):
         identity_id = adapter.identity_id_of(message.identity)
         self.app.identity_id = identity_id
         self._observed = {name: message.identity.observed(name) for name in COMPONENTS}
-        for name in COMPONENTS:
-            self._render_observed(name)
+        self._declared_now(message.tables)
         self.app.refresh_session_facts()
         text = Text()
         text.append(f"✓ pinned {identity_id[:12] if identity_id else '?'} → {message.lock_path}", style="bold")
@@ -274,6 +301,9 @@ class IdentityScreen(StepScreen):
             moved = list(getattr(message.diff, "moved", []) or [])
             symbol = "=" if not moved else "≠"
             text.append(f"\n{symbol} against the previous lock: {message.diff.sentence}")
+            changed = changed_fields(message.diff)
+            if changed:
+                text.append(f"\n  changed: {changed}")
         for note in getattr(message.identity, "notes", None) or []:
             text.append(f"\n! {note}")  # declared and observed disagree (e.g. the quantization)
         self.query_one("#identity-status", Static).update(text)
@@ -282,11 +312,27 @@ class IdentityScreen(StepScreen):
         if worker.group == "pin":
             self.query_one("#pin", Button).disabled = False
             self.query_one("#pin-progress", ProgressBar).display = False
-            self._set_status("✗ not pinned (see the notification)")
+            self._set_status(f"✗ not pinned: {error_line(worker.error)}")
+        elif worker.group == "save":
+            self._set_status(f"✗ not saved: {error_line(worker.error)}")
         elif worker.group == "observe":
-            self._set_status("? observation failed (see the notification); ctrl+r tries again")
+            self._set_status(f"? observation failed: {error_line(worker.error)}; ctrl+r tries again")
             for name in COMPONENTS:
                 self.query_one(f"#obs-{name}", Static).update(Text("? not observed", style="dim"))
 
     def _set_status(self, line: str) -> None:
         self.query_one("#identity-status", Static).update(line)
+
+
+CHANGED_SHOWN = 4
+
+
+def changed_fields(diff: Any) -> str:
+    """The fields that moved against the previous lock, as ``execsys diff`` words them (the first few)."""
+    from execsys.identity import describe_change
+
+    changes = [f"{name}.{describe_change(change)}" for name, found in (getattr(diff, "changes", None) or {}).items()
+               for change in found]
+    more = f" (+{len(changes) - CHANGED_SHOWN} more: execsys diff)" if len(changes) > CHANGED_SHOWN else ""
+    return "; ".join(changes[:CHANGED_SHOWN]) + more
+

@@ -14,8 +14,9 @@ from typing import Any
 
 from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted, RunOpened
 from execsys.tui import adapter
-from execsys.tui.screens.base import GatedStep
+from execsys.tui.screens.base import GatedStep, error_line
 from execsys.tui.widgets.divergence import SideBySide
+from execsys.tui.widgets.fields import FieldLabel, FormInput
 from execsys.tui.widgets.gate import GateBanner
 from execsys.tui.widgets.marked import MarkedOptionList
 from rich.text import Text
@@ -63,32 +64,34 @@ class ProbesScreen(GatedStep):
         self._contexts: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.running = False
         self.probe_run_id: str | None = None
+        self._running_label: str | None = None
+        self._note_shown = False
 
     def compose_body(self) -> ComposeResult:
         yield GateBanner(self.GATE_WHAT, id="gate")
         with Horizontal(classes="step-body"):
             with VerticalScroll(id="probe-form"):
-                yield Label("axis", classes="field-name")
+                yield FieldLabel("axis", "axis", classes="field-name")
                 yield Select([(a, a) for a in adapter.probe_axes()], value="session", allow_blank=False,
                              id="axis", compact=True)
-                yield Label("endpoint (base URL)", classes="field-name")
-                yield Input(placeholder="http://127.0.0.1:8000/v1", id="endpoint", compact=True,
-                            tooltip="OpenAI base URL; for the hosts axis, several separated by commas")
-                yield Label("or command (stdin)", classes="field-name")
-                yield Input(placeholder="python harness.py", id="command", compact=True)
-                yield Label("cases file (JSONL)", classes="field-name")
-                yield Input(placeholder="cases.jsonl", id="cases", compact=True)
-                yield Label("n (empty = all cases)", classes="field-name")
-                yield Input(id="n", compact=True, type="integer")
-                yield Label("restart command", classes="field-name")
-                yield Input(id="restart", compact=True)
-                yield Label("ready URL or command", classes="field-name")
-                yield Input(id="ready", compact=True)
-                yield Label("load K (concurrency)", classes="field-name")
-                yield Input(id="load", compact=True, type="integer")
-                yield Label("baseline (redeploy)", classes="field-name")
-                yield Input(id="baseline", compact=True)
-                yield Label("run", classes="field-name")
+                yield FieldLabel("endpoint (base URL)", "endpoint", classes="field-name")
+                yield FormInput(placeholder="e.g. http://127.0.0.1:8000/v1", id="endpoint",
+                                tooltip="OpenAI base URL; for the hosts axis, several separated by commas")
+                yield FieldLabel("or command (stdin)", "command", classes="field-name")
+                yield FormInput(placeholder="e.g. python harness.py", id="command")
+                yield FieldLabel("cases file (JSONL)", "cases", classes="field-name")
+                yield FormInput(placeholder="e.g. cases.jsonl", id="cases")
+                yield FieldLabel("n (empty = all cases)", "n", classes="field-name")
+                yield FormInput(id="n", type="integer", placeholder="e.g. 20")
+                yield FieldLabel("restart command", "restart", classes="field-name")
+                yield FormInput(id="restart", placeholder="e.g. systemctl restart vllm")
+                yield FieldLabel("ready URL or command", "ready", classes="field-name")
+                yield FormInput(id="ready", placeholder="e.g. http://127.0.0.1:8000/health")
+                yield FieldLabel("load K (concurrency)", "load", classes="field-name")
+                yield FormInput(id="load", type="integer", placeholder="e.g. 16")
+                yield FieldLabel("baseline (redeploy)", "baseline", classes="field-name")
+                yield FormInput(id="baseline", placeholder="e.g. probe-20261201T…")
+                yield FieldLabel("run", "run-mode", classes="field-name")
                 yield Select([("new probe", "new"), ("resume the stopped run", "resume")], value="new",
                              allow_blank=False, id="run-mode", compact=True)
                 yield Button("Start ^g", id="start", compact=True, variant="primary")
@@ -177,8 +180,14 @@ class ProbesScreen(GatedStep):
         elif isinstance(event, PassStarted):
             bar = self._pass_bar(event.pass_index, event.total)
             bar.update(total=event.total, progress=event.done)
+            self._running_label = event.label
             self._set_status(f"pass {event.label} running … (Escape stops; progress is kept)")
         elif isinstance(event, CaseDone):
+            if self._note_shown and self._running_label is not None:
+                # the axis spoke between PassStarted and the first case ("restarting the server before
+                # pass B"): the pass's first case says that is over, so the status says what runs now
+                self._note_shown = False
+                self._set_status(f"pass {self._running_label} running … (Escape stops; progress is kept)")
             self._pass_bar(event.pass_index, event.total).update(total=event.total, progress=event.done)
             self._outputs.setdefault(event.case_id, {})[event.pass_index] = event.text
             if event.agrees is False and event.case_id not in self._flipped:
@@ -190,6 +199,7 @@ class ProbesScreen(GatedStep):
             errored = f", ? {event.errored} errored" if event.errored else ""
             self._set_status(f"pass {event.label} finished: {event.completed} completed{errored}")
         elif isinstance(event, Note):
+            self._note_shown = True
             self._set_status(event.message)
 
     def _pass_bar(self, index: int, total: int | None) -> ProgressBar:
@@ -271,7 +281,7 @@ class ProbesScreen(GatedStep):
         if worker.group == "probe":
             self.running = False
             self.query_one("#start", Button).disabled = False
-            self._set_status("✗ the probe stopped with an error (see the notification); completed cases are kept")
+            self._set_status(f"✗ the probe stopped with an error: {error_line(worker.error)}; completed cases are kept")
 
     def _set_status(self, line: str) -> None:
         self.query_one("#probe-status", Static).update(line)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from execsys.tui import adapter
-from execsys.tui.screens.base import GatedStep
+from execsys.tui.screens.base import GatedStep, error_line
+from execsys.tui.widgets.fields import FieldLabel, FormInput
 from execsys.tui.widgets.gate import GateBanner
+from execsys.tui.widgets.marked import MarkedOptionList
 from execsys.tui.widgets.rates import AxisRate, RateChart
 from rich.text import Text
 from textual import on, work
@@ -21,7 +23,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Collapsible, Input, Label, Select, Static
+from textual.widgets import Button, Collapsible, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 
@@ -37,9 +40,16 @@ class ScopeScreen(GatedStep):
     ]
 
     class ScopeComputed(Message):
-        def __init__(self, identity_id: str | None, report: Any, contract: str) -> None:
+        def __init__(self, identity_id: str | None, report: Any, contract: str, runs: list[Any]) -> None:
             super().__init__()
-            self.identity_id, self.report, self.contract = identity_id, report, contract
+            self.identity_id, self.report, self.contract, self.runs = identity_id, report, contract, runs
+
+    class RunRead(Message):
+        """One `execsys run` record's body, for the selected run's drift events and result files."""
+
+        def __init__(self, run_id: str, body: dict[str, Any]) -> None:
+            super().__init__()
+            self.run_id, self.body = run_id, body
 
     class PlanRegistered(Message):
         def __init__(self, plan: dict[str, Any], record_id: str, out: str | None) -> None:
@@ -57,27 +67,30 @@ class ScopeScreen(GatedStep):
             yield Static("… reading the ledger", id="statement")
             yield Label("Measured boundaries (agreement m/n, 95% CI)", classes="section-title")
             yield RateChart(id="chart")
+            with Collapsible(title="Recent runs (execsys run)", id="runs-box", collapsed=False):
+                yield MarkedOptionList(id="runs")
+                yield Static("", id="run-detail")
             with Collapsible(title="Contract snippet (Markdown)", id="contract-box", collapsed=True):
                 yield Static("", id="contract")
                 with Horizontal(classes="row"):
-                    yield Input(value="contract.md", id="contract-path", compact=True)
+                    yield FormInput(value="contract.md", id="contract-path", placeholder="e.g. contract.md")
                     yield Button("Save ^s", id="save-contract", compact=True)
             with Collapsible(title="Register a paired plan (both arms in one session)", id="plan-box", collapsed=False):
                 with Horizontal(classes="row"):
-                    yield Label("arms", classes="field-name")
-                    yield Input(placeholder="A", id="arm-a", compact=True, classes="arm")
-                    yield Input(placeholder="B", id="arm-b", compact=True, classes="arm")
+                    yield FieldLabel("arms", "arm-a", classes="field-name")
+                    yield FormInput(placeholder="e.g. A (baseline)", id="arm-a", classes="arm")
+                    yield FormInput(placeholder="e.g. B (intervention)", id="arm-b", classes="arm")
                 with Horizontal(classes="row"):
-                    yield Label("cases file", classes="field-name")
-                    yield Input(placeholder="cases.jsonl", id="plan-cases", compact=True)
+                    yield FieldLabel("cases file", "plan-cases", classes="field-name")
+                    yield FormInput(placeholder="e.g. cases.jsonl", id="plan-cases")
                 with Horizontal(classes="row"):
-                    yield Label("design, seed", classes="field-name")
+                    yield FieldLabel("design, seed", "design", classes="field-name")
                     yield Select([("abba", "abba"), ("ab", "ab")], value="abba", allow_blank=False,
                                  id="design", compact=True)
-                    yield Input(value="0", id="seed", compact=True, type="integer")
+                    yield FormInput(value="0", id="seed", type="integer", placeholder="e.g. 7")
                 with Horizontal(classes="row"):
-                    yield Label("save plan to", classes="field-name")
-                    yield Input(value="plan.json", id="plan-out", compact=True)
+                    yield FieldLabel("save plan to", "plan-out", classes="field-name")
+                    yield FormInput(value="plan.json", id="plan-out", placeholder="e.g. plan.json")
                     yield Button("Register ^g", id="register", compact=True, variant="primary")
                 yield Static("", id="plan-result")
 
@@ -101,10 +114,12 @@ class ScopeScreen(GatedStep):
     @work(thread=True, exclusive=True, exit_on_error=False, group="scope")
     def compute(self, identity_id: str | None) -> None:
         report, contract = adapter.scope_and_contract(self.app.paths, identity_id)
-        self.post_message(self.ScopeComputed(identity_id, report, contract))
+        runs = adapter.recent_runs(self.app.paths)
+        self.post_message(self.ScopeComputed(identity_id, report, contract, runs))
 
     @on(ScopeComputed)
     def scope_computed(self, message: ScopeComputed) -> None:
+        self._show_runs(message.runs, message.identity_id)
         chart = self.query_one("#chart", RateChart)
         if message.report is None:
             self.query_one("#statement", Static).update(
@@ -113,6 +128,7 @@ class ScopeScreen(GatedStep):
             chart.rates = tuple(AxisRate(axis) for axis in adapter.scope_axes())
             self._contract = ""
             self.query_one("#contract", Static).update(Text("(pin an identity first)", style="dim"))
+            self.refresh_bindings()
             return
         report = message.report
         self.query_one("#statement", Static).update(report.statement)
@@ -126,6 +142,37 @@ class ScopeScreen(GatedStep):
         chart.rates = tuple(rates)
         self._contract = message.contract
         self.query_one("#contract", Static).update(Text(message.contract))
+        self.refresh_bindings()
+
+    # -- runs ---------------------------------------------------------------------------
+    def _show_runs(self, runs: list[Any], identity_id: str | None) -> None:
+        options = self.query_one("#runs", OptionList)
+        selected = options.highlighted_option.id if options.highlighted_option is not None else None
+        options.clear_options()
+        if not runs:
+            options.add_option(Option("– no run recorded yet: execsys run -- <your harness command>", disabled=True))
+            self.query_one("#run-detail", Static).update("")
+            return
+        for run in runs:
+            other = "" if identity_id is None or run.identity == identity_id else \
+                f" · identity {str(run.identity or 'none')[:12]} (not this one)"
+            options.add_option(Option(f"{VERDICT_SYMBOLS.get(run.verdict, '?')} {run.verdict:<11} {run.id} · "
+                                      f"{run.results} result{'s' if run.results != 1 else ''}{other}", id=run.id))
+        ids = [run.id for run in runs]
+        options.highlighted = ids.index(selected) if selected in ids else 0
+
+    @on(OptionList.OptionHighlighted, "#runs")
+    def _run_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option.id:
+            self.read_run(event.option.id)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="run-detail")
+    def read_run(self, run_id: str) -> None:
+        self.post_message(self.RunRead(run_id, adapter.run_body(self.app.paths, run_id)))
+
+    @on(RunRead)
+    def run_read(self, message: RunRead) -> None:
+        self.query_one("#run-detail", Static).update(run_detail_text(message.run_id, message.body))
 
     # -- contract ---------------------------------------------------------------------
     @on(Button.Pressed, "#save-contract")
@@ -175,10 +222,45 @@ class ScopeScreen(GatedStep):
         text.append(f"✓ registered {message.record_id}", style="bold")
         text.append(f"\n  digest {str(plan.get('digest', ''))[:16]} · {len(order)} cases · {balance}")
         if message.out:
-            text.append(f"\n  written to {message.out}; run it with: execsys plan run {message.out} "
-                        f"--arm {plan['arms'][0]}=URL --arm {plan['arms'][1]}=URL")
+            text.append(f"\n  written to {message.out}. Run it (URL: each arm's endpoint, e.g. "
+                        "http://127.0.0.1:8001/v1):\n")
+            text.append(f"  {adapter.plan_run_command(self.app.paths, message.out, list(plan['arms']))}",
+                        style="bold")
+        else:
+            text.append("\n  not written to a file: `execsys plan run` reads the plan from one (give 'save plan to')")
         self.query_one("#plan-result", Static).update(text)
 
     def worker_failed(self, worker: Worker) -> None:
         if worker.group == "plan":
-            self.query_one("#plan-result", Static).update(Text("✗ not registered (see the notification)"))
+            self.query_one("#plan-result", Static).update(Text(f"✗ not registered: {error_line(worker.error)}"))
+        elif worker.group == "scope":
+            self.query_one("#statement", Static).update(Text(f"? the scope could not be read: "
+                                                             f"{error_line(worker.error)}; ctrl+r tries again"))
+
+    def offers(self, action: str) -> bool:
+        if action == "save_contract":  # a contract to save once there is one
+            return bool(self._contract)
+        return super().offers(action)
+
+
+VERDICT_SYMBOLS = {"clean": "✓", "drifted": "≠", "overridden": "!", "failed": "✗", "interrupted": "–", "refused": "✗"}
+"""A symbol beside each run's verdict word (never colour alone)."""
+
+
+def run_detail_text(run_id: str, body: dict[str, Any]) -> Text:
+    """The selected run: its verdict sentence, each drift event with its time, each result file with its digest."""
+    text = Text()
+    verdict = str(body.get("verdict") or "?")
+    text.append(f"{VERDICT_SYMBOLS.get(verdict, '?')} {run_id}: ", style="bold")
+    text.append(str(body.get("verdict_detail") or verdict))
+    drift = list(body.get("drift") or [])
+    text.append(f"\nDrift during the run: {len(drift) or 'none'}", style="bold")
+    for event in drift:
+        text.append(f"\n  ≠ {event.get('at', '?')} {event.get('component', '?')}: "
+                    f"{event.get('before')!s} → {event.get('after')!s}")
+    results = list(body.get("results") or [])
+    text.append(f"\nResult files: {len(results) or 'none'}", style="bold")
+    for result in results:
+        digest = str(result.get("blake3") or "")[:16]
+        text.append(f"\n  {result.get('path', '?')}" + (f"  blake3 {digest}…" if digest else ""))
+    return text

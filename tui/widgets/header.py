@@ -21,6 +21,7 @@ VERDICT_LOOK = {
     "checking": ("…", "warning"),
     "not run": ("–", "muted"),
     "incomplete": ("?", "warning"),
+    "cancelled": ("–", "muted"),
 }
 
 
@@ -64,25 +65,46 @@ class StateHeader(Vertical):
             line.append("  ")
         return line
 
+    def on_resize(self) -> None:
+        self._refresh_state()
+
     def _refresh_state(self, *_: object) -> None:
+        """Identity │ doctor │ licence, each cell cut to its share of the width with ``…``, never silently.
+
+        A cut that falls at the end of the whole line would take the licence away entirely once the
+        doctor cell grows ("✗ hazards (3 failing) (gate overridden)"), so each cell has its own budget."""
         app = self.app
-        line = Text()
         identity = getattr(app, "identity_id", None)
-        line.append("identity ", style="dim")
-        line.append(identity[:12] if identity else "not pinned", style="bold" if identity else "italic")
         verdict = getattr(app, "doctor_verdict", "not run")
         symbol, look = VERDICT_LOOK.get(verdict, ("?", "warning"))
         detail = getattr(app, "doctor_detail", "")
+        doctor = f"{symbol} {verdict}" + (f" ({detail})" if detail else "")
+        if getattr(app, "gate_override", None):
+            doctor += " (gate overridden)"
+        licence = getattr(app, "licence", "") or "—"
+        width = self.size.width or 78  # the content width (the padding is outside it)
+        fixed = len("identity ") + 12 + len(" │ doctor ") + len(" │ licence ")
+        rest = max(16, width - fixed)
+        doctor_budget = max(rest - len(licence), rest // 2, 14)
+        doctor = ellipsise(doctor, doctor_budget)
+        licence = ellipsise(licence, max(8, rest - len(doctor)))
+        line = Text()
+        line.append("identity ", style="dim")
+        line.append(identity[:12] if identity else "not pinned", style="bold" if identity else "italic")
         line.append(" │ ", style="dim")
         line.append("doctor ", style="dim")
-        line.append(f"{symbol} {verdict}" + (f" ({detail})" if detail else ""), style=f"bold {_colour(look)}")
-        if getattr(app, "gate_override", None):
-            line.append(" (gate overridden)", style="bold")
-        licence = getattr(app, "licence", "")
+        line.append(doctor, style=f"bold {_colour(look)}")
         line.append(" │ ", style="dim")
         line.append("licence ", style="dim")
-        line.append(licence or "—")
+        line.append(licence)
         self.query_one("#state-line", Static).update(line)
+
+
+def ellipsise(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells, ending in ``…`` when anything was cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
 
 
 def _colour(look: str) -> str:
