@@ -32,16 +32,18 @@ def _template_text(value: Any) -> str | None:
 def _from_props(endpoint: str, api_key: str | None) -> str | None:
     import httpx
 
-    from execsys.observe.runtime import _api_and_root
+    from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
 
     _api, root = _api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(f"{root}/props", timeout=PROPS_TIMEOUT_S, headers=headers, trust_env=False)
-        if response.status_code != 200:
+        # the same overall deadline and size cap as every observation request: a trickling /props never hangs pin
+        with httpx.Client(timeout=PROPS_TIMEOUT_S, headers=headers, trust_env=False) as client:
+            response = fetch_bounded(client, "GET", f"{root}/props", budget=PROPS_TIMEOUT_S)
+        if response.status != 200:
             return None
         data = response.json()
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, Unanswered):
         return None
     return _template_text(data.get("chat_template")) if isinstance(data, dict) else None
 

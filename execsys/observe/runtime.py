@@ -115,11 +115,11 @@ def _api_and_root(endpoint: str) -> tuple[str, str]:
 OBSERVE_BODY_LIMIT = 8 << 20
 
 
-class _Unanswered(Exception):
+class Unanswered(Exception):
     """An observation request that ran past its deadline or its size cap."""
 
 
-class _Answer:
+class BoundedAnswer:
     def __init__(self, status: int, content_type: str, body: bytes) -> None:
         self.status = status
         self.content_type = content_type
@@ -129,9 +129,9 @@ class _Answer:
         return json.loads(self.body)
 
 
-def _fetch(client: Any, method: str, url: str, *, budget: float, json_body: Any = None) -> _Answer:
+def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_body: Any = None) -> BoundedAnswer:
     """One request, read to the end within ``budget`` seconds overall and OBSERVE_BODY_LIMIT bytes
-    (httpx's timeouts bound each read, not the whole body). Raises _Unanswered past either."""
+    (httpx's timeouts bound each read, not the whole body). Raises Unanswered past either."""
     deadline = time.monotonic() + budget
     with client.stream(method, url, json=json_body) as response:
         chunks: list[bytes] = []
@@ -140,10 +140,10 @@ def _fetch(client: Any, method: str, url: str, *, budget: float, json_body: Any 
             chunks.append(chunk)
             size += len(chunk)
             if size > OBSERVE_BODY_LIMIT:
-                raise _Unanswered(f"answered more than {OBSERVE_BODY_LIMIT >> 20} MiB")
+                raise Unanswered(f"answered more than {OBSERVE_BODY_LIMIT >> 20} MiB")
             if time.monotonic() > deadline:
-                raise _Unanswered(f"did not finish answering within {budget:.0f}s")
-        return _Answer(response.status_code, response.headers.get("content-type", ""), b"".join(chunks))
+                raise Unanswered(f"did not finish answering within {budget:.0f}s")
+        return BoundedAnswer(response.status_code, response.headers.get("content-type", ""), b"".join(chunks))
 
 
 def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0,
@@ -158,11 +158,11 @@ def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: floa
         with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
                           trust_env=False) as client:
             try:
-                response = _fetch(client, "GET", f"{api}/models", budget=timeout)
+                response = fetch_bounded(client, "GET", f"{api}/models", budget=timeout)
             except httpx.TimeoutException as exc:
                 raise InputError(f"endpoint {redact_url(endpoint)}: no answer within {timeout:.0f}s "
                                  "(is the server up? check [runtime] endpoint)") from exc
-            except _Unanswered as exc:
+            except Unanswered as exc:
                 raise InputError(f"endpoint {redact_url(endpoint)}: /v1/models {exc} "
                                  "(is it the serving engine? check [runtime] endpoint)") from exc
             except httpx.HTTPError as exc:
@@ -194,7 +194,7 @@ def _short(exc: Exception) -> str:
 
 def _json_any(client: Any, url: str, budget: float) -> Any:
     try:
-        response = _fetch(client, "GET", url, budget=budget)
+        response = fetch_bounded(client, "GET", url, budget=budget)
         if response.status != 200 or "json" not in response.content_type:
             return None
         return response.json()

@@ -135,7 +135,7 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     endpoint could not be asked (no models listed, not reachable)."""
     import httpx
 
-    from execsys.observe.runtime import _api_and_root, _fetch, _Unanswered
+    from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
 
     if not listed:
         return None
@@ -148,8 +148,8 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
                           trust_env=False) as client:
-            answer = _fetch(client, "POST", f"{api}/chat/completions", budget=timeout, json_body=body)
-    except (httpx.HTTPError, _Unanswered):
+            answer = fetch_bounded(client, "POST", f"{api}/chat/completions", budget=timeout, json_body=body)
+    except (httpx.HTTPError, Unanswered):
         return None
     result: dict[str, Any] = {"asked": name, "status": answer.status, "answered": answer.status == 200}
     if answer.status == 200:

@@ -90,14 +90,14 @@ class EngineClient:
         request (an overall deadline per answer, not only per read) does the reading."""
         import httpx
 
-        from execsys.observe.runtime import _fetch, _Unanswered
+        from execsys.observe.runtime import Unanswered, fetch_bounded
 
         try:
-            answer = _fetch(self._client, method, self.root + path, budget=self.timeout, json_body=body)
+            answer = fetch_bounded(self._client, method, self.root + path, budget=self.timeout, json_body=body)
         except httpx.TimeoutException:
             into.absent[path] = "no answer within the timeout"
             return None
-        except _Unanswered as exc:
+        except Unanswered as exc:
             into.absent[path] = str(exc)
             return None
         except httpx.HTTPError as exc:
