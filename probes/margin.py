@@ -76,8 +76,8 @@ def margin_at(a: PassTokens, b: PassTokens, index: int | None, *, tie_margin: fl
 
 
 def nats(value: float) -> str:
-    """A margin as the sentence writes it: three decimals below 0.1, two significant digits above."""
-    return f"{value:.3f}" if value < 0.1 else f"{value:.2g}"
+    """A margin as the sentence writes it: two significant digits (0.003, 0.0015, 3.9)."""
+    return f"{value:.2g}"
 
 
 def split_summary(flips: Sequence[tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import OnEvent, first_given, new_cancel
 from execsys.redact import redact_text
 from execsys.sources import no_identity_reason
+from execsys.stats import cases_for_width
 
 from .agreement import AgreementFold, Slot, judge, sentence
 from .axes import AXES, Axis, PassSchedule
@@ -385,6 +386,7 @@ class _Result:
     error: str | None
     fingerprint: str | None = None
     model: str | None = None
+    logprobs: str | None = None  # "ok" (top-K came back), "unsupported" (asked, none came), None (not asked)
 
     @property
     def slot(self) -> Slot:
@@ -545,7 +547,10 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
             # the record counts the cases up to the first at which it was narrow enough.
             order = pass_indices(len(cases), options.order_seed, 1)
             cases = [cases[i] for i in order[: options.max_n or len(order)]]
-            rounds = list(range(UNTIL_WIDTH_ROUND, len(cases), UNTIL_WIDTH_ROUND)) + [len(cases)]
+            # No interval over fewer cases than the narrowest one (every case agreeing) can be narrow
+            # enough, so the first round takes that many; later rounds check every UNTIL_WIDTH_ROUND.
+            first_round = cases_for_width(1.0, options.until_width)
+            rounds = list(range(first_round, len(cases), UNTIL_WIDTH_ROUND)) + [len(cases)]
         for end in rounds:
             prefix = cases[:end]
             _send_passes(ctx, sent, prefix, clients, models, extractor, baseline, judge_level=extractor is not None)
@@ -763,7 +768,7 @@ def _open_run(ledger: Ledger, options: ProbeOptions, parameters: dict[str, Any],
             emit(RunOpened(run.id, True))
             return run.id, run.body.get("started_at") or run.created_at
         for run in ledger.iter(kind="probe-run", newest_first=True):
-            if run.body.get("match") == match and ledger.child(run.id, "final") is None:
+            if run.body.get("match") == match and (options.retry_errored or ledger.child(run.id, "final") is None):
                 emit(Note(f"resuming run {run.id}"))
                 emit(RunOpened(run.id, True))
                 return run.id, run.body.get("started_at") or run.created_at
@@ -1060,8 +1065,9 @@ def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case
             slots.append(None)
             continue
         body = row.body
+        logprobs = "unsupported" if body.get("logprobs_unsupported") else ("ok" if "top_logprobs" in body else None)
         slots.append(_Result(body.get("digest"), body.get("outcome"), body.get("error"),
-                             _intern(body.get("system_fingerprint")), _intern(body.get("model"))))
+                             _intern(body.get("system_fingerprint")), _intern(body.get("model")), logprobs))
     return slots
 
 
@@ -1085,15 +1091,10 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
     case_results: list[CaseResult] = []
     pending: list[tuple[dict[str, Any], str | None, str | None]] = []
     flip_margins: list[tuple[str, dict[str, Any] | None]] = []
-    logprob_sides = {"with": 0, "unsupported": 0}
+    logprob_sides = {"ok": 0, "unsupported": 0}
 
     def keep(result: CaseResult) -> None:
-        divergence = result.first_divergence or {}
-        margin = divergence.get("logprobs")
-        if margin == "unsupported":
-            logprob_sides["unsupported"] += 1
-        elif isinstance(margin, dict):
-            logprob_sides["with"] += 1
+        margin = (result.first_divergence or {}).get("logprobs")
         if result.agree is False:
             flip_margins.append((result.id, margin if isinstance(margin, dict) else None))
         if inline:
@@ -1123,6 +1124,8 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
                     per_pass_models[i].add(slot.model)
                 if slot.error:
                     per_pass_errors[i] += 1
+                if slot.logprobs:
+                    logprob_sides[slot.logprobs] += 1
         keep(fold.add(case.id, [s.slot if s is not None else None for s in slots]))
     if pending:
         ledger.append_many(RESULT_KIND, pending)
@@ -1142,7 +1145,8 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         if f"fillers:{i}" in ctx.steps:
             info["fillers"] = ctx.steps[f"fillers:{i}"]["fillers"]
         if f"window:{i}" in ctx.steps:
-            info["window"] = {k: v for k, v in ctx.steps[f"window:{i}"].items() if k in ("start", "end")}
+            info["window"] = {k: v for k, v in ctx.steps[f"window:{i}"].items()
+                              if k in ("start", "end", "start_unix", "end_unix")}
         passes_info.append(info)
 
     # Served model / system_fingerprint moving between passes is reported beside the rate; what it
@@ -1168,7 +1172,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         record_sentence += f". {split_text}"
     if options.logprobs == 0 or options.command:
         logprobs_status = "off" if options.logprobs == 0 else "unsupported"
-    elif logprob_sides["with"] or not logprob_sides["unsupported"]:
+    elif logprob_sides["ok"]:
         logprobs_status = "ok"
     else:
         logprobs_status = "unsupported"
