@@ -75,6 +75,21 @@ def margin_at(a: PassTokens, b: PassTokens, index: int | None, *, tie_margin: fl
     }
 
 
+def sent_phrases(divergence: dict[str, Any], labels: Sequence[str]) -> list[str]:
+    """``pass B sent after its twin``, ``pass B in flight with 3 others``: how a flip's passes went out
+    (the two causes found on llama.cpp: cached-prefix reuse and batch composition)."""
+    phrases = []
+    for side in divergence.get("sent") or []:
+        k = int(side.get("pass") or 0)
+        label = labels[k] if k < len(labels) and labels[k] else str(k)
+        if side.get("after_twin"):
+            phrases.append(f"pass {label} sent after its twin")
+        others = int(side.get("in_flight_with") or 0)
+        if others:
+            phrases.append(f"pass {label} in flight with {others} other{'s' if others != 1 else ''}")
+    return phrases
+
+
 def nats(value: float) -> str:
     """A margin as the sentence writes it: two significant digits (0.003, 0.0015, 3.9)."""
     return f"{value:.2g}"

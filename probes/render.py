@@ -15,6 +15,7 @@ from rich.table import Table
 from execsys.redact import redact_text
 from execsys.stats import rate_with_ci
 
+from .margin import sent_phrases
 from .record import ProbeRecord
 
 
@@ -156,16 +157,7 @@ def top_k_text(top: list[Any] | None, limit: int = 5) -> str:
 
 def sent_text(div: dict[str, Any], labels: list[str]) -> str:
     """``pass B sent after its twin; pass B in flight with 3 others``: how the passes went out."""
-    parts = []
-    for side in div.get("sent") or []:
-        k = side.get("pass", 0)
-        label = labels[k] if k < len(labels) else str(k)
-        if side.get("after_twin"):
-            parts.append(f"pass {label} sent after its twin")
-        others = side.get("in_flight_with") or 0
-        if others:
-            parts.append(f"pass {label} in flight with {others} other{'s' if others != 1 else ''}")
-    return "; ".join(parts)
+    return "; ".join(sent_phrases(div, labels))
 
 
 def why(div: dict[str, Any], labels: list[str]) -> str:
