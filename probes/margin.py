@@ -13,6 +13,7 @@ bound there (``bound: "at least"``); a lower bound is never called a near-tie.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,30 @@ class PassTokens:
     tokens: Sequence[str] | None
     top: Sequence[Sequence[Sequence[Any]]] | None
     chosen: Sequence[float | None] | None = None
+
+
+def pack_logprobs(tokens: Sequence[str] | None, chosen: Sequence[float | None] | None,
+                  top: Sequence[Sequence[Sequence[Any]]]) -> dict[str, Any]:
+    """One case's tokens and top-K for its ledger row: every token string in one compact JSON string
+    and the logprobs as plain numbers. A few hundred small strings as one value keep the row's write
+    (its secret scrub visits every string) cheap; the numbers are never scrubbed."""
+    words = json.dumps([list(tokens or []), [[str(t) for t, _ in alternatives] for alternatives in top]],
+                       ensure_ascii=False, separators=(",", ":"))
+    return {"tokens": words, "chosen": list(chosen or []), "top": [[lp for _, lp in alts] for alts in top]}
+
+
+def unpack_logprobs(body: dict[str, Any]) -> PassTokens:
+    """A probe-case row's tokens and top-K (``tokens`` kept by --tokens wins for the token list)."""
+    packed = body.get("logprobs")
+    if not isinstance(packed, dict):
+        return PassTokens(body.get("tokens"), None, None)
+    try:
+        tokens, top_tokens = json.loads(packed.get("tokens") or "[[], []]")
+    except (json.JSONDecodeError, ValueError, TypeError):  # altered by redaction: treat as none kept
+        return PassTokens(body.get("tokens"), None, None)
+    values = packed.get("top") or []
+    top = [[[t, lp] for t, lp in zip(words, lps, strict=False)] for words, lps in zip(top_tokens, values, strict=False)]
+    return PassTokens(body.get("tokens") if body.get("tokens") is not None else tokens, top, packed.get("chosen"))
 
 
 def _gap(top: Sequence[Sequence[Any]], own: str, other: str, own_logprob: float | None) -> tuple[float | None, bool]:

@@ -56,8 +56,11 @@ class ProgressReporter:
         from .events import CaseDone, Note, PassFinished, PassStarted
 
         if isinstance(event, PassStarted):
-            self._errors[event.pass_index] = 0
-            if self._progress is not None:
+            self._errors.setdefault(event.pass_index, 0)
+            if self._progress is not None and event.pass_index in self._tasks:
+                # a later round of an --until-width probe: the same pass, over more cases
+                self._progress.update(self._tasks[event.pass_index], total=event.total, completed=event.done)
+            elif self._progress is not None:
                 self._tasks[event.pass_index] = self._progress.add_task(
                     f"pass {event.label}", total=event.total, completed=event.done, errors="")
             else:

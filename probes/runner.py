@@ -66,7 +66,15 @@ from .cases import Case, CaseFile, cases_digest, pass_indices, select
 from .client import CommandClient, Completion, EndpointClient
 from .compare import Extractor, digest, divergence_between, parse_extractor
 from .events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
-from .margin import DEFAULT_TIE_MARGIN, DEFAULT_TOP_K, PassTokens, margin_at, split_sentence, split_summary
+from .margin import (
+    DEFAULT_TIE_MARGIN,
+    DEFAULT_TOP_K,
+    margin_at,
+    pack_logprobs,
+    split_sentence,
+    split_summary,
+    unpack_logprobs,
+)
 from .record import (
     CASES_INLINE_LIMIT,
     RESULT_KIND,
@@ -906,11 +914,13 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
                 "elapsed_s": round(completion.elapsed_s, 4), "system_fingerprint": completion.system_fingerprint,
                 "model": completion.model, "finish_reason": completion.finish_reason,
             }
-            if completion.tokens is not None:
-                body["tokens"] = completion.tokens
             if completion.top_logprobs is not None:
-                body["top_logprobs"] = completion.top_logprobs
-                body["chosen_logprobs"] = completion.chosen_logprobs
+                body["logprobs"] = pack_logprobs(completion.tokens, completion.chosen_logprobs,
+                                                 completion.top_logprobs)
+                if ctx.options.want_tokens:
+                    body["tokens"] = completion.tokens
+            elif completion.tokens is not None:
+                body["tokens"] = completion.tokens
             if completion.logprobs_unsupported:
                 body["logprobs_unsupported"] = True
             body.update(conditions)
@@ -1065,7 +1075,7 @@ def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case
             slots.append(None)
             continue
         body = row.body
-        logprobs = "unsupported" if body.get("logprobs_unsupported") else ("ok" if "top_logprobs" in body else None)
+        logprobs = "unsupported" if body.get("logprobs_unsupported") else ("ok" if "logprobs" in body else None)
         slots.append(_Result(body.get("digest"), body.get("outcome"), body.get("error"),
                              _intern(body.get("system_fingerprint")), _intern(body.get("model")), logprobs))
     return slots
@@ -1221,10 +1231,9 @@ def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, sched
         return _case_body(ledger, run_id, i, case_id)
 
     a, b = body(0), body(k)
-    divergence = divergence_between((a.get("text"), a.get("tokens")), (b.get("text"), b.get("tokens")), k)
-    margin = margin_at(PassTokens(a.get("tokens"), a.get("top_logprobs"), a.get("chosen_logprobs")),
-                       PassTokens(b.get("tokens"), b.get("top_logprobs"), b.get("chosen_logprobs")),
-                       divergence.get("token"), tie_margin=tie_margin)
+    tokens_a, tokens_b = unpack_logprobs(a), unpack_logprobs(b)
+    divergence = divergence_between((a.get("text"), tokens_a.tokens), (b.get("text"), tokens_b.tokens), k)
+    margin = margin_at(tokens_a, tokens_b, divergence.get("token"), tie_margin=tie_margin)
     if margin is not None:
         divergence["logprobs"] = margin
     elif a.get("logprobs_unsupported") or b.get("logprobs_unsupported"):
