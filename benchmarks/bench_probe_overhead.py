@@ -76,13 +76,14 @@ def main() -> int:
             for argv, times, cpu in ((bare_argv, bare_times, bare_cpu), (probe_argv, probe_times, probe_cpu)):
                 out_path = work / "out.json"
                 start = time.perf_counter()
-                with out_path.open("wb") as out:
-                    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
+                with out_path.open("wb") as out, (work / "err.txt").open("wb") as err:
+                    proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
                     _pid, status, usage = os.wait4(proc.pid, 0)
                 times.append(time.perf_counter() - start)
                 cpu.append(usage.ru_utime + usage.ru_stime)
                 if os.waitstatus_to_exitcode(status) not in (0, 1):
-                    raise SystemExit(f"{argv[:4]} failed ({os.waitstatus_to_exitcode(status)})")
+                    raise SystemExit(f"{argv[:4]} failed ({os.waitstatus_to_exitcode(status)}): "
+                                     f"{(work / 'err.txt').read_text()[-2000:]}")
             record = json.loads(out_path.read_text())
             assert record["n"] == args.cases, record["n"]
 
