@@ -200,11 +200,16 @@ class EndpointClient:
         path, body = self.request_body(case, params)
         completion = self.post(path, body)
         if asked and completion.error and completion.error.startswith("HTTP 4"):
-            # An engine that rejects logprobs is recorded as not supporting them, never as an error.
+            # An engine that rejects logprobs is recorded as not supporting them, never as an error: the
+            # same request without them is sent, and only if that one is answered are they given up.
             self.logprobs_refused = True
             path, body = self.request_body(case, params)
-            completion = self.post(path, body)
-            completion.logprobs_unsupported = True
+            plain = self.post(path, body)
+            if plain.error:
+                self.logprobs_refused = False  # refused for another reason: the first answer stands
+            else:
+                completion = plain
+                completion.logprobs_unsupported = True
         elif asked and completion.ok and completion.top_logprobs is None or self.logprobs_refused and self.logprobs:
             completion.logprobs_unsupported = True
         return completion

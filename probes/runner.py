@@ -23,7 +23,10 @@ connections ends the probe after :data:`UNREACHABLE_STREAK` consecutive connecti
 Ledger: kind ``probe-run`` at the start (the parameters), ``probe-case`` per case per pass
 as it completes (parent = run id, key = ``"<pass>:<case id>"``, body with the output text,
 digest and outcome), ``probe-step`` for axis steps such as a restart (key ``restart:<pass>``),
-and kind ``probe`` for the final record (parent = run id, key ``final``, identity column set).
+``probe-window`` for when each pass sent its requests (key ``window:<pass>``), and kind ``probe``
+for the final record (parent = run id, key ``final``, identity column set). ``--resume
+--retry-errored`` sends the errored cases again under ``<pass>:<case id>#retry<r>`` (the errored row
+stays; the newest row counts) and writes the new final record under ``final#retry<r>``.
 A resumed run reads what is there and sends only what is missing: nothing is lost or
 counted twice, because a second append of the same parent+key is a no-op.
 
@@ -596,6 +599,7 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
             all_cases.close()
 
 
+WINDOW_KIND = "probe-window"  # when one pass sent its requests (parent = run id, key window:<pass>)
 UNTIL_WIDTH_ROUND = 10  # cases per round of an --until-width probe
 
 
@@ -694,7 +698,9 @@ def _record_window(ctx: RunContext, index: int) -> None:
     """Keep when a pass sent its requests (the first session that sent any: a resumed pass keeps it)."""
     window = ctx.windows.pop(index, None)
     if window is not None and f"window:{index}" not in ctx.steps:
-        ctx.record_step(f"window:{index}", window)
+        # a kind of its own: the axis steps (restarts, observations) stay what probe-step rows hold
+        ctx.ledger.append(WINDOW_KIND, {"pass": index, **window}, parent=ctx.run_id, key=f"window:{index}")
+        ctx.steps[f"window:{index}"] = window
 
 
 class _PassJudge:
@@ -798,7 +804,7 @@ def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, passes: int) ->
     read row by row, so resuming a large probe holds no per-case state."""
     fixed: set[tuple[int, str]] = set()
     for row in ledger.iter(parent=run_id):
-        if row.kind == "probe-step":
+        if row.kind in ("probe-step", WINDOW_KIND):
             ctx.steps[row.key or ""] = row.body
             continue
         if row.kind != "probe-case":
