@@ -362,9 +362,13 @@ def _parse_logprobs(logprobs: Any) -> tuple[list[str] | None, list[list[list[Any
         chosen = [_float(t.get("logprob")) for t in entries]
         top: list[list[list[Any]]] = []
         for t in entries:
-            alternatives = t.get("top_logprobs") if isinstance(t.get("top_logprobs"), list) else []
-            pairs = [[str(a.get("token", "")), _float(a.get("logprob"))] for a in alternatives if isinstance(a, dict)]
-            top.append(sorted((p for p in pairs if p[1] is not None), key=lambda p: -p[1]))
+            alternatives = t.get("top_logprobs")
+            pairs: list[tuple[str, float]] = []
+            for a in alternatives if isinstance(alternatives, list) else []:
+                value = _float(a.get("logprob")) if isinstance(a, dict) else None
+                if isinstance(a, dict) and value is not None:
+                    pairs.append((str(a.get("token", "")), value))
+            top.append([[token, value] for token, value in sorted(pairs, key=lambda p: -p[1])])
         has_top = any(top)
         return tokens, top if has_top else None, chosen if has_top else None
     tokens_raw = logprobs.get("tokens")
@@ -375,7 +379,8 @@ def _parse_logprobs(logprobs: Any) -> tuple[list[str] | None, list[list[list[Any
     top = [sorted(([str(k), _float(v)] for k, v in t.items() if _float(v) is not None), key=lambda p: -p[1])
            if isinstance(t, dict) else [] for t in top_raw]
     chosen_raw = logprobs.get("token_logprobs")
-    chosen = [_float(v) for v in chosen_raw] if isinstance(chosen_raw, list) else [None] * len(top)
+    chosen: list[float | None] = ([_float(v) for v in chosen_raw] if isinstance(chosen_raw, list)
+                                  else [None for _ in top])
     return tokens, top, chosen
 
 

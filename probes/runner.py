@@ -387,7 +387,7 @@ def final_row(ledger: Ledger, run_id: str) -> tuple[Any, int]:
 
 def _request_key(case: Case) -> str:
     """What makes two cases twins: the same prompt or messages (an engine may reuse the cached prefix)."""
-    return case.prompt if case.messages is None else repr(case.messages)
+    return str(case.prompt) if case.messages is None else repr(case.messages)
 
 
 @dataclass(slots=True)
@@ -812,11 +812,12 @@ def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, passes: int) ->
         index = row.body.get("pass")
         if not isinstance(index, int) or not 0 <= index < passes:
             continue
-        if RETRY_MARK in (row.key or ""):
+        key = row.key or ""
+        if RETRY_MARK in key:
             # a retry of an errored case: it replaces that error when it succeeded (rows come in order)
-            retried_ok = not row.body.get("error")
-            if retried_ok and (index, row.key.split(RETRY_MARK)[0]) not in fixed:
-                fixed.add((index, row.key.split(RETRY_MARK)[0]))
+            retried = (index, key.split(RETRY_MARK)[0])
+            if not row.body.get("error") and retried not in fixed:
+                fixed.add(retried)
                 ctx.pass_errors[index] = ctx.pass_errors.get(index, 0) - 1
             continue
         ctx.pass_counts[index] = ctx.pass_counts.get(index, 0) + 1
@@ -1087,6 +1088,10 @@ def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case
     return slots
 
 
+def _listed(tokens: Sequence[str] | None) -> list[str] | None:
+    return list(tokens) if tokens is not None else None
+
+
 def _case_body(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) -> dict[str, Any]:
     if not run_id:
         return {}
@@ -1238,7 +1243,8 @@ def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, sched
 
     a, b = body(0), body(k)
     tokens_a, tokens_b = unpack_logprobs(a), unpack_logprobs(b)
-    divergence = divergence_between((a.get("text"), tokens_a.tokens), (b.get("text"), tokens_b.tokens), k)
+    divergence = divergence_between((a.get("text"), _listed(tokens_a.tokens)), (b.get("text"), _listed(tokens_b.tokens)),
+                                    k)
     margin = margin_at(tokens_a, tokens_b, divergence.get("token"), tie_margin=tie_margin)
     if margin is not None:
         divergence["logprobs"] = margin

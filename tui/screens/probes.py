@@ -149,11 +149,12 @@ class ProbesScreen(GatedStep):
     @work(thread=True, exclusive=True, exit_on_error=False, group="probe")
     def probe(self, run: int, form: dict[str, Any], override: dict[str, Any] | None) -> None:
         worker = get_current_worker()
-        record = adapter.run_probe(
-            self.app.paths, form, override=override,
-            on_event=lambda event: self.post_message(self.ProbeEvent(run, event)),
-            cancel=worker.cancelled_event,
-        )
+
+        def forward(event: Any) -> None:
+            self.post_message(self.ProbeEvent(run, event))
+
+        record = adapter.run_probe(self.app.paths, form, override=override, on_event=forward,
+                                   cancel=worker.cancelled_event)
         self.post_message(self.ProbeFinished(run, record, record is None))
 
     # -- live view -------------------------------------------------------------------------
