@@ -23,6 +23,42 @@ def wilson(m: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     return (low, high)
 
 
+def wilson_rate(p: float, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval around an exact observed rate ``p`` (not rounded to some m/n) over n trials."""
+    if n <= 0:
+        return None
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def wilson_width(p: float, n: int, z: float = Z95) -> float:
+    """How wide the Wilson interval around rate ``p`` is at n trials."""
+    bounds = wilson_rate(p, n, z)
+    return 1.0 if bounds is None else bounds[1] - bounds[0]
+
+
+def cases_for_width(expect: float, width: float, z: float = Z95, limit: int = 10**9) -> int:
+    """The smallest n at which the 95% Wilson interval around an observed rate ``expect`` is at most
+    ``width`` wide. The width falls as n grows, so a doubling search then bisection finds it."""
+    if wilson_width(expect, 1, z) <= width:
+        return 1
+    high = 2
+    while wilson_width(expect, high, z) > width:
+        high *= 2
+        if high > limit:
+            raise ValueError(f"no n up to {limit} gives a width of {width}")
+    low = high // 2  # too wide at low, narrow enough at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if wilson_width(expect, mid, z) <= width:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def rate_with_ci(m: int, n: int, ci: Sequence[float] | None = None) -> str:
     """``12/20 = 0.60 (95% CI 0.39\u20130.78)``: an agreement rate as every face prints it.
 

@@ -55,6 +55,11 @@ class Completion:
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     unreachable: bool = False  # the last attempt could not even connect (the endpoint may be gone)
+    # per generated token: [[token, logprob], ...] the engine's top-K there, best first (None: not asked
+    # for, or the engine gave none); chosen_logprobs: the logprob of the token actually generated
+    top_logprobs: list[list[list[Any]]] | None = None
+    chosen_logprobs: list[float | None] | None = None
+    logprobs_unsupported: bool = False  # logprobs were asked for and the engine gave none (or refused them)
 
     @property
     def ok(self) -> bool:
@@ -95,6 +100,7 @@ class EndpointClient:
         max_body: int = DEFAULT_MAX_BODY,
         max_connections: int = 64,
         want_tokens: bool = False,
+        logprobs: int = 0,
     ):
         if not base_url.startswith(("http://", "https://")):
             raise InputError(f"--endpoint {base_url!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1")
@@ -105,6 +111,8 @@ class EndpointClient:
         self.backoff = backoff
         self.max_body = max_body
         self.want_tokens = want_tokens
+        self.logprobs = max(0, logprobs)  # top-K logprobs per token to ask for (0: none)
+        self.logprobs_refused = False  # the engine rejected a request asking for them: stop asking
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), limits=limits)
         self._lock = threading.Lock()
@@ -170,19 +178,41 @@ class EndpointClient:
             body["max_tokens"] = case.max_tokens
         body.update(case.params)
         body["stream"] = False
+        top_k = 0 if self.logprobs_refused else self.logprobs
+        # The two OpenAI shapes, which vLLM, SGLang and llama.cpp's servers all follow: chat takes
+        # logprobs=true plus top_logprobs=K, completions takes logprobs=K (an int).
         if case.messages is not None:
             body["messages"] = case.messages
-            if self.want_tokens:
+            if self.want_tokens or top_k:
                 body.setdefault("logprobs", True)
+            if top_k:
+                body.setdefault("top_logprobs", top_k)
             return "/chat/completions", body
         body["prompt"] = case.prompt
-        if self.want_tokens:
+        if top_k:
+            body.setdefault("logprobs", top_k)
+        elif self.want_tokens:
             body.setdefault("logprobs", 1)
         return "/completions", body
 
     def complete(self, case: Case, params: dict[str, Any]) -> Completion:
+        asked = bool(self.logprobs) and not self.logprobs_refused
         path, body = self.request_body(case, params)
-        return self.post(path, body)
+        completion = self.post(path, body)
+        if asked and completion.error and completion.error.startswith("HTTP 4"):
+            # An engine that rejects logprobs is recorded as not supporting them, never as an error: the
+            # same request without them is sent, and only if that one is answered are they given up.
+            self.logprobs_refused = True
+            path, body = self.request_body(case, params)
+            plain = self.post(path, body)
+            if plain.error:
+                self.logprobs_refused = False  # refused for another reason: the first answer stands
+            else:
+                completion = plain
+                completion.logprobs_unsupported = True
+        elif asked and completion.ok and completion.top_logprobs is None or self.logprobs_refused and self.logprobs:
+            completion.logprobs_unsupported = True
+        return completion
 
     def post(self, path: str, body: dict[str, Any]) -> Completion:
         start = time.monotonic()
@@ -292,19 +322,13 @@ def _parse_completion(data: Any) -> Completion:
             raise _Retryable(f"endpoint error: {_snippet(json.dumps(data).encode())}")
         raise _Retryable("response has no choices")
     choice = choices[0]
-    tokens: list[str] | None = None
     if isinstance(choice.get("message"), dict):
         text = choice["message"].get("content")
         if text is None:
             text = ""
-        logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-            tokens = [str(t.get("token", "")) for t in logprobs["content"] if isinstance(t, dict)]
     else:
         text = choice.get("text")
-        logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
-            tokens = [str(t) for t in logprobs["tokens"]]
+    tokens, top, chosen = _parse_logprobs(choice.get("logprobs"))
     if not isinstance(text, str):
         raise _Retryable("response choice has no text")
     fingerprint = data.get("system_fingerprint")
@@ -314,7 +338,50 @@ def _parse_completion(data: Any) -> Completion:
         system_fingerprint=str(fingerprint) if fingerprint else None,
         model=str(data["model"]) if data.get("model") is not None else None,
         finish_reason=choice.get("finish_reason"),
+        top_logprobs=top,
+        chosen_logprobs=chosen,
     )
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _parse_logprobs(logprobs: Any) -> tuple[list[str] | None, list[list[list[Any]]] | None, list[float | None] | None]:
+    """Tokens, per-token top-K ``[[token, logprob], ...]`` and chosen logprobs from either OpenAI shape.
+
+    The chat shape (``{"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]}``) is
+    what vLLM and SGLang give on /chat/completions and llama.cpp's llama-server on both APIs; the
+    legacy completions shape (``{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}]}``) is
+    what vLLM, SGLang and llama-cpp-python give on /completions."""
+    if not isinstance(logprobs, dict):
+        return None, None, None
+    if isinstance(logprobs.get("content"), list):
+        entries = [t for t in logprobs["content"] if isinstance(t, dict)]
+        tokens = [str(t.get("token", "")) for t in entries]
+        chosen = [_float(t.get("logprob")) for t in entries]
+        top: list[list[list[Any]]] = []
+        for t in entries:
+            alternatives = t.get("top_logprobs")
+            pairs: list[tuple[str, float]] = []
+            for a in alternatives if isinstance(alternatives, list) else []:
+                value = _float(a.get("logprob")) if isinstance(a, dict) else None
+                if isinstance(a, dict) and value is not None:
+                    pairs.append((str(a.get("token", "")), value))
+            top.append([[token, value] for token, value in sorted(pairs, key=lambda p: -p[1])])
+        has_top = any(top)
+        return tokens, top if has_top else None, chosen if has_top else None
+    tokens_raw = logprobs.get("tokens")
+    tokens = [str(t) for t in tokens_raw] if isinstance(tokens_raw, list) else None
+    top_raw = logprobs.get("top_logprobs")
+    if not isinstance(top_raw, list) or not any(isinstance(t, dict) and t for t in top_raw):
+        return tokens, None, None
+    top = [sorted(([str(k), _float(v)] for k, v in t.items() if _float(v) is not None), key=lambda p: -p[1])
+           if isinstance(t, dict) else [] for t in top_raw]
+    chosen_raw = logprobs.get("token_logprobs")
+    chosen: list[float | None] = ([_float(v) for v in chosen_raw] if isinstance(chosen_raw, list)
+                                  else [None for _ in top])
+    return tokens, top, chosen
 
 
 class CommandClient:

@@ -119,6 +119,12 @@ class ProbeRecord:
     baseline: dict[str, Any] | None = None
     cases_in_ledger: bool = False  # stored without "cases": they are probe-result rows under ``run``
     identity_reason: str | None = None  # with identity None: why (no lock found), as the probe said it
+    # {"status": "ok" | "unsupported" | "off", "k", "tie_margin", and with "ok" the near-tie split}
+    logprobs: dict[str, Any] | None = None
+    tar_n: int | None = None  # outputs per case the total agreement rates are over (the passes)
+    tarr: float | None = None  # TARr@N: share of compared cases whose N raw outputs are all identical
+    tara: float | None = None  # TARa@N: the same over parsed answers (None without an extractor)
+    stopped: dict[str, Any] | None = None  # --until-width: {"reason": "width" | "max-n" | "cases", ...}
 
     @property
     def exit_code(self) -> int:
@@ -192,6 +198,11 @@ class ProbeRecord:
             "finished_at": self.finished_at,
             "scope": self.scope,
             "sentence": self.sentence,
+            "logprobs": self.logprobs,
+            "tar_n": self.tar_n,
+            "tarr": self.tarr,
+            "tara": self.tara,
+            "stopped": self.stopped,
         }
 
     @classmethod
@@ -210,7 +221,8 @@ class ProbeRecord:
             cases_digest=data.get("cases_digest"), errored_cases=list(data.get("errored_cases") or []),
             engine_changed=bool(data.get("engine_changed")), notes=list(data.get("notes") or []),
             baseline=data.get("baseline"), cases_in_ledger=bool(data.get("cases_in_ledger")),
-            identity_reason=data.get("identity_reason"),
+            identity_reason=data.get("identity_reason"), logprobs=data.get("logprobs"),
+            tar_n=data.get("tar_n"), tarr=data.get("tarr"), tara=data.get("tara"), stopped=data.get("stopped"),
         )
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from execsys.redact import redact_text
 from execsys.stats import rate_with_ci
 
+from .margin import sent_phrases
 from .record import ProbeRecord
 
 
@@ -55,8 +56,11 @@ class ProgressReporter:
         from .events import CaseDone, Note, PassFinished, PassStarted
 
         if isinstance(event, PassStarted):
-            self._errors[event.pass_index] = 0
-            if self._progress is not None:
+            self._errors.setdefault(event.pass_index, 0)
+            if self._progress is not None and event.pass_index in self._tasks:
+                # a later round of an --until-width probe: the same pass, over more cases
+                self._progress.update(self._tasks[event.pass_index], total=event.total, completed=event.done)
+            elif self._progress is not None:
                 self._tasks[event.pass_index] = self._progress.add_task(
                     f"pass {event.label}", total=event.total, completed=event.done, errors="")
             else:
@@ -102,6 +106,10 @@ def render_record(record: ProbeRecord, console: Console) -> None:
         by_id = {case.id: case for case in record.cases if case.id in shown_ids}  # not every case: n may be large
         table.add_column(f"pass {labels[0]}", overflow="fold")
         table.add_column(f"pass {labels[1]}" if len(labels) == 2 else "first differing pass", overflow="fold")
+        with_margins = any((case.first_divergence or {}).get("logprobs") or (case.first_divergence or {}).get("sent")
+                           for case in by_id.values())
+        if with_margins:
+            table.add_column("why (margin at the divergent token)", overflow="fold")
         for case_id in record.flipped[:MAX_FLIPS_SHOWN]:
             case = by_id.get(case_id)
             div = (case.first_divergence if case else None) or {}
@@ -119,10 +127,22 @@ def render_record(record: ProbeRecord, console: Console) -> None:
             if a is None and case is not None:
                 outcomes = [str((p or {}).get("outcome")) for p in case.passes]
                 a, b = outcomes[0], " / ".join(outcomes[1:])
-            table.add_row(escape(case_id), ", ".join(where) or "-", escape(repr(a)), escape(repr(b)))
+            row = [escape(case_id), ", ".join(where) or "-", escape(repr(a)), escape(repr(b))]
+            if with_margins:
+                row.append(escape(why(div, labels)))
+            table.add_row(*row)
         console.print(table)
         if len(record.flipped) > MAX_FLIPS_SHOWN:
             console.print(f"… and {len(record.flipped) - MAX_FLIPS_SHOWN} more (--json lists every case)")
+    if record.tar_n and record.n:
+        tara = f", TARa@{record.tar_n} = {record.tara:.2f}" if record.tara is not None else ""
+        console.print(f"TARr@{record.tar_n} = {record.tarr:.2f}{tara} (Atil et al.: share of the {record.n} "
+                      f"cases whose {record.tar_n} outputs are all identical)")
+    logprobs = record.logprobs or {}
+    if logprobs.get("status") == "unsupported":
+        console.print("logprobs: unsupported (the endpoint gave none: flips cannot be told near-ties)")
+    if record.stopped:
+        console.print(escape(stopped_line(record)))
     if record.repeats > 2 and record.n:
         distinct_total = repeats = 0
         for c in record.cases:
@@ -131,6 +151,47 @@ def render_record(record: ProbeRecord, console: Console) -> None:
         console.print(f"{record.repeats} passes: {distinct_total} distinct outputs over {record.n} cases"
                       + (f" ({repeats} cases with more than two)" if repeats else ""))
     console.print(f"[dim]ledger: {escape(record.id or '')} (run {escape(record.run or '')})[/]")
+
+
+def top_k_text(top: list[Any] | None, limit: int = 5) -> str:
+    """``'4' -0.512, '5' -0.514, ...``: one pass's top-K at the divergent token."""
+    return ", ".join(f"{str(t)!r} {float(lp):.3f}" for t, lp in (top or [])[:limit]) or "-"
+
+
+def sent_text(div: dict[str, Any], labels: list[str]) -> str:
+    """``pass B sent after its twin; pass B in flight with 3 others``: how the passes went out."""
+    return "; ".join(sent_phrases(div, labels))
+
+
+def why(div: dict[str, Any], labels: list[str]) -> str:
+    """The flipped-case table's last column: the verdict, the margin, both passes' top-K, the conditions."""
+    margin = div.get("logprobs")
+    if margin == "unsupported":
+        text = "logprobs: unsupported"
+    elif isinstance(margin, dict):
+        bound = "≥" if margin.get("bound") != "exact" else ""
+        k = div.get("pass", 1)
+        text = (f"{margin['verdict']} (margin {bound}{margin['margin']:.3g} nats)\n"
+                f"{labels[0]}: {top_k_text(margin.get('top_a'))}\n"
+                f"{labels[k] if k < len(labels) else k}: {top_k_text(margin.get('top_b'))}")
+    else:
+        text = "no logprobs at the divergence"
+    conditions = sent_text(div, labels)
+    return text + (f"\n{conditions}" if conditions else "")
+
+
+def stopped_line(record: ProbeRecord) -> str:
+    stopped = record.stopped or {}
+    width = stopped.get("width")
+    reached = f"{width:.3f}" if isinstance(width, (int, float)) else "?"
+    if stopped.get("reason") == "width":
+        early = "stopped early" if stopped.get("early") else "stopped"
+        return (f"{early} at n = {record.n}: the 95% interval is {reached} wide, at most --until-width "
+                f"{stopped.get('until_width')}")
+    if stopped.get("reason") == "max-n":
+        return (f"reached --max-n {stopped.get('max_n')} before the interval was {stopped.get('until_width')} wide: "
+                f"it is {reached} wide at n = {record.n}")
+    return f"ran out of cases before the interval was {stopped.get('until_width')} wide: it is {reached} wide"
 
 
 def _first_error(record: ProbeRecord) -> str | None:

@@ -23,7 +23,10 @@ connections ends the probe after :data:`UNREACHABLE_STREAK` consecutive connecti
 Ledger: kind ``probe-run`` at the start (the parameters), ``probe-case`` per case per pass
 as it completes (parent = run id, key = ``"<pass>:<case id>"``, body with the output text,
 digest and outcome), ``probe-step`` for axis steps such as a restart (key ``restart:<pass>``),
-and kind ``probe`` for the final record (parent = run id, key ``final``, identity column set).
+``probe-window`` for when each pass sent its requests (key ``window:<pass>``), and kind ``probe``
+for the final record (parent = run id, key ``final``, identity column set). ``--resume
+--retry-errored`` sends the errored cases again under ``<pass>:<case id>#retry<r>`` (the errored row
+stays; the newest row counts) and writes the new final record under ``final#retry<r>``.
 A resumed run reads what is there and sends only what is missing: nothing is lost or
 counted twice, because a second append of the same parent+key is a no-op.
 
@@ -37,6 +40,7 @@ per-case results as ``probe-result`` rows instead of one huge ``probe`` row (see
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import queue
@@ -47,6 +51,7 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -56,6 +61,7 @@ from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import OnEvent, first_given, new_cancel
 from execsys.redact import redact_text
 from execsys.sources import no_identity_reason
+from execsys.stats import cases_for_width
 
 from .agreement import AgreementFold, Slot, judge, sentence
 from .axes import AXES, Axis, PassSchedule
@@ -63,6 +69,15 @@ from .cases import Case, CaseFile, cases_digest, pass_indices, select
 from .client import CommandClient, Completion, EndpointClient
 from .compare import Extractor, digest, divergence_between, parse_extractor
 from .events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
+from .margin import (
+    DEFAULT_TIE_MARGIN,
+    DEFAULT_TOP_K,
+    margin_at,
+    pack_logprobs,
+    split_sentence,
+    split_summary,
+    unpack_logprobs,
+)
 from .record import (
     CASES_INLINE_LIMIT,
     RESULT_KIND,
@@ -124,6 +139,32 @@ def _or(value: Any, default: T) -> T:
     return default if value is None else value
 
 
+def _count(value: Any, flag: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"{flag} must be a whole number 0 or more (0 turns it off), got {value!r}")
+    return value
+
+
+def _nats(value: Any) -> float:
+    try:
+        nats = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"--tie-margin must be a number of nats, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(nats) or nats < 0:
+        raise UsageError(f"--tie-margin must be a number of nats 0 or more, got {value!r}")
+    return nats
+
+
+def _width(value: Any, flag: str) -> float:
+    try:
+        width = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} must be a number between 0 and 1, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(width) or not 0 < width <= 1:
+        raise UsageError(f"{flag} must be a number greater than 0 and at most 1, got {value!r}")
+    return width
+
+
 def _seconds(value: Any, flag: str) -> float:
     """A timeout: a finite number of seconds above 0 (``0`` is refused, never replaced by a default)."""
     try:
@@ -163,6 +204,11 @@ class ProbeOptions:
     retries: int = 3
     api_key_env: str | None = None
     want_tokens: bool = False
+    logprobs: int = DEFAULT_TOP_K  # top-K logprobs per token to ask for (0: off)
+    tie_margin: float = DEFAULT_TIE_MARGIN  # nats: a flip at a margin at most this is a near-tie
+    until_width: float | None = None  # stop once the 95% interval is at most this wide
+    max_n: int | None = None  # with until_width: the most cases to take
+    retry_errored: bool = False  # with resume: send the cases that errored again
     resume: bool | str = False
     max_body: int = 8 << 20
     declared_runtime: dict[str, Any] = field(default_factory=dict)  # [runtime] table, for re-observation
@@ -239,6 +285,11 @@ class ProbeOptions:
             retries=max(0, _or(given("retries"), 3)),
             api_key_env=api_key_env,
             want_tokens=bool(given("want_tokens")),
+            logprobs=_count(first_given(given("logprobs"), probe_t.get("logprobs"), DEFAULT_TOP_K), "--logprobs"),
+            tie_margin=_nats(first_given(given("tie_margin"), probe_t.get("tie_margin"), DEFAULT_TIE_MARGIN)),
+            until_width=_width(given("until_width"), "--until-width") if given("until_width") is not None else None,
+            max_n=given("max_n"),
+            retry_errored=bool(given("retry_errored")),
             resume=first_given(given("resume"), False) or False,
             max_body=_or(given("max_body"), 8 << 20),
             declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file",
@@ -268,6 +319,15 @@ class ProbeOptions:
             raise UsageError("--n must be at least 1")
         _seconds(self.timeout, "--timeout")
         _seconds(self.ready_timeout, "--ready-timeout")
+        if self.max_n is not None and self.until_width is None:
+            raise UsageError("--max-n goes with --until-width W (stop once the interval is at most W wide)")
+        if self.max_n is not None and self.max_n < 1:
+            raise UsageError("--max-n must be at least 1")
+        if self.until_width is not None and self.axis == "restart":
+            raise UsageError("--until-width takes cases in rounds, and the restart axis restarts before every "
+                             "pass: give --n instead")
+        if self.retry_errored and not self.resume:
+            raise UsageError("--retry-errored goes with --resume (it retries the errored cases of a stored run)")
         AXES[self.axis].validate(self)
 
 
@@ -289,7 +349,45 @@ class ProbeAborted(InputError):
         self.run_id = run_id
 
 
-_Measured = tuple[Case, Completion, "str | None", "str | None"]  # a case, its answer, digest, outcome
+_Measured = tuple[Case, Completion, "str | None", "str | None", "dict[str, Any]"]
+"""a case, its answer, digest, outcome, and how it was sent (in flight with how many others, after its twin)"""
+
+
+RETRY_MARK = "#retry"
+
+
+def case_key(pass_index: int, case_id: str, retry: int = 0) -> str:
+    """A probe-case row's key: ``<pass>:<case id>``, and ``...#retry<r>`` for the r-th retry of an
+    errored case (``--resume --retry-errored``: the errored row stays, the newest row counts)."""
+    return f"{pass_index}:{case_id}" + (f"{RETRY_MARK}{retry}" if retry else "")
+
+
+def case_row(ledger: Ledger, run_id: str, pass_index: int, case_id: str) -> tuple[Any, int]:
+    """The row that counts for a case on a pass (the newest retry of an errored one) and its retry number."""
+    row = ledger.child(run_id, case_key(pass_index, case_id))
+    retry = 0
+    while row is not None and row.body.get("error"):
+        newer = ledger.child(run_id, case_key(pass_index, case_id, retry + 1))
+        if newer is None:
+            break
+        row, retry = newer, retry + 1
+    return row, retry
+
+
+def final_row(ledger: Ledger, run_id: str) -> tuple[Any, int]:
+    """The run's newest final record (``final``, then ``final#retry<r>`` after retries) and its number."""
+    row, retry = ledger.child(run_id, "final"), 0
+    while row is not None:
+        newer = ledger.child(run_id, f"final{RETRY_MARK}{retry + 1}")
+        if newer is None:
+            break
+        row, retry = newer, retry + 1
+    return row, retry
+
+
+def _request_key(case: Case) -> str:
+    """What makes two cases twins: the same prompt or messages (an engine may reuse the cached prefix)."""
+    return str(case.prompt) if case.messages is None else repr(case.messages)
 
 
 @dataclass(slots=True)
@@ -299,6 +397,7 @@ class _Result:
     error: str | None
     fingerprint: str | None = None
     model: str | None = None
+    logprobs: str | None = None  # "ok" (top-K came back), "unsupported" (asked, none came), None (not asked)
 
     @property
     def slot(self) -> Slot:
@@ -324,6 +423,9 @@ class RunContext:
         self.pass_counts: dict[int, int] = {}  # case results recorded per pass (errors included)
         self.pass_errors: dict[int, int] = {}  # of which errored
         self.completed_passes: set[int] = set()
+        self.windows: dict[int, dict[str, Any]] = {}  # pass index -> when it sent (recorded after the pass)
+        self.retry = False  # --retry-errored: errored cases are sent again
+        self.retry_keys: dict[tuple[int, str], str] = {}  # (pass, case id) -> the key its retry goes to
         self.axis = axis or AXES[options.axis]
 
     def step(self, key: str) -> dict[str, Any] | None:
@@ -436,49 +538,56 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
         for line in ([options.identity_reason] if options.identity_reason else []) + list(options.warnings):
             emit(Note(redact_text(line)))
         run_id, started_at = _open_run(ledger, options, parameters, match, emit)
-        final = ledger.child(run_id, "final")
-        if final is not None:
-            record = load_record(ledger, final)
-            emit(ProbeFinished(record))
-            return record
-
+        final, final_retry = final_row(ledger, run_id)
         ctx = RunContext(options, ledger, run_id, clients, cancel, emit, axis)
         schedules = axis.schedule(options)
         _load_progress(ledger, run_id, ctx, len(schedules))
-        judge_pass = _PassJudge(options, ledger, run_id, schedules, baseline, extractor is not None)
+        if final is not None and not (options.retry_errored and any(ctx.pass_errors.values())):
+            record = load_record(ledger, final)
+            emit(ProbeFinished(record))
+            return record
+        if options.retry_errored:
+            ctx.retry = True
 
-        count = len(cases)
+        stopped: dict[str, Any] | None = None
         sent = [p for p in schedules if p.source == "send"]
-        total_cases = count * len(sent)
-        for schedule in sent:
-            todo = _todo(ledger, ctx, run_id, schedule.index, cases, options.order_seed)
-            done_before = count - len(todo)
-            emit(PassStarted(schedule.index, schedule.label, count, done_before, run_id))
-            tally = AgreementFold(level=options.compare, outcomes=extractor is not None, keep_ids=False)
-            if todo:
-                if cancel.is_set():
+        if options.until_width is None:
+            rounds = [len(cases)]
+        else:
+            # Cases in the seeded order, taken in rounds: the interval is checked after each round and
+            # the record counts the cases up to the first at which it was narrow enough.
+            order = pass_indices(len(cases), options.order_seed, 1)
+            cases = [cases[i] for i in order[: options.max_n or len(order)]]
+            # No interval over fewer cases than the narrowest one (every case agreeing) can be narrow
+            # enough, so the first round takes that many; later rounds check every UNTIL_WIDTH_ROUND.
+            first_round = cases_for_width(1.0, options.until_width)
+            rounds = list(range(first_round, len(cases), UNTIL_WIDTH_ROUND)) + [len(cases)]
+        for end in rounds:
+            prefix = cases[:end]
+            _send_passes(ctx, sent, prefix, clients, models, extractor, baseline, judge_level=extractor is not None)
+            count = len(prefix)
+            if cancel.is_set() and any(ctx.pass_counts.get(p.index, 0) < count for p in sent):
+                raise ProbeInterrupted(run_id, sum(ctx.pass_counts.values()), count * len(sent))
+            if options.until_width is not None:
+                first = _first_narrow(ledger, run_id, schedules, prefix, baseline, options, extractor is not None)
+                if first is not None:
+                    stopped = {"reason": "width", "until_width": options.until_width, "max_n": options.max_n,
+                               "early": first < len(cases)}
+                    cases = prefix[:first]
                     break
-                axis.before_pass(ctx, schedule)
-                params = dict(options.decoding)
-                if models[schedule.target] is not None:
-                    params["model"] = models[schedule.target]
-                _run_pass(ctx, schedule, todo, cases, clients[schedule.target], params, extractor, done_before,
-                          count, judge_pass, tally)
-            if cancel.is_set():
-                break
-            errored = ctx.pass_errors.get(schedule.index, 0)
-            emit(PassFinished(schedule.index, schedule.label, count - errored, errored, tally.tally()))
-
-        if cancel.is_set() and any(ctx.pass_counts.get(p.index, 0) < count for p in sent):
-            saved = sum(ctx.pass_counts.values())
-            raise ProbeInterrupted(run_id, saved, total_cases)
+        else:
+            if options.until_width is not None:
+                reason = "max-n" if options.max_n is not None and len(cases) >= options.max_n else "cases"
+                stopped = {"reason": reason, "until_width": options.until_width, "max_n": options.max_n,
+                           "early": False}
 
         record = _build_record(options, ctx, axis, schedules, cases, clients, models, extractor,
-                               baseline, parameters, started_at, digest_of_cases)
+                               baseline, parameters, started_at, digest_of_cases, stopped)
         record_id = new_id("probe")
         record.id = record_id
+        final_key = "final" if final is None else f"final{RETRY_MARK}{final_retry + 1}"
         stored_id = ledger.append("probe", record.ledger_json(), identity=options.identity, parent=run_id,
-                                  key="final", record_id=record_id)
+                                  key=final_key, record_id=record_id)
         if stored_id != record_id:  # another process finished the same run first: report theirs
             record = load_record(ledger, ledger.get(stored_id))
         emit(ProbeFinished(record))
@@ -488,6 +597,110 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
             client.close()
         if isinstance(all_cases, CaseFile):
             all_cases.close()
+
+
+WINDOW_KIND = "probe-window"  # when one pass sent its requests (parent = run id, key window:<pass>)
+UNTIL_WIDTH_ROUND = 10  # cases per round of an --until-width probe
+
+
+def _first_narrow(ledger: Ledger, run_id: str, schedules: list[PassSchedule], cases: Sequence[Case],
+                  baseline: ProbeRecord | None, options: ProbeOptions, outcomes: bool) -> int | None:
+    """How many of ``cases`` (in order) it takes until the Wilson 95% interval of the agreement over
+    the compared ones is at most ``options.until_width`` wide; None when they never get there."""
+    from execsys.stats import wilson
+
+    results = _baseline_results(baseline) if baseline is not None else None
+    m = n = 0
+    for position, case in enumerate(cases):
+        slots = _case_slots(ledger, run_id, schedules, case.id, results)
+        verdict = judge([r.slot if r is not None else None for r in slots], level=options.compare, outcomes=outcomes)
+        if verdict.errored:
+            continue
+        n += 1
+        m += bool(verdict.agree)
+        low, high = wilson(m, n) or (0.0, 1.0)
+        if high - low <= (options.until_width or 0) + 1e-12:
+            return position + 1
+    return None
+
+
+def _send_passes(ctx: RunContext, sent: list[PassSchedule], cases: Sequence[Case], clients: list[Any],
+                 models: list[str | None], extractor: Extractor | None, baseline: ProbeRecord | None, *,
+                 judge_level: bool) -> None:
+    """Send every pass that still has cases to send: one after another, or (an axis that compares
+    targets at one instant, the hosts axis) all at once, one thread and ledger connection per pass."""
+    options, emit, cancel, axis = ctx.options, ctx._emit, ctx.cancel, ctx.axis
+    count = len(cases)
+    schedules = axis.schedule(options)
+
+    def one(pass_ctx: RunContext, schedule: PassSchedule, todo: array) -> None:
+        judge_pass = _PassJudge(options, pass_ctx.ledger, pass_ctx.run_id, schedules, baseline, judge_level)
+        tally = AgreementFold(level=options.compare, outcomes=judge_level, keep_ids=False)
+        done_before = count - len(todo)
+        emit(PassStarted(schedule.index, schedule.label, count, done_before, ctx.run_id))
+        if todo and not cancel.is_set():
+            params = dict(options.decoding)
+            if models[schedule.target] is not None:
+                params["model"] = models[schedule.target]
+            start = time.time()
+            _run_pass(pass_ctx, schedule, todo, cases, clients[schedule.target], params, extractor, done_before,
+                      count, judge_pass, tally)
+            pass_ctx.windows[schedule.index] = {"start": _iso(start), "end": _iso(time.time()),
+                                                "start_unix": round(start, 6), "end_unix": round(time.time(), 6)}
+        if cancel.is_set():
+            return
+        errored = ctx.pass_errors.get(schedule.index, 0)
+        emit(PassFinished(schedule.index, schedule.label, count - errored, errored, tally.tally()))
+
+    if not axis.simultaneous:
+        for schedule in sent:
+            todo = _todo(ctx.ledger, ctx, ctx.run_id, schedule.index, cases, options.order_seed)
+            if todo and not cancel.is_set():
+                axis.before_pass(ctx, schedule)
+            one(ctx, schedule, todo)
+            _record_window(ctx, schedule.index)
+            if cancel.is_set():
+                return
+        return
+    todos = [_todo(ctx.ledger, ctx, ctx.run_id, schedule.index, cases, options.order_seed) for schedule in sent]
+    failures: list[BaseException] = []
+    ledgers: list[Ledger] = []
+
+    def host(schedule: PassSchedule, todo: array) -> None:
+        try:
+            pass_ctx = copy.copy(ctx)  # shares the counts, steps and notes; its own ledger connection
+            pass_ctx.ledger = Ledger.open(ctx.ledger.path)
+            ledgers.append(pass_ctx.ledger)
+            one(pass_ctx, schedule, todo)
+        except BaseException as exc:
+            failures.append(exc)
+            cancel.set()
+
+    threads = [threading.Thread(target=host, args=(schedule, todo), name=f"probe-host-{schedule.index}", daemon=True)
+               for schedule, todo in zip(sent, todos, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for opened in ledgers:
+        opened.close()
+    for schedule in sent:
+        _record_window(ctx, schedule.index)
+    if failures:
+        raise failures[0]
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _record_window(ctx: RunContext, index: int) -> None:
+    """Keep when a pass sent its requests (the first session that sent any: a resumed pass keeps it)."""
+    window = ctx.windows.pop(index, None)
+    if window is not None and f"window:{index}" not in ctx.steps:
+        # a kind of its own: the axis steps (restarts, observations) stay what probe-step rows hold
+        ctx.ledger.append(WINDOW_KIND, {"pass": index, **window}, parent=ctx.run_id, key=f"window:{index}")
+        ctx.steps[f"window:{index}"] = window
 
 
 class _PassJudge:
@@ -518,7 +731,7 @@ def _clients(options: ProbeOptions) -> list[Any]:
     return [
         EndpointClient(url, api_key_env=options.api_key_env, timeout=options.timeout, retries=options.retries,
                        max_body=options.max_body, max_connections=max(8, options.concurrency, options.load or 0) + 4,
-                       want_tokens=options.want_tokens)
+                       want_tokens=options.want_tokens, logprobs=options.logprobs)
         for url in options.endpoints
     ]
 
@@ -547,6 +760,9 @@ def _parameters(options: ProbeOptions, clients: list[Any], models: list[str | No
         "baseline": options.baseline,
         "order_seed": options.order_seed,
         "tokens": options.want_tokens,
+        "logprobs": options.logprobs,
+        "until_width": options.until_width,
+        "max_n": options.max_n,
     }
 
 
@@ -566,7 +782,7 @@ def _open_run(ledger: Ledger, options: ProbeOptions, parameters: dict[str, Any],
             emit(RunOpened(run.id, True))
             return run.id, run.body.get("started_at") or run.created_at
         for run in ledger.iter(kind="probe-run", newest_first=True):
-            if run.body.get("match") == match and ledger.child(run.id, "final") is None:
+            if run.body.get("match") == match and (options.retry_errored or ledger.child(run.id, "final") is None):
                 emit(Note(f"resuming run {run.id}"))
                 emit(RunOpened(run.id, True))
                 return run.id, run.body.get("started_at") or run.created_at
@@ -586,14 +802,23 @@ def _intern(value: str | None) -> str | None:
 def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, passes: int) -> None:
     """Recorded steps, and how many case results (and errors) each pass already has: counts only,
     read row by row, so resuming a large probe holds no per-case state."""
+    fixed: set[tuple[int, str]] = set()
     for row in ledger.iter(parent=run_id):
-        if row.kind == "probe-step":
+        if row.kind in ("probe-step", WINDOW_KIND):
             ctx.steps[row.key or ""] = row.body
             continue
         if row.kind != "probe-case":
             continue
         index = row.body.get("pass")
         if not isinstance(index, int) or not 0 <= index < passes:
+            continue
+        key = row.key or ""
+        if RETRY_MARK in key:
+            # a retry of an errored case: it replaces that error when it succeeded (rows come in order)
+            retried = (index, key.split(RETRY_MARK)[0])
+            if not row.body.get("error") and retried not in fixed:
+                fixed.add(retried)
+                ctx.pass_errors[index] = ctx.pass_errors.get(index, 0) - 1
             continue
         ctx.pass_counts[index] = ctx.pass_counts.get(index, 0) + 1
         if row.body.get("error"):
@@ -605,11 +830,21 @@ def _todo(ledger: Ledger, ctx: RunContext, run_id: str, index: int, cases: Seque
     are done; a fresh pass asks nothing, a finished one asks nothing)."""
     order = pass_indices(len(cases), seed, index)
     recorded = ctx.pass_counts.get(index, 0)
+    if ctx.retry and ctx.pass_errors.get(index, 0) > 0:
+        todo = array("q")
+        for i in order:
+            row, retry = case_row(ledger, run_id, index, cases[i].id)
+            if row is None:
+                todo.append(i)
+            elif row.body.get("error"):
+                ctx.retry_keys[(index, cases[i].id)] = case_key(index, cases[i].id, retry + 1)
+                todo.append(i)
+        return todo
     if recorded == 0:
         return order
     if recorded >= len(cases):
         return array("q")
-    return array("q", (i for i in order if not ledger.has_child(run_id, f"{index}:{cases[i].id}")))
+    return array("q", (i for i in order if not ledger.has_child(run_id, case_key(index, cases[i].id))))
 
 
 def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Sequence[Case], client: Any,
@@ -617,16 +852,40 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
               judge_pass: _PassJudge, tally: AgreementFold) -> None:
     """Send ``todo`` at the schedule's concurrency; record each result on the calling thread as it arrives."""
     ledger, run_id, cancel, emit = ctx.ledger, ctx.run_id, ctx.cancel, ctx._emit
+    # How each request went out: the two causes found on llama.cpp (a prompt sent right after its
+    # twin reuses the cached prefix; requests in flight together share a batch) are recorded per case.
+    sending = threading.Lock()
+    in_flight = 0
+    last_sent: list[str | None] = [None]
+
+    def sent(case: Case | None) -> dict[str, Any]:
+        nonlocal in_flight
+        with sending:
+            conditions = {"in_flight_with": in_flight}
+            in_flight += 1
+            if case is not None:
+                key = _request_key(case)
+                conditions["after_twin"] = last_sent[0] == key
+                last_sent[0] = key
+            return conditions
+
+    def answered() -> None:
+        nonlocal in_flight
+        with sending:
+            in_flight -= 1
 
     def measure(case: Case) -> _Measured:
+        conditions = sent(case)
         try:
             completion = client.complete(case, params)
         except Exception as exc:  # a client bug must not lose the case silently
             completion = Completion(None, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            answered()
         if not completion.ok:
-            return case, completion, None, None
+            return case, completion, None, None, conditions
         text = completion.text or ""
-        return case, completion, digest(text), extractor(text) if extractor else None
+        return case, completion, digest(text), extractor(text) if extractor else None, conditions
 
     # Connection failures in a row are held back, not recorded: if the endpoint is gone they stop
     # the probe and a resumed run sends those cases again; if it answers again they are recorded
@@ -655,21 +914,35 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
         """Write the results that are ready (one transaction), then account for them and report."""
         nonlocal done
         entries = []
-        for case, completion, output_digest, outcome in batch:
+        for case, completion, output_digest, outcome, conditions in batch:
             body: dict[str, Any] = {
                 "pass": schedule.index, "case": case.id, "text": completion.text, "digest": output_digest,
                 "outcome": outcome, "error": completion.error, "attempts": completion.attempts,
                 "elapsed_s": round(completion.elapsed_s, 4), "system_fingerprint": completion.system_fingerprint,
                 "model": completion.model, "finish_reason": completion.finish_reason,
             }
-            if completion.tokens is not None:
+            if completion.top_logprobs is not None:
+                body["logprobs"] = pack_logprobs(completion.tokens, completion.chosen_logprobs,
+                                                 completion.top_logprobs)
+                if ctx.options.want_tokens:
+                    body["tokens"] = completion.tokens
+            elif completion.tokens is not None:
                 body["tokens"] = completion.tokens
-            entries.append((body, run_id, f"{schedule.index}:{case.id}"))
+            if completion.logprobs_unsupported:
+                body["logprobs_unsupported"] = True
+            body.update(conditions)
+            key = ctx.retry_keys.get((schedule.index, case.id)) or case_key(schedule.index, case.id)
+            entries.append((body, run_id, key))
         ledger.append_many("probe-case", entries)
-        for case, completion, output_digest, outcome in batch:
-            ctx.pass_counts[schedule.index] = ctx.pass_counts.get(schedule.index, 0) + 1
-            if completion.error:
-                ctx.pass_errors[schedule.index] = ctx.pass_errors.get(schedule.index, 0) + 1
+        for case, completion, output_digest, outcome, _ in batch:
+            if ctx.retry_keys.pop((schedule.index, case.id), None) is not None:
+                # a retry replaces an errored result: counted once already, as an error
+                if not completion.error:
+                    ctx.pass_errors[schedule.index] = ctx.pass_errors.get(schedule.index, 0) - 1
+            else:
+                ctx.pass_counts[schedule.index] = ctx.pass_counts.get(schedule.index, 0) + 1
+                if completion.error:
+                    ctx.pass_errors[schedule.index] = ctx.pass_errors.get(schedule.index, 0) + 1
             done += 1
             verdict = judge_pass.verdict(schedule.index, case.id, _Result(output_digest, outcome, completion.error))
             if verdict is not None:
@@ -703,7 +976,11 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
             # Keep K requests in flight until the last case answered: the tail is under load too.
             i = 0
             while schedule.load and not all_received.is_set() and not cancel.is_set() and not stop.is_set():
-                client.complete(cases[todo[i % len(todo)]], params)
+                sent(None)
+                try:
+                    client.complete(cases[todo[i % len(todo)]], params)
+                finally:
+                    answered()
                 with fillers_lock:
                     fillers += 1
                 i += 1
@@ -800,29 +1077,32 @@ def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case
         if schedule.source == "baseline":
             slots.append((baseline or {}).get(case_id) or _Result(None, None, "not in the baseline record"))
             continue
-        row = ledger.child(run_id, f"{schedule.index}:{case_id}")
+        row, _ = case_row(ledger, run_id, schedule.index, case_id)
         if row is None:
             slots.append(None)
             continue
         body = row.body
+        logprobs = "unsupported" if body.get("logprobs_unsupported") else ("ok" if "logprobs" in body else None)
         slots.append(_Result(body.get("digest"), body.get("outcome"), body.get("error"),
-                             _intern(body.get("system_fingerprint")), _intern(body.get("model"))))
+                             _intern(body.get("system_fingerprint")), _intern(body.get("model")), logprobs))
     return slots
 
 
-def _texts(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) -> tuple[str | None, list[str] | None]:
+def _listed(tokens: Sequence[str] | None) -> list[str] | None:
+    return list(tokens) if tokens is not None else None
+
+
+def _case_body(ledger: Ledger, run_id: str | None, pass_index: int, case_id: str) -> dict[str, Any]:
     if not run_id:
-        return None, None
-    row = ledger.child(run_id, f"{pass_index}:{case_id}")
-    if row is None:
-        return None, None
-    return row.body.get("text"), row.body.get("tokens")
+        return {}
+    row, _ = case_row(ledger, run_id, pass_index, case_id)
+    return row.body if row is not None else {}
 
 
 def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules: list[PassSchedule],
                   cases: Sequence[Case], clients: list[Any], models: list[str | None], extractor: Extractor | None,
                   baseline: ProbeRecord | None, parameters: dict[str, Any], started_at: str,
-                  digest_of_cases: str) -> ProbeRecord:
+                  digest_of_cases: str, stopped: dict[str, Any] | None = None) -> ProbeRecord:
     """m/n and the per-case results, walking the cases in order against their ledger rows: one case in
     memory at a time. A large probe's case results go to the ledger as probe-result rows as they are
     made (a no-op when a resumed finish writes them again), a small one's stay in the record."""
@@ -831,8 +1111,13 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
     baseline_results = _baseline_results(baseline) if baseline is not None else None
     case_results: list[CaseResult] = []
     pending: list[tuple[dict[str, Any], str | None, str | None]] = []
+    flip_margins: list[tuple[str, dict[str, Any] | None]] = []
+    logprob_sides = {"ok": 0, "unsupported": 0}
 
     def keep(result: CaseResult) -> None:
+        margin = (result.first_divergence or {}).get("logprobs")
+        if result.agree is False:
+            flip_margins.append((result.id, margin if isinstance(margin, dict) else None))
         if inline:
             case_results.append(result)
             return
@@ -843,7 +1128,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
 
     fold = AgreementFold(level=options.compare, outcomes=extractor is not None,
                          divergence=lambda case_id, k: _divergence(ledger, ctx.run_id, baseline, schedules,
-                                                                   case_id, k))
+                                                                   case_id, k, options.tie_margin))
     per_pass_fp: list[set[str]] = [set() for _ in schedules]
     per_pass_models: list[set[str]] = [set() for _ in schedules]
     per_pass_errors = [0] * len(schedules)
@@ -860,6 +1145,8 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
                     per_pass_models[i].add(slot.model)
                 if slot.error:
                     per_pass_errors[i] += 1
+                if slot.logprobs:
+                    logprob_sides[slot.logprobs] += 1
         keep(fold.add(case.id, [s.slot if s is not None else None for s in slots]))
     if pending:
         ledger.append_many(RESULT_KIND, pending)
@@ -878,6 +1165,9 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         info["models"] = sorted(per_pass_models[i])
         if f"fillers:{i}" in ctx.steps:
             info["fillers"] = ctx.steps[f"fillers:{i}"]["fillers"]
+        if f"window:{i}" in ctx.steps:
+            info["window"] = {k: v for k, v in ctx.steps[f"window:{i}"].items()
+                              if k in ("start", "end", "start_unix", "end_unix")}
         passes_info.append(info)
 
     # Served model / system_fingerprint moving between passes is reported beside the rate; what it
@@ -897,6 +1187,23 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
     holds = fold.holds
     statement = axis.statement(boundary, n, holds, ctx.engine_change)
     record_sentence = sentence(options.axis, options.compare, fold, statement, nothing="no case completed on every pass")
+    split = split_summary(flip_margins)
+    split_text = split_sentence(split)
+    if split_text:
+        record_sentence += f". {split_text}"
+    if options.logprobs == 0 or options.command:
+        logprobs_status = "off" if options.logprobs == 0 else "unsupported"
+    elif logprob_sides["ok"]:
+        logprobs_status = "ok"
+    else:
+        logprobs_status = "unsupported"
+    logprobs_info: dict[str, Any] = {"status": logprobs_status, "k": options.logprobs,
+                                     "tie_margin": options.tie_margin}
+    if logprobs_status == "ok":
+        logprobs_info.update(split)
+    if stopped is not None:
+        ci = fold.ci95()
+        stopped = {**stopped, "width": (ci[1] - ci[0]) if ci else None}
     scope = {"axis": options.axis, "boundary": boundary, "holds": holds if n else None, "level": options.compare,
              "statement": statement, "engine_changed": ctx.engine_change is not None}
 
@@ -922,17 +1229,35 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         decoding=options.decoding, cases_file=parameters["cases_file"], cases_digest=digest_of_cases,
         errored_cases=fold.errored_cases, engine_changed=ctx.engine_change is not None, notes=list(ctx.notes),
         baseline=baseline_info, identity_reason=options.identity_reason,
+        logprobs=logprobs_info, tar_n=len(schedules), tarr=fold.level_json(fold.m_output)["rate"],
+        tara=fold.level_json(fold.m_outcome)["rate"] if fold.outcomes else None, stopped=stopped,
     )
 
 
 def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, schedules: list[PassSchedule],
-                case_id: str, k: int) -> dict[str, Any] | None:
-    def texts(i: int) -> tuple[str | None, list[str] | None]:
+                case_id: str, k: int, tie_margin: float = DEFAULT_TIE_MARGIN) -> dict[str, Any] | None:
+    def body(i: int) -> dict[str, Any]:
         if schedules[i].source == "baseline":
-            return _texts(ledger, baseline.run if baseline else None, 0, case_id)
-        return _texts(ledger, run_id, i, case_id)
+            return _case_body(ledger, baseline.run if baseline else None, 0, case_id)
+        return _case_body(ledger, run_id, i, case_id)
 
-    return divergence_between(texts(0), texts(k), k)
+    a, b = body(0), body(k)
+    tokens_a, tokens_b = unpack_logprobs(a), unpack_logprobs(b)
+    divergence = divergence_between((a.get("text"), _listed(tokens_a.tokens)), (b.get("text"), _listed(tokens_b.tokens)),
+                                    k)
+    margin = margin_at(tokens_a, tokens_b, divergence.get("token"), tie_margin=tie_margin)
+    if margin is not None:
+        divergence["logprobs"] = margin
+    elif a.get("logprobs_unsupported") or b.get("logprobs_unsupported"):
+        divergence["logprobs"] = "unsupported"
+    sent = []
+    for i, side in ((0, a), (k, b)):
+        if "in_flight_with" in side or "after_twin" in side:
+            sent.append({"pass": i, "after_twin": bool(side.get("after_twin")),
+                         "in_flight_with": int(side.get("in_flight_with") or 0)})
+    if sent:
+        divergence["sent"] = sent
+    return divergence
 
 
 def merge_records(ledger: Ledger, record_ids: list[str]) -> ProbeRecord:

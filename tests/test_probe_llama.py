@@ -347,3 +347,50 @@ def test_redeploy_against_a_stored_baseline(cli, tmp_path, tie_servers):
     assert moved["n"] == 20 and moved["m"] < 20
     flipped = {c["id"]: c for c in moved["cases"]}[moved["flipped"][0]]
     assert flipped["first_divergence"]["char"] is not None  # texts of the baseline run come from the ledger
+
+
+# -- why a case flipped: the logprob margin at the first divergent token --------------
+
+def assert_near_ties(record: dict) -> list[dict]:
+    """Every flip of the tie model is at a near-tie (its output rows are copies up to ~1e-7)."""
+    assert record["logprobs"]["status"] == "ok"
+    margins = []
+    for case in record["cases"]:
+        if case["id"] not in record["flipped"]:
+            continue
+        margin = case["first_divergence"]["logprobs"]
+        assert margin["verdict"] == "near-tie", (case["id"], margin)
+        assert margin["margin"] < 1e-3 and margin["bound"] == "exact"
+        assert margin["token_a"] != margin["token_b"]
+        assert {t for t, _ in margin["top_a"][:2]} == {margin["token_a"], margin["token_b"]}
+        assert len(margin["top_a"]) == 5 and len(margin["top_b"]) == 5  # the default --logprobs 5
+        margins.append(margin)
+    flips = len(record["flipped"])
+    assert record["logprobs"]["near_ties"] == flips and record["logprobs"]["not_near_ties"] == 0
+    assert f"{flips} flip{'s' if flips != 1 else ''}: {flips} at near-tie" in record["sentence"]
+    return margins
+
+
+def test_twin_flips_on_the_tie_model_are_near_ties_sent_after_their_twin(cli, tmp_path, tie_gguf):
+    cases = write_prompts(tmp_path / "cases.jsonl", duplicate_adjacent=True)
+    with start_llama_server(tie_gguf) as server:
+        result = cli("probe", "session", "--endpoint", server.base_url, "--cases", str(cases), "--json")
+    record = result.json()
+    assert result.returncode == 1 and 0 < record["m"] < record["n"], result.stderr
+    assert_near_ties(record)
+    for case in record["cases"]:
+        if case["id"] in record["flipped"]:
+            sent = case["first_divergence"]["sent"]
+            assert any(side["after_twin"] for side in sent), (case["id"], sent)  # the cached-prefix cause
+
+
+def test_n_batch_flips_on_the_tie_model_are_near_ties_and_hosts_run_at_one_instant(cli, tmp_path, tie_servers):
+    default, small = tie_servers
+    cases = write_prompts(tmp_path / "cases.jsonl")
+    result = cli("probe", "hosts", "--endpoint", default.base_url, "--endpoint", small.base_url,
+                 "--cases", str(cases), "--json")
+    record = result.json()
+    assert result.returncode == 1 and record["m"] < record["n"] == 20, result.stderr
+    assert_near_ties(record)
+    a, b = (p["window"] for p in record["passes"])
+    assert a["start_unix"] < b["end_unix"] and b["start_unix"] < a["end_unix"]

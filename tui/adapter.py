@@ -312,6 +312,13 @@ def record_line(record: Any) -> str:
     return text
 
 
+def sent_lines(divergence: dict[str, Any], labels: list[str]) -> list[str]:
+    """How a flipped case's passes went out (after its twin, with others in flight), as the engine says it."""
+    from execsys.probes.margin import sent_phrases
+
+    return sent_phrases(divergence, labels)
+
+
 def probe_options(paths: Paths, form: dict[str, Any]):
     """The form's values as overrides over this session's declaration and lock: the very
     ``ProbeOptions.from_sources`` the CLI calls with its flags."""

@@ -50,6 +50,9 @@ examples:
   execsys probe redeploy --endpoint URL --cases cases.jsonl --baseline probe-20261130T010203-ab12cd34
   execsys probe merge probe-...-host1 probe-...-host2
   execsys probe grader --cases graded.jsonl --repeats 5 --extract 'regex:(correct|incorrect)'
+  execsys probe size --expect 0.95 --width 0.10   how many cases for a 95% interval that narrow
+  execsys probe session ... --until-width 0.10 --max-n 500   stop once the interval is that narrow
+  execsys probe session ... --resume --retry-errored          send the errored cases again
   execsys probe session ... --resume          continue the newest unfinished run with these parameters
 
 exit codes: 0 every case agreed, 1 some disagreed, 2 usage error or no case completed."""
@@ -57,7 +60,7 @@ exit codes: 0 every case agreed, 1 some disagreed, 2 usage error or no case comp
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("axis", metavar="AXIS",
-                        help="session | restart | concurrency | hosts | redeploy | merge | grader")
+                        help="session | restart | concurrency | hosts | redeploy | merge | grader | size")
     parser.add_argument("records", nargs="*", metavar="RECORD", help="(merge only) probe record ids to merge")
     target = parser.add_argument_group("target")
     target.add_argument("--endpoint", action="append", default=[], metavar="URL",
@@ -76,12 +79,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="outcome extractor: regex:PATTERN, json:PATH, last-number or command:CMD")
     cases.add_argument("--tokens", action="store_true",
                        help="ask for logprobs so a divergence is also located by token index")
+    cases.add_argument("--logprobs", type=int, metavar="K",
+                       help="top-K token logprobs per pass, for the margin at a flip's first divergent token "
+                            "(default 5; 0 turns it off; an engine without them is recorded as unsupported)")
+    cases.add_argument("--tie-margin", type=float, metavar="NATS",
+                       help="a flip whose margin is at most this is a near-tie (default 0.1 nats)")
     run = parser.add_argument_group("passes")
     run.add_argument("--repeats", type=int, metavar="N", help="N passes (N >= 2): agreement = all N identical")
     run.add_argument("--concurrency", type=int, default=1, metavar="C", help="requests in flight per pass (default 1)")
     run.add_argument("--order-seed", type=int, default=0, metavar="S", help="seed of the shuffled order of later passes")
     run.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_ID",
                      help="continue the newest unfinished run with the same parameters (or RUN_ID)")
+    run.add_argument("--retry-errored", action="store_true",
+                     help="with --resume: send the cases that errored again (the completed ones are kept)")
+    run.add_argument("--until-width", type=float, metavar="W",
+                     help="stop once the 95%% interval is at most W wide (cases in the seeded order)")
+    run.add_argument("--max-n", type=int, metavar="N", help="with --until-width: take at most N cases")
+    size = parser.add_argument_group("size (execsys probe size)")
+    size.add_argument("--expect", type=float, metavar="RATE", help="the agreement rate you expect (e.g. 0.95)")
+    size.add_argument("--width", type=float, metavar="W", help="the widest 95%% interval you accept (e.g. 0.10)")
     axis = parser.add_argument_group("axis options")
     axis.add_argument("--restart", metavar="CMD", help="restart command for the restart axis (or runtime.restart)")
     axis.add_argument("--ready", metavar="URL|CMD", help="readiness check after a restart (default: GET <endpoint>/models)")
@@ -100,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         return _merge(args)
     if args.axis == "grader":
         return _grader(args)
+    if args.axis == "size":
+        return _size(args)
     if args.records:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
     options = build_options(args)
@@ -168,6 +186,11 @@ def build_options(args: argparse.Namespace):
         retries=args.retries,
         api_key_env=args.api_key_env,
         want_tokens=args.tokens or None,
+        logprobs=args.logprobs,
+        tie_margin=args.tie_margin,
+        until_width=args.until_width,
+        max_n=args.max_n,
+        retry_errored=args.retry_errored or None,
         resume=args.resume or None,
         ledger=getattr(args, "ledger", None),
     )
@@ -191,6 +214,32 @@ def _resume_command(run_id: str) -> str:
             continue
         cleaned.append(arg)
     return "execsys " + shlex.join(redact_argv(cleaned)) + f" --resume {run_id}"
+
+
+def _size(args: argparse.Namespace) -> int:
+    import math
+
+    from execsys.console import out, print_json
+    from execsys.stats import cases_for_width, wilson_width
+
+    if args.records:
+        raise UsageError(f"unexpected arguments after 'probe size': {' '.join(args.records)}")
+    if args.expect is None or args.width is None:
+        raise UsageError("probe size needs --expect RATE (e.g. 0.95) and --width W (e.g. 0.10)")
+    if not math.isfinite(args.expect) or not 0 <= args.expect <= 1:
+        raise UsageError(f"--expect must be a rate between 0 and 1, got {args.expect}")
+    if not math.isfinite(args.width) or not 0 < args.width <= 1:
+        raise UsageError(f"--width must be greater than 0 and at most 1, got {args.width}")
+    try:
+        n = cases_for_width(args.expect, args.width)
+    except ValueError as exc:
+        raise UsageError(f"--width {args.width}: {exc}") from None
+    if args.json:
+        print_json({"n": n, "expect": args.expect, "width": args.width})
+    else:
+        out().print(f"{n} cases: at an observed rate of {args.expect:g} the 95% Wilson interval is "
+                    f"{wilson_width(args.expect, n):.4f} wide (at most {args.width:g})")
+    return 0
 
 
 def _merge(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ class Axis:
     advice = ""  # what to do when unstable: "scope comparisons to one session"
     stable_advice = ""  # what the result licenses when stable
     uses_baseline = False  # pass 0 comes from a stored record (--baseline)
+    simultaneous = False  # every pass is sent at the same instant (one per target), not one after another
 
     def validate(self, options: ProbeOptions) -> None:
         """Raise UsageError when the options do not make sense for this axis."""

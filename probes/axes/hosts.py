@@ -24,6 +24,8 @@ class HostsAxis(Axis):
     across = "across hosts"
     advice = "scope comparisons to one host (same hardware and drivers)"
     stable_advice = "outputs carry across these hosts"
+    # At one instant: a provider that varies over time must not pass for a difference between hosts.
+    simultaneous = True
 
     def validate(self, options: ProbeOptions) -> None:
         if options.command:

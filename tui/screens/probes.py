@@ -60,6 +60,7 @@ class ProbesScreen(GatedStep):
         self._bars: dict[int, ProgressBar] = {}
         self._outputs: dict[str, dict[int, str | None]] = {}
         self._divergence: dict[str, int | None] = {}
+        self._why: dict[str, tuple[Any, list[str]]] = {}  # case id -> (its margin at the divergence, how sent)
         self._flipped: list[str] = []
         self._contexts: dict[str, tuple[str | None, str | None, int | None]] = {}
         self.running = False
@@ -151,11 +152,12 @@ class ProbesScreen(GatedStep):
     @work(thread=True, exclusive=True, exit_on_error=False, group="probe")
     def probe(self, run: int, form: dict[str, Any], override: dict[str, Any] | None) -> None:
         worker = get_current_worker()
-        record = adapter.run_probe(
-            self.app.paths, form, override=override,
-            on_event=lambda event: self.post_message(self.ProbeEvent(run, event)),
-            cancel=worker.cancelled_event,
-        )
+
+        def forward(event: Any) -> None:
+            self.post_message(self.ProbeEvent(run, event))
+
+        record = adapter.run_probe(self.app.paths, form, override=override, on_event=forward,
+                                   cancel=worker.cancelled_event)
         self.post_message(self.ProbeFinished(run, record, record is None))
 
     # -- live view -------------------------------------------------------------------------
@@ -164,6 +166,7 @@ class ProbesScreen(GatedStep):
         self._bars.clear()
         self._outputs.clear()
         self._divergence.clear()
+        self._why.clear()
         self._flipped.clear()
         self._contexts.clear()
         self.query_one("#flipped", OptionList).clear_options()
@@ -244,6 +247,8 @@ class ProbesScreen(GatedStep):
                 div = case.first_divergence
                 self._divergence[case.id] = div.get("char")
                 self._contexts[case.id] = (div.get("a"), div.get("b"), div.get("pass"))
+                self._why[case.id] = (div.get("logprobs"), adapter.sent_lines(div, [p.get("label", "")
+                                                                                    for p in record.passes]))
         for case_id in self._flipped:
             flipped.add_option(Option(f"✗ {case_id}", id=case_id))
         if self._flipped:
@@ -260,7 +265,8 @@ class ProbesScreen(GatedStep):
             # sent in an earlier session (a resumed probe): the record's excerpts around the divergence
             a, b, k = self._contexts[case_id]
             labels = ("pass A (excerpt)", f"pass {PASS_NAMES[(k or 1) % 26]} (excerpt)")
-            self.query_one("#outputs", SideBySide).show(case_id, a, b, labels, None)
+            margin, sent = self._why.get(case_id, (None, []))
+            self.query_one("#outputs", SideBySide).show(case_id, a, b, labels, None, margin=margin, sent=sent)
             return
         passes = sorted(per_pass)
         first = per_pass.get(passes[0]) if passes else None
@@ -269,7 +275,9 @@ class ProbesScreen(GatedStep):
         other = per_pass.get(other_index) if other_index is not None else None
         labels = (f"pass {PASS_NAMES[passes[0] % 26]}" if passes else "pass A",
                   f"pass {PASS_NAMES[other_index % 26]}" if other_index is not None else "pass B")
-        self.query_one("#outputs", SideBySide).show(case_id, first, other, labels, self._divergence.get(case_id))
+        margin, sent = self._why.get(case_id, (None, []))
+        self.query_one("#outputs", SideBySide).show(case_id, first, other, labels, self._divergence.get(case_id),
+                                                    margin=margin, sent=sent)
 
     # -- stopping ----------------------------------------------------------------------------
     def action_cancel(self) -> None:

@@ -2,11 +2,17 @@
 
 The common prefix is shown plain; from the first differing character on, both sides are
 underlined and reversed, and a ▼ marker with the character offset heads each column. Long
-outputs are trimmed around the divergence so the difference is what fills the view.
+outputs are trimmed around the divergence so the difference is what fills the view. Where the
+probe kept logprobs, both passes' top-K at the first divergent token sit under the outputs with
+the verdict (near-tie or not) and how each pass was sent (after its twin, with others in flight):
+the question after "it flipped" is "why".
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -47,7 +53,10 @@ class SideBySide(Static):
     """
 
     def show(self, case_id: str, a: str | None, b: str | None, labels: tuple[str, str] = ("pass A", "pass B"),
-             offset: int | None = None) -> None:
+             offset: int | None = None, *, margin: dict[str, Any] | str | None = None,
+             sent: list[str] | None = None) -> None:
+        """``margin``: the record's ``first_divergence.logprobs`` (a dict, or "unsupported"); ``sent``:
+        the lines saying how the passes were sent."""
         if a is None or b is None:
             self.update(Text(f"{case_id}: outputs not available (the case errored on a pass)", style="dim"))
             return
@@ -60,7 +69,41 @@ class SideBySide(Static):
         table.add_column(Text(labels[0], style="bold underline"), ratio=1)
         table.add_column(Text(labels[1], style="bold underline"), ratio=1)
         table.add_row(marked(a, offset), marked(b, offset))
-        self.update(table)
+        why = why_table(margin, labels, sent or [])
+        self.update(table if why is None else Group(table, why))
 
     def clear_case(self, message: str = "Select a flipped case to compare its outputs.") -> None:
         self.update(Text(message, style="dim"))
+
+
+def top_k(top: list[Any] | None, chosen: str | None) -> Text:
+    """One pass's top-K at the divergent token, one per line, its chosen token in bold."""
+    text = Text()
+    for i, (token, logprob) in enumerate(top or []):
+        if i:
+            text.append("\n")
+        text.append(f"{str(token)!r:>10} {float(logprob):9.4f}", style="bold" if token == chosen else "")
+    return text
+
+
+def why_table(margin: dict[str, Any] | str | None, labels: tuple[str, str], sent: list[str]) -> Table | None:
+    """Both passes' top-K at the first divergent token, with the verdict and the send conditions."""
+    if margin is None and not sent:
+        return None
+    if isinstance(margin, dict):
+        bound = "≥" if margin.get("bound") != "exact" else ""
+        title = (f"why: {margin.get('verdict')} at token {margin.get('token')} "
+                 f"(margin {bound}{float(margin.get('margin') or 0):.4g} nats, near-tie at most "
+                 f"{margin.get('tie_margin')})")
+    elif margin == "unsupported":
+        title = "why: logprobs: unsupported (the endpoint gave none)"
+    else:
+        title = "why: no logprobs at the divergence"
+    table = Table(box=None, expand=True, show_edge=False, pad_edge=False, padding=(0, 1),
+                  title=Text(title, style="bold"), title_justify="left",
+                  caption=Text("; ".join(sent)) if sent else None, caption_justify="left")
+    table.add_column(Text(f"{labels[0]} top-K", style="underline"), ratio=1)
+    table.add_column(Text(f"{labels[1]} top-K", style="underline"), ratio=1)
+    if isinstance(margin, dict):
+        table.add_row(top_k(margin.get("top_a"), margin.get("token_a")), top_k(margin.get("top_b"), margin.get("token_b")))
+    return table
