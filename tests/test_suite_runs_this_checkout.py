@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import execsys
 import execsys.doctor
 import execsys.probes
 import execsys.tui
+
+import execsys
 
 REPO = Path(__file__).resolve().parents[1]
 
