@@ -28,6 +28,9 @@ _HEADER_SECRET = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=\-]{8,}")
 _FLAG_VALUE = re.compile(r"""(?<![\w-])(--?[A-Za-z][\w.-]*)(=|\s+)('[^']*'|"[^"]*"|[^\s'"]+)""")
+# NAME=value inside a command line ('env HF_TOKEN=hf_... vllm serve'): environment-variable-shaped names only,
+# so prose such as 'max_tokens=512' stays readable
+_ENV_ASSIGNMENT = re.compile(r"""(?<![\w-])([A-Z][A-Z0-9_]*=)('[^']*'|"[^"]*"|[^\s'"]+)""")
 _QUERY_SECRET = re.compile(r"(?i)([?&][^=&\s]*(?:key|token|secret|password|passwd|auth|sig)[^=&\s]*=)([^&\s#]+)")
 
 
@@ -92,6 +95,7 @@ def redact_text(text: str) -> str:
     text = _HEADER_SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    text = _ENV_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{REDACTED}" if is_secret_name(m.group(1)) else m.group(0), text)
     # a command line written as one string: 'python eval.py --api-key sk-...'
     text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_flag(m.group(1))
                            and not _LONG_OPTION.match(m.group(3)) else m.group(0), text)
