@@ -285,6 +285,7 @@ async def test_identity_form_shows_declared_and_observed_apart_and_pins_with_a_d
         assert "2 components moved (model, budget)" in text_of(screen.query_one("#identity-status", Static))
 
 
+@pytest.mark.expects_error_notification
 async def test_identity_prefills_from_detection_and_saves_a_declaration_that_loads(project: Path) -> None:
     import socket
 
@@ -563,6 +564,7 @@ def test_execsys_tui_refuses_without_a_terminal(cli, project: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.expects_error_notification
 async def test_an_unreachable_endpoint_is_one_line_in_a_notification_not_a_crash(project: Path,
                                                                                   ledger_path: Path) -> None:
     import socket
