@@ -28,7 +28,7 @@ cp "$repo/pyproject.toml" "$stage/pyproject.toml"
 find "$stage" -name __pycache__ -type d -prune -exec rm -rf {} +
 rm -f "$stage/tests/test_suite_runs_this_checkout.py"  # it asserts the unstaged layout, by design
 cd "$stage"
-export PYTHONPATH="$stage/mutants" EXECSYS_MUTATION=1
+export PYTHONPATH="$stage/mutants"
 start=$(date +%s)
 "$PY" -m mutmut run --max-children "${MUTATION_JOBS:-2}" >"$work/mutmut-run.log" 2>&1 || {
   tail -40 "$work/mutmut-run.log" >&2
