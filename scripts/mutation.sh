@@ -6,8 +6,9 @@
 #
 # mutmut names each mutant after its file's path and copies the tree it mutates, so the package is
 # staged as it installs (doctor/ -> execsys/doctor/, probes/ and tui/ likewise); the modules and tests are
-# [tool.mutmut] in pyproject.toml. The CLI tests' subprocesses import the staged mutants too
-# (PYTHONPATH). Surviving mutants are listed with the reason each is equivalent, from
+# [tool.mutmut] in pyproject.toml. Only in-process tests can kill a mutant: a CLI test's subprocess
+# imports the unmutated checkout (mutmut's trampolines cannot run outside its tree), so a function
+# exercised only through `execsys ...` subprocesses shows as "no tests". Surviving mutants are listed with the reason each is equivalent, from
 # scripts/mutation_equivalent.tsv; a survivor without a reason there is a missing test.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd -P)
@@ -16,19 +17,18 @@ PY=${PYTHON:-python3}
 work=${MUTATION_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/execsys-mutation.XXXXXX")}
 stage="$work/stage"
 mkdir -p "$stage"
-# a fresh copy of the code each time (mutmut's cache under mutants/ stays valid per unchanged function)
+# a fresh copy of the code each time, mtimes kept (mutmut regenerates mutants only for changed files)
 rm -rf "$stage/execsys" "$stage/tests" "$stage/benchmarks"
-cp -r "$repo/execsys" "$stage/execsys"
-cp -r "$repo/doctor" "$stage/execsys/doctor"
-cp -r "$repo/probes" "$stage/execsys/probes"
-cp -r "$repo/tui" "$stage/execsys/tui"
-cp -r "$repo/tests" "$stage/tests"
-cp -r "$repo/benchmarks" "$stage/benchmarks"
-cp "$repo/pyproject.toml" "$stage/pyproject.toml"
+cp -rp "$repo/execsys" "$stage/execsys"
+cp -rp "$repo/doctor" "$stage/execsys/doctor"
+cp -rp "$repo/probes" "$stage/execsys/probes"
+cp -rp "$repo/tui" "$stage/execsys/tui"
+cp -rp "$repo/tests" "$stage/tests"
+cp -rp "$repo/benchmarks" "$stage/benchmarks"
+cp -p "$repo/pyproject.toml" "$stage/pyproject.toml"
 find "$stage" -name __pycache__ -type d -prune -exec rm -rf {} +
 rm -f "$stage/tests/test_suite_runs_this_checkout.py"  # it asserts the unstaged layout, by design
 cd "$stage"
-export PYTHONPATH="$stage/mutants"
 start=$(date +%s)
 "$PY" -m mutmut run --max-children "${MUTATION_JOBS:-2}" >"$work/mutmut-run.log" 2>&1 || {
   tail -40 "$work/mutmut-run.log" >&2
