@@ -91,6 +91,9 @@ _KEY_SHAPED = re.compile(
 
 _HEADER_WORDS = ("authorization", "cookie", "api-key")
 _KEY_PREFIXES = ("sk-", "gh", "hf_", "xox", "AKIA", "eyJ")
+# NAME=value inside a command line ('env HF_TOKEN=hf_... vllm serve'): environment-variable-shaped names
+# only, so prose such as 'max_tokens=512' stays readable; starts only where a word starts (linear).
+_ENV_ASSIGNMENT = re.compile(r"""(?<![\w-])([A-Z][A-Z0-9_]*=)('[^'\n]{0,4096}'|"[^"\n]{0,4096}"|[^\s'"]+)""")
 
 
 def is_secret_name(name: str) -> bool:
@@ -177,6 +180,9 @@ def redact_text(text: str) -> str:
         text = _QUERY_PARAM.sub(_query, text)
     if any(prefix in text for prefix in _KEY_PREFIXES):
         text = _KEY_SHAPED.sub(REDACTED, text)
+    if "=" in text:
+        text = _ENV_ASSIGNMENT.sub(
+            lambda m: f"{m.group(1)}{REDACTED}" if is_secret_name(m.group(1)[:-1]) else m.group(0), text)
     if "-" not in text:
         return scrub_known_secrets(text)
     # a command line written as one string: 'python eval.py --api-key sk-...'

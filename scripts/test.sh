@@ -52,6 +52,12 @@ export PATH="$PWD/$VENV/bin:$PATH"
 export VIRTUAL_ENV="$PWD/$VENV"
 # llama-cpp-python compiles llama.cpp (about 6 minutes on 2 cores); pip caches the wheel afterwards.
 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+# an editable install of another checkout would make this suite test someone else's code
+installed=$("$PY" -c 'import execsys, os; print(os.path.dirname(os.path.dirname(os.path.realpath(execsys.__file__))))')
+if [ "$installed" != "$(pwd -P)" ]; then
+  echo "execsys imports from $installed, not from this checkout $(pwd -P): reinstall with pip install -e ." >&2
+  exit 1
+fi
 
 # execsys run's tests drive real harnesses from their own cached venv (minutes the first time only).
 bash scripts/harness-env.sh >/dev/null

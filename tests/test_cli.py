@@ -172,17 +172,32 @@ def test_unknown_flag_names_the_command(cli, args: tuple[str, ...], command: str
 @pytest.mark.parametrize(
     "args",
     [("plan", "new", "--arms", "A", "B", "--cases", "cases.jsonl", "--out", "plan.json"),
-     ("ledger", "list"), ("quant", "check", "gguf", "--engine", "llamacpp", "--target", "sm_80")],
+     ("ledger", "list", "--json"), ("quant", "check", "gguf", "--engine", "llamacpp", "--target", "sm_80")],
 )
-def test_common_options_after_an_action(cli, tmp_path: Path, args: tuple[str, ...]) -> None:
-    # `execsys plan new ... --ledger X` must work like `execsys plan --ledger X new ...`
+def test_common_options_after_an_action(cli, tmp_path: Path, ledger_path: Path, args: tuple[str, ...]) -> None:
+    """`execsys plan new ... --ledger X` works like `execsys plan --ledger X new ...`: X is the ledger
+    read and written, and the default ledger (EXECSYS_LEDGER here) is never touched."""
+    from execsys.ledger import Ledger
+
     (tmp_path / "cases.jsonl").write_text('{"id": "c1", "prompt": "1+1?", "expected": "2"}\n')
     ledger = tmp_path / "other.sqlite3"
+    with Ledger.open(ledger) as seeded:
+        seeded_id = seeded.append("comparison", {"seeded": "in X, before the command"})
     result = cli(*args, "--ledger", str(ledger), "--debug", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    with Ledger.open(ledger) as written:
+        kinds = [r.kind for r in written.find()]
     if args[0] == "plan":
-        listed = cli("ledger", "list", "--json", "--ledger", str(ledger)).json()
-        assert [r["kind"] for r in listed] == ["plan"]
+        plan = json.loads((tmp_path / "plan.json").read_text())
+        with Ledger.open(ledger) as written:
+            [stored] = written.find(kind="plan")
+        assert kinds == ["comparison", "plan"] and stored.body["digest"] == plan["digest"]
+    elif args[0] == "ledger":
+        assert [r["id"] for r in result.json()] == [seeded_id]  # it listed X, not the default ledger
+        assert kinds == ["comparison"]
+    else:
+        assert kinds == ["comparison"]  # quant check reads and writes no ledger
+    assert not ledger_path.exists(), "the default ledger was written although --ledger named another"
 
 
 @pytest.mark.parametrize(

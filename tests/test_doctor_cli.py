@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -52,7 +53,17 @@ def test_human_output_one_line_per_hazard_and_a_count(cli, tmp_path):
     lines = result.stdout.splitlines()
     rows = [line for line in lines if line[:3] in ("[✓]", "[!]", "[✗]", "[–]", "[?]")]
     assert [row.split("]", 1)[1].split(":", 1)[0].strip() for row in rows] == HAZARD_IDS
-    assert lines[-1].startswith("Doctor summary: ")
+    # the summary's counts are the rows' symbols tallied, and they cover the nine hazards
+    tally = {symbol: sum(row.startswith(f"[{symbol}]") for row in rows) for symbol in "✓!✗–?"}
+    summary = re.fullmatch(r"Doctor summary: (.*) in \d+\.\ds -- (no blocking hazards|hazards found)\.", lines[-1])
+    assert summary, lines[-1]
+    said = {label: int(n) for n, label in (part.split(" ", 1) for part in summary.group(1).split(", "))}
+    labels = {"✓": "ok", "!": "warning", "✗": "failed", "–": "skipped", "?": "error"}
+    expected = {labels[sym] + ("s" if n != 1 and sym in "!?" else ""): n for sym, n in tally.items() if n}
+    assert said == expected and sum(said.values()) == len(HAZARD_IDS)
+    blocking = tally["✗"] + tally["?"]
+    assert summary.group(2) == ("hazards found" if blocking else "no blocking hazards")
+    assert result.returncode == (1 if blocking else 0)
     verbose = cli("doctor", "-v", "--only", "clock-skew", cwd=tmp_path)
     assert "    • adjtimex" in verbose.stdout or "    • kernel synchronisation state" in verbose.stdout
 

@@ -69,14 +69,31 @@ def test_binary_aliasing_fails_when_path_runs_another_binary_than_pinned(two_too
     assert "pins blake3:" in by_digest.summary
 
 
-def test_binary_aliasing_pins_from_execsys_toml(two_tools, tmp_path):
+def test_binary_aliasing_pins_from_execsys_toml(two_tools, tmp_path, monkeypatch):
+    """Digest pins read from execsys.toml decide per command: the command whose running binary is the
+    pinned one is not flagged for its pin; the one whose running binary is not the pinned one fails."""
     from execsys import declaration
 
-    first, _ = two_tools
-    decl = declaration.parse(f'[doctor]\ncommands = ["mytool"]\npins = {{ mytool = "{_blake3(first)}" }}\n',
+    first, second = two_tools
+    other = _script(tmp_path / "c" / "othertool", "#!/bin/sh\necho 'othertool 1.0'\n")
+    _prepend_path(monkeypatch, other.parent)
+    # mytool pinned (prefixed spelling) to the binary PATH runs; othertool pinned (bare hex) to mytool's second copy
+    decl = declaration.parse(f'[doctor]\ncommands = ["mytool", "othertool"]\npins = {{ mytool = "{_blake3(first)}", '
+                             f'othertool = "{_blake3(second).removeprefix("blake3:")}" }}\n',
                              tmp_path / "execsys.toml")
     result = run_hazard("binary-aliasing", DoctorOptions.from_sources(decl))
-    assert result.status == "warn"  # pinned digest matches the first; the second copy still warns
+    assert result.status == "fail"
+    by_id = sorted((f.id, f.text.split(":")[0]) for f in result.findings)
+    assert by_id == [("binary-aliasing/pinned-digest-differs", "othertool"),
+                     ("binary-aliasing/several-programs", "mytool")], result.findings
+    assert result.summary.startswith(f"othertool: {other} is blake3:"), result.summary
+
+    # pinned to the binary that runs, each command is clean of pin findings (mytool's second copy still warns)
+    decl = declaration.parse(f'[doctor]\ncommands = ["mytool", "othertool"]\npins = {{ mytool = "{_blake3(first)}", '
+                             f'othertool = "{_blake3(other)}" }}\n', tmp_path / "execsys.toml")
+    result = run_hazard("binary-aliasing", DoctorOptions.from_sources(decl))
+    assert result.status == "warn"
+    assert [f.id for f in result.findings] == ["binary-aliasing/several-programs"]
 
 
 def test_binary_aliasing_ok_with_one_program(tmp_path, monkeypatch):

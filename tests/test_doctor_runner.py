@@ -14,6 +14,7 @@ from execsys.doctor.runner import (
     DoctorStarted,
     HazardChecked,
     HostFinished,
+    hazard_deadline,
     run_doctor,
     run_hazard,
 )
@@ -74,11 +75,32 @@ def test_a_check_that_hangs_is_abandoned_at_its_deadline(monkeypatch):
     assert time.monotonic() - start < 30
 
 
-def test_cancel_stops_waiting(monkeypatch):
+def test_cancel_stops_waiting_for_a_hanging_check(monkeypatch):
+    """A check that hangs is abandoned as soon as the caller cancels (Esc in the TUI), long before its
+    deadline, and reported as a cancelled error -- never as ok."""
+    release = threading.Event()
+
+    def hang(ctx):
+        release.wait(60)
+        return HazardResult("clock-skew", "ok", "late")
+
+    real_load = registry.load
+    monkeypatch.setattr(registry, "load", lambda hid: types.SimpleNamespace(check=hang)
+                        if hid == "clock-skew" else real_load(hid))
+    options = DoctorOptions(only=["clock-skew", "interop-mangling"], layers=["env"], timeout=10)
+    assert hazard_deadline(options) >= 20  # so finishing within the bound below is the cancel, not the deadline
     cancel = threading.Event()
-    cancel.set()
-    report = run_doctor(DoctorOptions(only=["clock-skew"]), cancel=cancel)
-    assert report.local.result("clock-skew").status in ("error", "ok", "warn")
+    threading.Timer(0.5, cancel.set).start()
+    start = time.monotonic()
+    try:
+        report = run_doctor(options, cancel=cancel)
+    finally:
+        release.set()
+    took = time.monotonic() - start
+    assert took < 10, f"the doctor kept waiting {took:.1f}s after cancel"
+    hung = report.local.result("clock-skew")
+    assert hung.status == "error" and "cancelled" in hung.summary
+    assert report.verdict == "hazards" and report.exit_code == 1
 
 
 def test_unknown_only_id_and_run_hazard():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -193,7 +194,12 @@ def test_same_system_same_id_and_verify_passes(cli, project: Path) -> None:
     first = cli("pin", "--json", cwd=project, env=ENV).json()
     second = cli("pin", "--json", cwd=project, env=ENV).json()
     assert first["id"] == second["id"]
-    assert first["recorded_at"] != second["recorded_at"] or first == second
+    # each pin is a new record of the same system: stamped when it was taken, both kept in the ledger
+    first_at, second_at = (datetime.fromisoformat(p["recorded_at"].replace("Z", "+00:00")) for p in (first, second))
+    assert first_at <= second_at <= datetime.now(timezone.utc)
+    assert json.loads((project / "execsys.lock.json").read_text())["recorded_at"] == second["recorded_at"]
+    recorded = cli("ledger", "list", "--kind", "identity", "--json").json()
+    assert [r["identity"] for r in recorded] == [first["id"], first["id"]]
     result = cli("verify", "--json", cwd=project, env=ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     report = result.json()

@@ -162,23 +162,34 @@ def test_bad_input_is_one_line_exit_2(cli, args: list[str], needle: str) -> None
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-def _nvml_has_gpu() -> bool:
+def _first_gpu_here() -> tuple[str, str] | None:
+    """(name, compute capability) of this machine's first NVIDIA GPU, read through NVML by the test
+    itself -- never from the command under test -- or None when there is none."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount() > 0
-        finally:
-            pynvml.nvmlShutdown()
     except Exception:
-        return False
+        return None
+    try:
+        if pynvml.nvmlDeviceGetCount() < 1:
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return (name.decode() if isinstance(name, bytes) else str(name), f"{major}.{minor}")
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def test_target_auto_without_a_gpu_is_a_clear_exit_2(cli) -> None:
-    if _nvml_has_gpu():
+    gpu = _first_gpu_here()
+    if gpu is not None:
         result = cli("quant", "check", "fp8", "--engine", "vllm", "--target", "auto", "--json")
-        assert result.returncode in (0, 1) and result.json()["gpu"]
+        assert result.returncode in (0, 1), result.stderr
+        assert (result.json()["gpu"], result.json()["compute_capability"]) == gpu
         return
     result = cli("quant", "check", "fp8", "--target", "auto")
     assert result.returncode == 2
@@ -186,10 +197,16 @@ def test_target_auto_without_a_gpu_is_a_clear_exit_2(cli) -> None:
 
 
 def test_target_auto_over_ssh_reports_the_remote_has_no_gpu(cli, ssh_config_env) -> None:
-    result = cli("quant", "check", "fp8", "--target", "auto", "--host", ssh_config_env.dest)
-    if result.returncode != 2:  # the loopback host has a GPU: the answer names it
-        assert result.returncode in (0, 1)
+    # The loopback sshd is this machine: whether "the remote" has a GPU is decided here, through NVML,
+    # independently of the answer under test (a GPU-less remote must never be answered as some sm_XX).
+    gpu = _first_gpu_here()
+    result = cli("quant", "check", "fp8", "--engine", "vllm", "--target", "auto", "--host", ssh_config_env.dest,
+                 "--json")
+    if gpu is not None:
+        assert result.returncode in (0, 1), result.stderr
+        assert (result.json()["gpu"], result.json()["compute_capability"]) == gpu
         return
+    assert result.returncode == 2 and result.stdout == ""
     assert ssh_config_env.dest in result.stderr and "no NVIDIA GPU there" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 

@@ -170,6 +170,17 @@ async def test_a_failing_hazard_closes_the_gate_and_the_header_says_so(failing_d
 
 
 async def test_doctor_shows_a_remote_host_side_by_side(project: Path, ssh_config_env) -> None:
+    import subprocess
+
+    from execsys.console import SYMBOLS
+
+    # a repository with core.fileMode=false warns (lost-mode-bits) wherever it is checked: the loopback
+    # host reads the same filesystem, so the remote column must show that warning as "!"
+    repo = project / "evals"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=30)
+    subprocess.run(["git", "-C", str(repo), "config", "core.fileMode", "false"], check=True, timeout=30)
+    (project / "execsys.toml").write_text(f'[doctor]\nrepos = ["{repo}"]\n')
     app = ExecsysApp()
     async with app.run_test(size=(160, 40)) as pilot:
         await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
@@ -183,9 +194,12 @@ async def test_doctor_shows_a_remote_host_side_by_side(project: Path, ssh_config
         assert [str(c.label) for c in table.columns.values()] == ["Hazard", "local", ssh_config_env.dest]
         remote = app.doctor.results[ssh_config_env.dest]
         assert set(remote) == set(IDS)
-        for hazard_id in IDS:
+        assert remote["lost-mode-bits"].status == "warn", remote["lost-mode-bits"].summary
+        for hazard_id in IDS:  # each remote cell shows that host's own status, by symbol
             cell = table.get_cell(hazard_id, ssh_config_env.dest).plain
-            assert cell[0] in "✓!✗–?"
+            assert cell.startswith(f"{SYMBOLS[remote[hazard_id].status]} "), (hazard_id, cell)
+            assert remote[hazard_id].summary in cell or cell.endswith("…"), (hazard_id, cell)
+        assert table.get_cell("lost-mode-bits", ssh_config_env.dest).plain.startswith("! ")
         # an unreachable host reports error beside the others, and the gate stays closed
         await pilot.press("a")
         await pilot.pause()
@@ -271,6 +285,7 @@ async def test_identity_form_shows_declared_and_observed_apart_and_pins_with_a_d
         assert "2 components moved (model, budget)" in text_of(screen.query_one("#identity-status", Static))
 
 
+@pytest.mark.expects_error_notification
 async def test_identity_prefills_from_detection_and_saves_a_declaration_that_loads(project: Path) -> None:
     import socket
 
@@ -536,18 +551,60 @@ def json_load(path: Path):
 # -- the command ------------------------------------------------------------------------------------
 
 
+def _painted_in_pty(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 60.0) -> tuple[int, str]:
+    """Run ``argv`` with a 120x30 pseudo-terminal as its terminal; its exit code and everything it
+    painted, with the terminal's escape sequences stripped."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, close_fds=True)
+    os.close(slave)
+    painted = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                painted += chunk
+            elif proc.poll() is not None:
+                break
+        else:
+            proc.kill()
+            raise AssertionError(f"{argv} did not exit within {timeout}s")
+        code = proc.wait(timeout=10)
+    finally:
+        os.close(master)
+    escapes = rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\x1b[=>]"
+    return code, re.sub(escapes, b"", painted).decode("utf-8", "replace")
+
+
 @pytest.mark.parametrize("argv", [["tui"], []], ids=["execsys tui", "bare execsys"])
 def test_execsys_tui_opens_in_a_terminal_and_paints(project: Path, argv: list[str]) -> None:
-    """In a real pseudo-terminal, `execsys tui` (and bare `execsys`) starts, paints, and exits cleanly."""
+    """In a real pseudo-terminal, `execsys tui` (and bare `execsys`) paints the doctor step -- the step
+    bar, the header, every hazard's row -- and exits cleanly."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from bench_tui_startup import time_in_pty
-
     env = dict(os.environ, EXECSYS_TUI_EXIT_AFTER_PAINT="1", TERM="xterm-256color")
-    # time_in_pty raises unless the process exits 0 after writing its first-paint stamp
-    seconds = time_in_pty([sys.executable, "-m", "execsys", *argv], env, str(project), timeout=60)
-    assert seconds > 0
+    code, painted = _painted_in_pty([sys.executable, "-m", "execsys", *argv], env, project)
+    assert code == 0, painted[-2000:]
+    assert "Traceback" not in painted
+    assert re.search(r"execsys +▸1 Doctor +2 Identity +3 Probes +4 Scope & plan", painted), painted[:500]
+    assert "identity not pinned" in painted and "licence" in painted
+    for hazard_id in IDS:
+        assert re.search(rf"{re.escape(hazard_id)} +(… checking|[✓!✗–?] )", painted), hazard_id
 
 
 def test_execsys_tui_refuses_without_a_terminal(cli, project: Path) -> None:
@@ -557,6 +614,7 @@ def test_execsys_tui_refuses_without_a_terminal(cli, project: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.expects_error_notification
 async def test_an_unreachable_endpoint_is_one_line_in_a_notification_not_a_crash(project: Path,
                                                                                   ledger_path: Path) -> None:
     import socket

@@ -1,0 +1,60 @@
+"""Score per module from `mutmut results --all true`, and every surviving mutant with its reason.
+
+    python scripts/mutation_report.py RESULTS_TXT EQUIVALENT_TSV
+
+A mutant is killed when a test failed (or timed out) with it applied. The score counts killed among
+the mutants some test covers; "no tests" (covered only through subprocesses, or not at all) is shown
+beside it. A survivor listed in EQUIVALENT_TSV (mutant name, tab, why no test can tell) is an
+equivalent mutant; any other survivor is a missing test, and makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+GOAL = 0.85
+KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+
+
+def main(results: str, equivalent: str) -> int:
+    reasons: dict[str, str] = {}
+    for line in Path(equivalent).read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, why = line.partition("\t")
+            reasons[name.strip()] = why.strip()
+    by_module: dict[str, Counter[str]] = defaultdict(Counter)
+    survivors: list[str] = []
+    for line in Path(results).read_text(encoding="utf-8").splitlines():
+        found = re.match(r"\s*(\S+): (.+)$", line)
+        if not found:
+            continue
+        name, status = found.groups()
+        module = name.split(".x_")[0].split(".xǁ")[0]
+        by_module[module][status] += 1
+        if status == "survived":
+            survivors.append(name)
+    worst = 1.0
+    print(f"{'module':32} {'killed':>7} {'covered':>8} {'score':>6} {'equiv.':>6} {'no tests':>8}")
+    for module in sorted(by_module):
+        counts = by_module[module]
+        killed = sum(counts[s] for s in KILLED)
+        equivalent_here = sum(1 for s in survivors if s.startswith(module + ".") and s in reasons)
+        covered = killed + counts["survived"]
+        score = (killed + equivalent_here) / covered if covered else 1.0
+        worst = min(worst, score)
+        print(f"{module:32} {killed:>7} {covered:>8} {score:>6.0%} {equivalent_here:>6} {counts['no tests']:>8}")
+    missing = [s for s in survivors if s not in reasons]
+    if survivors:
+        print("\nsurviving mutants:")
+        for name in survivors:
+            print(f"  {name}: " + (f"equivalent -- {reasons[name]}" if name in reasons else "NOT KILLED: add a test"))
+    print(f"\nlowest score {worst:.0%} (goal {GOAL:.0%}, equivalent mutants counted as killed); "
+          f"{len(missing)} survivor(s) without a reason")
+    return 0 if not missing and worst >= GOAL else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(*sys.argv[1:3]))

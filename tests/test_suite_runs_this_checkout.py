@@ -1,0 +1,34 @@
+"""The suite tests the code of the checkout it lives in.
+
+An editable install of another worktree (or a stale ``pip install .``) makes every test here pass or
+fail on someone else's code while looking green; the package must be imported from this tree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import execsys.doctor
+import execsys.probes
+import execsys.tui
+
+import execsys
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_execsys_is_imported_from_this_checkout() -> None:
+    for package, folder in ((execsys, "execsys"), (execsys.doctor, "doctor"), (execsys.probes, "probes"),
+                            (execsys.tui, "tui")):
+        where = Path(package.__file__ or "").resolve()
+        assert where == REPO / folder / "__init__.py", f"{package.__name__} comes from {where}, not {REPO}"
+
+
+def test_the_cli_subprocess_runs_this_checkout_too(tmp_path: Path) -> None:
+    # the CLI tests start `python -m execsys` from other directories: it must resolve to this tree as well
+    done = subprocess.run([sys.executable, "-c", "import execsys, execsys.doctor; "
+                           "print(execsys.__file__); print(execsys.doctor.__file__)"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60, check=True)
+    assert [Path(line).resolve() for line in done.stdout.split()] == [REPO / "execsys" / "__init__.py",
+                                                                      REPO / "doctor" / "__init__.py"]
