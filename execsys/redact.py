@@ -186,9 +186,23 @@ def redact_text(text: str) -> str:
     if "-" not in text:
         return scrub_known_secrets(text)
     # a command line written as one string: 'python eval.py --api-key sk-...'
-    text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_flag(m.group(1))
-                           and not _LONG_OPTION.match(m.group(3)) else m.group(0), text)
-    return scrub_known_secrets(text)
+    return scrub_known_secrets(_redact_flag_values(text))
+
+
+def _redact_flag_values(text: str) -> str:
+    """The value after each secret flag, redacted. A flag that is not secret gives back what its match
+    took as its value, which may be the next flag ('-a --api-key X'): scanning resumes right after it."""
+    out: list[str] = []
+    pos = 0
+    while (match := _FLAG_VALUE.search(text, pos)) is not None:
+        if is_secret_flag(match.group(1)) and not _LONG_OPTION.match(match.group(3)):
+            out += [text[pos:match.start(3)], REDACTED]
+            pos = match.end(3)
+        else:
+            out.append(text[pos:match.end(1)])
+            pos = match.end(1)
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
