@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.records:
         raise UsageError(f"unexpected arguments after the axis: {' '.join(args.records)}")
     options = build_options(args)
+    from execsys.commands.probe_render import ProgressReporter, render_record
     from execsys.console import err, out, stderr_is_terminal
-    from execsys.probes.render import ProgressReporter, render_record
     from execsys.probes.runner import ProbeInterrupted, run_probe
 
     cancel = threading.Event()
@@ -243,10 +243,10 @@ def _size(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
+    from execsys.commands.probe_render import render_record
     from execsys.console import out, print_json
     from execsys.ledger import Ledger
     from execsys.probes.merge import merge
-    from execsys.probes.render import render_record
 
     if len(args.records) < 2:
         raise UsageError("probe merge needs two or more probe record ids (one per host)")

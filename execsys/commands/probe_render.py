@@ -12,11 +12,10 @@ from rich.console import Console
 from rich.markup import escape as _escape
 from rich.table import Table
 
+from execsys.probes.margin import sent_phrases
+from execsys.probes.record import ProbeRecord
 from execsys.redact import redact_text
 from execsys.stats import rate_with_ci
-
-from .margin import sent_phrases
-from .record import ProbeRecord
 
 
 def escape(text: str) -> str:
@@ -53,7 +52,7 @@ class ProgressReporter:
             self._progress.stop()
 
     def __call__(self, event: Any) -> None:
-        from .events import CaseDone, Note, PassFinished, PassStarted
+        from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted
 
         if isinstance(event, PassStarted):
             self._errors.setdefault(event.pass_index, 0)
