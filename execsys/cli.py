@@ -136,8 +136,6 @@ def build_parser(only: str | None = None) -> Parser:
         if only is not None and name != only:
             continue
         module = _load(module_name)
-        if module is None:
-            continue
         cmd = sub.add_parser(
             name,
             help=module.HELP,
@@ -152,12 +150,7 @@ def build_parser(only: str | None = None) -> Parser:
 
 
 def _load(module_name: str):
-    try:
-        return importlib.import_module(f"execsys.commands.{module_name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"execsys.commands.{module_name}":
-            return None
-        raise
+    return importlib.import_module(f"execsys.commands.{module_name}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

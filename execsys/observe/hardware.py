@@ -34,17 +34,12 @@ except ImportError:  # pragma: no cover
 
 
 def _run(argv: list[str], timeout: float = 5.0) -> str | None:
-    """stdout of a short command, or None. (execsys.proc when installed; plain subprocess remotely.)"""
+    """stdout of a short command, or None. Plain subprocess: this module also runs on remote hosts."""
     try:
-        from execsys.proc import run
-    except ImportError:  # pragma: no cover - remote side
-        try:
-            res = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return res.stdout.decode("utf-8", "replace") if res.returncode == 0 else None
-    result = run(argv, timeout=timeout)
-    return result.text() if result.ok else None
+        res = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.decode("utf-8", "replace") if res.returncode == 0 else None
 
 
 def _read(path: str) -> str | None:
