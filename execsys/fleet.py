@@ -269,8 +269,10 @@ def _one_line(text: Any) -> str:
 
 
 def _read_json(path: str) -> Any:
-    with open(path, "rb") as fh:
-        return json.loads(fh.read())
+    from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
+
+    # bounded and regular files only: a FIFO or /dev/zero among the reports must not hang the fleet view
+    return json.loads(read_bounded(path, RECORD_FILE_LIMIT, "host report"))
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -476,7 +478,7 @@ def _file_records(options: FleetOptions, reader: _Reader) -> Iterator[HostRecord
     for path, named_by_file in _report_paths(options):
         try:
             data = _read_json(path)
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError, InputError) as exc:
             yield HostRecord(_host_name(path), path,
                              problem=f"unreadable report: {getattr(exc, 'strerror', None) or exc}")
             continue
