@@ -173,6 +173,7 @@ async def test_save_and_pin_update_the_marks_and_a_relative_path_equals_its_abso
         assert "isolates model" in status and "name" in status and "m2" in status, status
 
 
+@pytest.mark.expects_error_notification  # the failure is notified and must also stay in the pane
 async def test_a_failed_pin_keeps_its_error_in_the_pane(project: Path) -> None:
     (project / "execsys.toml").write_text('[artifact]\npath = "missing.gguf"\n')
     app = ExecsysApp(autostart=False)
