@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-${PYTHON:-python3}}
+case $PY in /*) ;; */*) PY="$PWD/$PY" ;; esac   # the checks run from a temp dir
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PY" -m pip install -q --disable-pip-version-check --no-deps --target "$work/site" . \
@@ -16,7 +17,7 @@ status=0
 echo "== import-linter: layer contracts (pyproject.toml [tool.importlinter])"
 (cd "$work" && PYTHONPATH="$work/site" "$PY" -c \
   'import sys; from importlinter.cli import lint_imports_command as lint; lint.main(args=sys.argv[1:], prog_name="lint-imports")' \
-  "$OLDPWD/pyproject.toml") || status=1
+  --config "$OLDPWD/pyproject.toml") || status=1
 echo "== pyright (basic) over the installed package"
 cat >"$work/pyrightconfig.json" <<JSON
 {"include": ["site/execsys"], "extraPaths": ["site"], "typeCheckingMode": "basic",
