@@ -360,7 +360,21 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
                  reasons: dict[str, str] | None) -> dict[str, dict[str, Any]]:
     """The observed half of every component. With ``reasons`` (verify), what cannot be observed is
     recorded there instead of raised."""
+    from execsys.observe.passmemo import observation_pass
+
+    with observation_pass():
+        return _observe_all_in_pass(declared, base, on_event=on_event, cancel=cancel,
+                                    require_endpoint=require_endpoint, exclude=exclude, reasons=reasons)
+
+
+def _observe_all_in_pass(declared: dict[str, dict[str, Any]], base: Path, *, on_event: OnEvent | None,
+                         cancel: Cancel | None, require_endpoint: bool, exclude: list[Path] | None,
+                         reasons: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
     from execsys.observe.artifact import observe_artifact
+    from execsys.observe.context_policy import observe_applied_template
     from execsys.observe.environment import observe_environment
     from execsys.observe.hardware import observe_hardware
     from execsys.observe.harness import observe_harness
@@ -383,47 +397,76 @@ def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: O
         if endpoint_error:
             reasons["runtime"] = endpoint_error
     finished("runtime")
-    try:
-        observed["artifact"], model_facts = observe_artifact(declared["artifact"], base_dir=base,
-                                                             progress=_hash_progress(on_event))
-        if model_facts:
-            observed["model"]["from_files"] = model_facts
-    except InputError as exc:
-        if reasons is None:
-            raise
-        reasons["artifact"] = f"cannot re-hash the artifact: {exc}"
-        reasons["model"] = "the artifact's files cannot be read"
-    served = check_served(observed["runtime"], observed["artifact"], endpoint=declared["runtime"].get("endpoint"),
-                          cache=DigestCache())
-    if served is not None:
-        observed["runtime"]["served"] = served
-    finished("artifact", "model")
-    observed["hardware"] = observe_hardware(declared["hardware"])
-    finished("hardware")
-    observed["harness"] = observe_harness(declared["harness"], base_dir=base, exclude=exclude)
-    observed["runtime"]["engine"] = _engine_as_served(observed["runtime"].get("engine") or {},
-                                                      declared["runtime"].get("engine"),
-                                                      observed["runtime"].get("process"), observed["harness"])
-    finished("harness")
-    observed["environment"] = observe_environment(declared["environment"],
-                                                  harness_shells=_harness_shells(observed["harness"]))
-    finished("environment")
-    _observe_grader_tools_workflow(declared, base, observed, require_endpoint=require_endpoint, reasons=reasons)
-    finished("grader", "tools", "workflow")
-    for component, key in (("context_policy", "template"), ("retrieval", "index"), ("retrieval", "corpus")):
-        if declared[component].get(key):
-            try:
-                observed[component][key] = _path_digest(declared[component][key], base)
-            except InputError as exc:
-                if reasons is None:
-                    raise
-                reasons[component] = str(exc)
-    from execsys.observe.context_policy import observe_applied_template
 
-    applied = observe_applied_template(declared["runtime"], declared["artifact"],
-                                       declared["context_policy"].get("template"), base)
-    if applied is not None:
-        observed["context_policy"]["applied_template"] = applied
+    # The other observers wait on subprocesses, sockets and files, not on each other (except where a
+    # result is handed on), so they run side by side while this thread hashes the artifact; events are
+    # emitted from this thread only, in the same order as before.
+    pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="execsys-observe")
+
+    def side(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def environment_after(harness: Any) -> dict[str, Any]:
+        return observe_environment(declared["environment"], harness_shells=_harness_shells(harness.result()))
+
+    def grader_tools_workflow_after(harness: Any) -> dict[str, dict[str, Any]]:
+        part = {"harness": harness.result()}
+        found: dict[str, str] = {}
+        _observe_grader_tools_workflow(declared, base, part, require_endpoint=require_endpoint,
+                                       reasons=found if reasons is not None else None)
+        if reasons is not None:
+            reasons.update(found)
+        return part
+
+    try:
+        hardware = side(observe_hardware, declared["hardware"])
+        harness = side(observe_harness, declared["harness"], base_dir=base, exclude=exclude)
+        environment = side(environment_after, harness)
+        grader_tools_workflow = side(grader_tools_workflow_after, harness)
+        applied_template = side(observe_applied_template, declared["runtime"], declared["artifact"],
+                                declared["context_policy"].get("template"), base)
+        try:
+            observed["artifact"], model_facts = observe_artifact(declared["artifact"], base_dir=base,
+                                                                 progress=_hash_progress(on_event))
+            if model_facts:
+                observed["model"]["from_files"] = model_facts
+        except InputError as exc:
+            if reasons is None:
+                raise
+            reasons["artifact"] = f"cannot re-hash the artifact: {exc}"
+            reasons["model"] = "the artifact's files cannot be read"
+        served = check_served(observed["runtime"], observed["artifact"],
+                              endpoint=declared["runtime"].get("endpoint"), cache=DigestCache())
+        if served is not None:
+            observed["runtime"]["served"] = served
+        finished("artifact", "model")
+        observed["hardware"] = hardware.result()
+        finished("hardware")
+        observed["harness"] = harness.result()
+        observed["runtime"]["engine"] = _engine_as_served(observed["runtime"].get("engine") or {},
+                                                          declared["runtime"].get("engine"),
+                                                          observed["runtime"].get("process"), observed["harness"])
+        finished("harness")
+        observed["environment"] = environment.result()
+        finished("environment")
+        part = grader_tools_workflow.result()
+        for name in ("grader", "tools", "workflow"):
+            observed[name] = part[name]
+        finished("grader", "tools", "workflow")
+        for component, key in (("context_policy", "template"), ("retrieval", "index"), ("retrieval", "corpus")):
+            if declared[component].get(key):
+                try:
+                    observed[component][key] = _path_digest(declared[component][key], base)
+                except InputError as exc:
+                    if reasons is None:
+                        raise
+                    reasons[component] = str(exc)
+        applied = applied_template.result()
+        if applied is not None:
+            observed["context_policy"]["applied_template"] = applied
+    finally:
+        # on a cancel or an error nobody waits for the rest; each observer is bounded by its own timeouts
+        pool.shutdown(wait=False, cancel_futures=True)
     finished(*(name for name in COMPONENTS if name not in done))
     return _normalise(observed)
 

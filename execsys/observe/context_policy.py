@@ -32,13 +32,14 @@ def _template_text(value: Any) -> str | None:
 def _from_props(endpoint: str, api_key: str | None) -> str | None:
     import httpx
 
+    from execsys.observe.http import observation_client
     from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
 
     _api, root = _api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         # the same overall deadline and size cap as every observation request: a trickling /props never hangs pin
-        with httpx.Client(timeout=PROPS_TIMEOUT_S, headers=headers, trust_env=False) as client:
+        with observation_client(root, timeout=PROPS_TIMEOUT_S, headers=headers) as client:
             response = fetch_bounded(client, "GET", f"{root}/props", budget=PROPS_TIMEOUT_S)
         if response.status != 200:
             return None

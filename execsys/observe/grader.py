@@ -128,6 +128,7 @@ def judge_completion(endpoint: str, model: str | None, *, api_key: str | None, s
     resolved to now. ``model`` None asks for the first model listed."""
     import httpx
 
+    from execsys.observe.http import observation_client
     from execsys.observe.runtime import _api_and_root
 
     api, _root = _api_and_root(endpoint)
@@ -136,8 +137,7 @@ def judge_completion(endpoint: str, model: str | None, *, api_key: str | None, s
     if seed is not None:
         body["seed"] = seed
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
-                          trust_env=False) as client:
+        with observation_client(api, timeout=timeout, headers=headers) as client:
             if model is None:
                 listed = client.get(f"{api}/models").json().get("data") or []
                 model = str(listed[0].get("id")) if listed and isinstance(listed[0], dict) else None

@@ -60,8 +60,12 @@ def machine_id() -> str | None:
 
 def os_info() -> dict[str, Any]:
     if distro is not None:
-        return {"id": distro.id() or None, "name": distro.name(pretty=True) or None,
-                "version": distro.version(best=True) or None, "codename": distro.codename() or None}
+        # Where os-release exists it answers all four fields; distro would still run `lsb_release -a`
+        # (a Python script: 0.05-0.3 s) and `uname -rs` on every pin and verify to rank the answers.
+        has_os_release = any(os.path.isfile(p) for p in ("/etc/os-release", "/usr/lib/os-release"))
+        found = distro.LinuxDistribution(include_lsb=not has_os_release, include_uname=not has_os_release)
+        return {"id": found.id() or None, "name": found.name(pretty=True) or None,
+                "version": found.version(best=True) or None, "codename": found.codename() or None}
     fields: dict[str, str] = {}
     for line in (_read("/etc/os-release") or "").splitlines():
         if "=" in line:

@@ -53,12 +53,30 @@ def observe_harness(declared: dict[str, Any], *, base_dir: Path | None = None,
     return observed
 
 
+def _may_be_in_repository(start: Path) -> bool:
+    """False only when no ``.git`` exists in ``start`` or above it and git is not pointed elsewhere by
+    ``GIT_DIR``/``GIT_WORK_TREE``: then gitpython would find no repository either."""
+    if os.environ.get("GIT_DIR") or os.environ.get("GIT_WORK_TREE"):
+        return True
+    try:
+        here = start.resolve()
+    except OSError:
+        return True  # let gitpython say what is wrong with the path
+    if not here.exists():
+        return True
+    return any((directory / ".git").exists() for directory in (here, *here.parents))
+
+
 def _observe_git(declared: dict[str, Any], *, base_dir: Path | None, exclude: list[Path] | None) -> dict[str, Any]:
     import blake3
 
     start = Path(os.path.expanduser(declared["repo"])) if declared.get("repo") else (base_dir or Path.cwd())
     if not start.is_absolute() and base_dir is not None:
         start = base_dir / start
+    if not _may_be_in_repository(start):
+        # gitpython costs 0.1-0.3 s to import (it runs `git version`); a harness outside any repository
+        # is told so without it
+        return {"git": None, "note": f"{start} is not inside a git repository"}
     try:
         import git
     except ImportError as exc:  # pragma: no cover - gitpython is a dependency
@@ -206,6 +224,12 @@ def installed_distributions(directories: list[str]) -> list[str]:
 def interpreter_facts(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
                       ) -> tuple[dict[str, Any] | None, list[str], str | None]:
     """(what the interpreter says of itself, its installed ``name==version`` list, why it could not say)."""
+    from execsys.observe.passmemo import remembered
+
+    return remembered(("interpreter_facts", executable, timeout), lambda: _ask_interpreter(executable, timeout))
+
+
+def _ask_interpreter(executable: str, timeout: float) -> tuple[dict[str, Any] | None, list[str], str | None]:
     from execsys.doctor import files
 
     inv = files.bounded_run([executable, "-I", "-c", _DESCRIBE_INTERPRETER], timeout, keep=1 << 20)

@@ -151,12 +151,13 @@ def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: floa
     """What the endpoint says about itself. Raises InputError when it does not answer."""
     import httpx
 
+    from execsys.observe.http import observation_client
+
     api, root = _api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     observed: dict[str, Any] = {"url": redact_url(endpoint)}
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
-                          trust_env=False) as client:
+        with observation_client(api, timeout=timeout, headers=headers) as client:
             try:
                 response = fetch_bounded(client, "GET", f"{api}/models", budget=timeout)
             except httpx.TimeoutException as exc:

@@ -135,6 +135,7 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     endpoint could not be asked (no models listed, not reachable)."""
     import httpx
 
+    from execsys.observe.http import observation_client
     from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
 
     if not listed:
@@ -146,8 +147,7 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0}
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
-                          trust_env=False) as client:
+        with observation_client(api, timeout=timeout, headers=headers) as client:
             answer = fetch_bounded(client, "POST", f"{api}/chat/completions", budget=timeout, json_body=body)
     except (httpx.HTTPError, Unanswered):
         return None

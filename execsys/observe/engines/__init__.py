@@ -61,14 +61,13 @@ class EngineClient:
 
     def __init__(self, root: str, *, api_key: str | None = None, timeout: float = 5.0,
                  max_bytes: int = MAX_RESPONSE_BYTES):
-        import httpx
+        from execsys.observe.http import observation_client
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.root = root.rstrip("/")
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers, follow_redirects=False,
-                                    trust_env=False)
+        self._client = observation_client(self.root, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self._client.close()
