@@ -240,8 +240,20 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
         if "=" in arg and not arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
             out.append(arg.split("=", 1)[0] + "=" + REDACTED)  # NAME=value as in `env NAME=value cmd`
             continue
-        out.append(redact_text(arg))
+        out.append(redact_text(_redact_key_value_list(arg) if "," in arg and "=" in arg else arg))
     return out
+
+
+def _redact_key_value_list(arg: str) -> str:
+    """``model=m,api_key=sk-...,base_url=...``: harnesses take credentials inside comma-separated
+    ``key=value`` lists (lm-eval's ``--model_args``), one argument that holds several settings. A key is
+    judged word-wise like a flag, so ``max_tokens=512`` and ``tokenizer=...`` stay visible."""
+    parts = arg.split(",")
+    for index, part in enumerate(parts):
+        key, eq, _value = part.partition("=")
+        if eq and is_secret_flag(key):
+            parts[index] = f"{key}={REDACTED}"
+    return ",".join(parts)
 
 
 _live_cache: tuple[dict, list[str]] | None = None

@@ -30,3 +30,13 @@ def test_secrets_inside_a_megabyte_run_are_still_found() -> None:
     assert "sk-" + "A" * 30 not in out
     assert out.startswith(run)  # innocent bytes untouched
     assert scrub({"answer": "z" * MB})["answer"] == "z" * MB
+
+
+def test_credentials_inside_a_key_value_list_argument_are_redacted_and_settings_stay_readable() -> None:
+    from execsys.redact import redact_argv
+
+    argv = ["lm_eval", "--model_args", "model=m,api_key=plain-secret-1,max_tokens=512,tokenizer=t",
+            "--model_args=pretrained=x,token=plain-secret-2,hf_token=plain-secret-3", "--batch_size", "4"]
+    out = redact_argv(argv)
+    assert out == ["lm_eval", "--model_args", f"model=m,api_key={REDACTED},max_tokens=512,tokenizer=t",
+                   f"--model_args=pretrained=x,token={REDACTED},hf_token={REDACTED}", "--batch_size", "4"]

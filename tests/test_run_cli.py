@@ -256,3 +256,39 @@ def test_secrets_in_the_command_line_and_environment_never_reach_sidecar_or_ledg
         for secret in (secret_flag, secret_kv, secret_env):
             assert secret not in text
     assert "<redacted>" in json.dumps(record["command"]["argv"])
+
+
+def test_a_run_inside_a_job_reuses_the_identity_its_task_prolog_exported(tmp_path, ledger_path):
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "execsys.toml").write_text("[budget]\ntemperature = 0.0\n")
+    prolog = run_cli("pin", "--task-prolog", "--config", str(node / "execsys.toml"), cwd=tmp_path)
+    assert prolog.returncode == 0, prolog.stderr
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in prolog.stdout.splitlines()
+                   if line.startswith("export "))
+    pinned = json.loads((node / "execsys.lock.json").read_text())["id"]
+    assert exports["EXECSYS_IDENTITY"] == pinned
+    # the job's working directory has no declaration and no lock of its own
+    job = tmp_path / "job"
+    job.mkdir()
+    env = dict(os.environ, **exports)
+    result, record = _run_json("--", sys.executable, "-c", "pass", cwd=job, env=env)
+    assert result.returncode == 0, result.stderr
+    assert record["verdict"] == "clean"
+    assert record["identity"] == {"id": pinned, "lock": str(node / "execsys.lock.json"), "how": "verified",
+                                  "from": "EXECSYS_LOCK"}
+    assert not (job / "execsys.lock.json").exists()  # nothing pinned beside the job
+    assert "from EXECSYS_LOCK" in result.stderr
+
+    # the node is re-pinned onto another system while the job still carries the old identity
+    (node / "execsys.toml").write_text("[budget]\ntemperature = 0.7\n")
+    assert run_cli("pin", "--config", str(node / "execsys.toml"), cwd=tmp_path).returncode == 0
+    marker = job / "ran"
+    result, record = _run_json("--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=job, env=env)
+    assert result.returncode == 1 and not marker.exists()
+    assert record["verdict"] == "refused" and pinned[:12] in record["refused"] and "--repin" in record["refused"]
+
+    # a lock the job names that is gone is one line, exit 2
+    gone = run_cli("run", "--", sys.executable, "-c", "pass", cwd=job,
+                   env=dict(env, EXECSYS_LOCK=str(tmp_path / "missing.lock.json")))
+    assert gone.returncode == 2 and "EXECSYS_LOCK" in gone.stderr and len(gone.stderr.strip().splitlines()) == 1

@@ -62,9 +62,12 @@ def test_inspect_run_is_clean_with_the_identity_in_the_log_and_compares_with_a_s
     sidecar = json.loads(log_path.with_name(f"execsys-{log_path.name}.execsys.json").read_text())
     assert sidecar["id"] == record["id"] and sidecar["result"]["blake3"] == log_entry["blake3"]
 
+    # Inspect namespaces a package's hook with the package name: `execsys/execsys` is what users require
+    required = dict(env, INSPECT_REQUIRED_HOOKS="execsys/execsys")
     second = run_cli("run", "--json", "--watch", "0", "--", *project.inspect_argv("logs2"), cwd=project.root,
-                     env=env, timeout=400)
+                     env=required, timeout=400)
     assert second.returncode == 0, second.stderr[-4000:]
+    assert json.loads(second.stdout)["hook"]["problem"] is None
     log2_path = Path(json.loads(second.stdout)["results"][0]["path"])
 
     # hand count over the two logs' samples

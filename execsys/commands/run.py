@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from execsys.cli import add_json, add_sources
@@ -17,6 +18,11 @@ watch (the serving runtime every --watch seconds), verify after, results (the fi
 the run, BLAKE3 each), record (an execsys.run/1 ledger record and a <result>.execsys.json sidecar
 beside each result). lm-eval gets --metadata '{"execsys": {...}}' added, so the identity lands in its
 results JSON; Inspect AI gets it through execsys's hook (pip install 'execsys[inspect]').
+
+in a job: where the environment carries EXECSYS_LOCK (a Slurm TaskProlog running `execsys pin
+--task-prolog`, or an enclosing execsys run), that lock is the one verified unless --lock is given,
+and its own declaration is used unless --config, $EXECSYS_CONFIG or ./execsys.toml names one. A lock
+re-pinned since the job started (it no longer holds $EXECSYS_IDENTITY) refuses the run unless --repin.
 
 verdicts: clean, drifted (the runtime moved: compare causally with nothing), overridden (ran past a
 failing gate), failed (the harness exited non-zero), interrupted (stopped by a signal), refused.
@@ -53,17 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from execsys.run.options import RunOptions
-    from execsys.sources import load_sources
+    from execsys.run.options import RunOptions, run_sources
 
     command = list(args.harness_command or [])
     if not command or command[0] != "--":
         raise UsageError("put the harness command after '--': execsys run [options] -- CMD [ARGS...]")
-    sources = load_sources(args.config, args.lock)
+    sources, job = run_sources(args.config, args.lock, os.environ)
     return RunOptions.from_sources(
         sources.declaration, sources.lock, command=command[1:], lock_path=sources.lock_path,
         gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,
-        results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None,
+        results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None, job=job,
     )
 
 

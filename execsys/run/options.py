@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,9 +16,50 @@ from execsys.operation import first_given
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
     from execsys.identity import Identity
+    from execsys.sources import Sources
 
 GATES = ("fail", "warn", "off")
 DEFAULT_WATCH_S = 30.0
+JOB_LOCK_ENV = "EXECSYS_LOCK"
+JOB_IDENTITY_ENV = "EXECSYS_IDENTITY"
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """The identity this process's environment already carries: a Slurm ``TaskProlog`` running
+    ``execsys pin --task-prolog`` exports it into every job step (and an enclosing ``execsys run``
+    into its harness). A run inside that job is tied to the node's identity, not to whatever lock
+    happens to sit beside a declaration in the job's working directory."""
+
+    lock_path: Path
+    identity_id: str | None  # what the lock held when the job started; None when only the lock was exported
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> JobIdentity | None:
+        lock = environ.get(JOB_LOCK_ENV, "").strip()
+        if not lock:
+            return None
+        return cls(Path(lock).expanduser(), environ.get(JOB_IDENTITY_ENV, "").strip() or None)
+
+
+def run_sources(config: str | None, lock: str | None, environ: Mapping[str, str]) -> tuple[Sources, JobIdentity | None]:
+    """The declaration and lock of a run: ``--lock``, else the job's ``$EXECSYS_LOCK``, else the lock
+    beside the declaration. A job's lock brings its own declaration (the one it was pinned from) unless
+    ``--config``/``$EXECSYS_CONFIG`` or a ``./execsys.toml`` names one."""
+    from execsys.identity import load_lock
+    from execsys.sources import config_given, config_path, load_sources
+
+    job = JobIdentity.from_environment(environ) if lock is None else None
+    if job is None:
+        return load_sources(config, lock), None
+    if not job.lock_path.is_file():
+        raise InputError(f"{JOB_LOCK_ENV}={job.lock_path} (exported into this job by a TaskProlog or an enclosing "
+                         "execsys run) does not exist: pin the node again, or give --lock FILE")
+    if not config_given(config) and not config_path(None).exists():
+        pinned_from = load_lock(job.lock_path).declaration.get("path")
+        if isinstance(pinned_from, str) and Path(pinned_from).is_file():
+            config = pinned_from
+    return load_sources(config, str(job.lock_path)), job
 
 
 @dataclass
@@ -37,6 +79,7 @@ class RunOptions:
     cwd: Path = field(default_factory=Path.cwd)
     child_stdout_to_stderr: bool = False  # --json: stdout is the record's alone
     grace_s: float = 10.0  # after a cancel, how long the harness has to stop before it is killed
+    job: JobIdentity | None = None  # the lock came from the job's environment ($EXECSYS_LOCK)
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> RunOptions:
@@ -81,6 +124,7 @@ class RunOptions:
         grace = overrides.pop("grace_s", None)
         if grace is not None:
             options.grace_s = float(grace)
+        options.job = overrides.pop("job", None)
         if overrides:
             raise TypeError(f"unknown run option(s): {', '.join(sorted(overrides))}")
         return options

@@ -10,7 +10,6 @@ A run the gate or the identity check refused never started: ``refused``.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from execsys.fsutil import atomic_write_json
 from execsys.harnesses.base import sidecar_name
-from execsys.redact import REDACTED, redact_argv, scrub
+from execsys.redact import scrub
 
 SCHEMA = "execsys.run/1"
 VERDICTS = ("clean", "drifted", "overridden", "failed", "interrupted", "refused")
@@ -34,6 +33,7 @@ class RunRecord:
     identity_id: str | None = None
     lock_path: str | None = None
     identity_how: str | None = None  # verified | pinned | repinned
+    identity_from: str | None = None  # "EXECSYS_LOCK": the lock came from the job's environment
     doctor: dict[str, Any] = field(default_factory=dict)
     started_at: str | None = None
     finished_at: str | None = None
@@ -115,7 +115,8 @@ class RunRecord:
             "id": self.id,
             "verdict": self.verdict,
             "summary": self.summary(),
-            "identity": {"id": self.identity_id, "lock": self.lock_path, "how": self.identity_how},
+            "identity": {"id": self.identity_id, "lock": self.lock_path, "how": self.identity_how,
+                         "from": self.identity_from},
             "doctor": self.doctor,
             "command": {"argv": self.command, "harness": self.harness},
             "cwd": self.cwd,
@@ -156,26 +157,6 @@ class RunRecord:
         text = f"{self.verdict}: {parts[self.verdict]}"
         problem = self.hook_problem
         return f"{text}; {problem}" if problem else text
-
-
-# `--model_args model=x,api_key=sk-...`: harnesses take credentials inside comma-separated key=value
-# lists, which redact_argv (one flag, one value) does not split.
-_SECRET_KEY = re.compile(r"(?i)^(api_?key|key|token|secret|password|passwd|auth|authorization|"
-                         r"[a-z0-9_]*_(key|token|secret|password))$")
-
-
-def redact_command(argv: list[str]) -> list[str]:
-    """The harness's argv as it may be recorded: ``redact_argv`` plus secrets in ``k=v,k=v`` lists."""
-    out = []
-    for arg in redact_argv(argv):
-        if "=" in arg and "," in arg or _SECRET_KEY.match(arg.split("=", 1)[0]):
-            parts = []
-            for part in arg.split(","):
-                key, eq, _value = part.partition("=")
-                parts.append(f"{key}={REDACTED}" if eq and _SECRET_KEY.match(key.lstrip("-")) else part)
-            arg = ",".join(parts)
-        out.append(arg)
-    return out
 
 
 def sidecar_path(result: Path, sidecar_dir: Path | None) -> Path:

@@ -29,6 +29,7 @@ from execsys.harnesses import registry
 from execsys.identity import Identity, VerifyReport, pin, record_identity, verify, write_lock
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
+from execsys.redact import redact_argv
 from execsys.run import results as results_step
 from execsys.run.events import (
     ChildStarted,
@@ -40,8 +41,8 @@ from execsys.run.events import (
     StepStarted,
 )
 from execsys.run.gate import run_gate
-from execsys.run.options import RunOptions
-from execsys.run.record import RunRecord, redact_command, write_sidecars
+from execsys.run.options import JOB_IDENTITY_ENV, JOB_LOCK_ENV, RunOptions
+from execsys.run.record import RunRecord, write_sidecars
 from execsys.run.watch import Watcher
 
 HOOK_DIR_ENV = "EXECSYS_HOOK_DIR"
@@ -51,7 +52,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     """Gate, fix the identity, run the harness, watch, verify after, digest the results, record."""
     cancel = new_cancel(cancel)
     adapter = registry.for_command(options.command)
-    record = RunRecord(id=new_id("run"), command=redact_command(options.command), cwd=str(options.cwd),
+    record = RunRecord(id=new_id("run"), command=redact_argv(options.command), cwd=str(options.cwd),
                        harness=adapter.name, lock_path=str(options.lock_path))
     with Ledger.open() as ledger:
         # The lock's verification reads only; it runs beside the doctor (both wait mostly on
@@ -79,13 +80,14 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
             emit(on_event, StepFinished("gate", "ok", f"doctor {gate.verdict} ({gate.report_id})"))
 
         # 2. identity
-        emit(on_event, StepStarted("identity", f"verifying {options.lock_path}" if options.lock is not None
+        whose = f" (the job's, from {JOB_LOCK_ENV})" if options.job is not None else ""
+        emit(on_event, StepStarted("identity", f"verifying {options.lock_path}{whose}" if options.lock is not None
                                    else f"no lock at {options.lock_path}: pinning the system now"))
         identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
         if identity is None:
             emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
             return _finish(record, ledger, options, on_event)
-        emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}"))
+        emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}{whose}"))
 
         # 3 + 4. run, watched
         harness_dirs = adapter.output_dirs(options.command, options.cwd, os.environ)
@@ -102,7 +104,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
                                        else "watch off: no [runtime] endpoint or process declared"))
             watcher.start()
             record.started_at = now_iso()
-            emit(on_event, StepStarted("run", shlex.join(redact_command(argv))))
+            emit(on_event, StepStarted("run", shlex.join(redact_argv(argv))))
             _run_child(argv, options, identity, record, hook_dir, on_event, cancel)
             record.finished_at = now_iso()
         finally:
@@ -177,6 +179,16 @@ class _Background:
 def _fix_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
                   report: VerifyReport | None = None) -> Identity | None:
     """Verify the lock (refusing a new identity unless --repin), or pin one now."""
+    job = options.job
+    if job is not None:
+        record.identity_from = JOB_LOCK_ENV
+    if (job is not None and job.identity_id and options.lock is not None and options.lock.id != job.identity_id
+            and not options.repin):
+        record.identity_id = options.lock.id
+        record.refused = (f"this job started under identity {job.identity_id[:12]} ({JOB_IDENTITY_ENV}), but "
+                          f"{options.lock_path} now holds {options.lock.id[:12]}: the node was re-pinned since; "
+                          "give --repin to run under the system as it is now")
+        return None
     if options.lock is not None:
         if report is None:
             report = verify(options.lock, declaration=options.declaration, exclude=[options.lock_path])
@@ -210,7 +222,7 @@ def _run_child(argv: list[str], options: RunOptions, identity: Identity, record:
         sys.stdout.flush()
         sys.stderr.flush()
     proc = subprocess.Popen(argv, cwd=options.cwd, env=env, stdout=stdout, start_new_session=True)
-    emit(on_event, ChildStarted(proc.pid, tuple(redact_command(argv))))
+    emit(on_event, ChildStarted(proc.pid, tuple(redact_argv(argv))))
     received: list[int] = []
     restore = _forward_signals(received)
     handled = 0
