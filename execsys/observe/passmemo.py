@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-class _Answers:
+class Answers:
+    """The answers of one pass; a watcher may keep one per serving process and re-enter it."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._answers: dict[Hashable, Future[Any]] = {}
@@ -40,13 +42,14 @@ class _Answers:
         return answer.result()
 
 
-_CURRENT: contextvars.ContextVar[_Answers | None] = contextvars.ContextVar("execsys_observation_pass", default=None)
+_CURRENT: contextvars.ContextVar[Answers | None] = contextvars.ContextVar("execsys_observation_pass", default=None)
 
 
 @contextlib.contextmanager
-def observation_pass() -> Iterator[None]:
-    """Share answers among the observers of one pass (threads started with ``contextvars.copy_context``)."""
-    token = _CURRENT.set(_Answers())
+def observation_pass(answers: Answers | None = None) -> Iterator[None]:
+    """Share answers among the observers of one pass (threads started with ``contextvars.copy_context``);
+    ``answers`` re-enters an earlier pass's answers instead of starting afresh."""
+    token = _CURRENT.set(answers if answers is not None else Answers())
     try:
         yield
     finally:

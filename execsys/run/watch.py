@@ -23,14 +23,39 @@ from execsys.ledger import now_iso
 _OPTIONAL = {"runtime.endpoint.system_fingerprint"}
 
 
+class ServingObserver:
+    """One observation of the serving runtime per call, flattened to ``{"runtime.<field>": value}``.
+
+    What a serving process's interpreter says of itself (its engine package's version, its stack)
+    is asked once per process -- the listener's pid and start time -- not on every tick: each ask
+    spawns that interpreter, and a watch every few seconds would otherwise cost a core. A restart
+    is a new process and is asked afresh; a package upgraded on disk under a process that keeps
+    running does not change what that process has loaded (verify-after re-reads it anyway).
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[Any, Any], Any] = {}
+
+    def __call__(self, declared_runtime: dict[str, Any]) -> dict[str, Any]:
+        from execsys.identity import observe_runtime
+        from execsys.observe.passmemo import Answers, observation_pass
+
+        listener = _listener(declared_runtime.get("endpoint"))
+        answers = self._answers.setdefault((listener.get("pid"), listener.get("started_at")), Answers())
+        with observation_pass(answers):
+            observed = observe_runtime(declared_runtime, require_endpoint=False)
+        return _flatten(observed, listener)
+
+
 def observe_serving(declared_runtime: dict[str, Any]) -> dict[str, Any]:
     """One observation of the serving runtime, flattened to ``{"runtime.<field>": value}``."""
-    from execsys.identity import observe_runtime
+    return ServingObserver()(declared_runtime)
 
-    observed = observe_runtime(declared_runtime, require_endpoint=False)
+
+def _flatten(observed: dict[str, Any], listener: dict[str, Any]) -> dict[str, Any]:
     endpoint = observed.get("endpoint") or {}
     process = dict(observed.get("process") or {})
-    process.update(_listener(declared_runtime.get("endpoint")))
+    process.update(listener)
     flat: dict[str, Any] = {"runtime.engine.version": (observed.get("engine") or {}).get("version")}
     for key in ("models", "system_fingerprint", "server_version", "build_info", "openapi", "error"):
         if key in endpoint:
@@ -77,11 +102,11 @@ class Watcher:
 
     def __init__(self, declared_runtime: dict[str, Any], interval_s: float,
                  on_drift: Callable[[dict[str, Any]], None] | None = None,
-                 observe: Callable[[dict[str, Any]], dict[str, Any]] = observe_serving) -> None:
+                 observe: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.declared_runtime = declared_runtime
         self.interval_s = interval_s
         self.on_drift = on_drift
-        self.observe = observe
+        self.observe = observe if observe is not None else ServingObserver()
         self.drift: list[dict[str, Any]] = []
         self.observations = 0
         self.errors: list[str] = []
