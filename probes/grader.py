@@ -377,7 +377,8 @@ def run_grader_probe(options: GraderProbeOptions, on_event: OnEvent | None = Non
 
     A case whose grading errored on any repeat is excluded from n and listed under ``errored``.
     A cancel stops after the grading in flight and raises
-    :class:`~execsys.probes.runner.ProbeInterrupted` naming the run to ``--resume``. A resumed run
+    :class:`~execsys.probes.runner.ProbeInterrupted` naming the run to ``--resume`` (unrecorded,
+    ``record=False``: reports the cases graded every time). A resumed run
     whose final record exists returns that record and grades nothing (with ``retry_errored`` and
     errored gradings: grades those again and records a new final, ``final#retry<r>``)."""
     cases = load_graded_cases(options.cases)
@@ -398,7 +399,7 @@ def _parameters(options: GraderProbeOptions, cases: list[GradedCase], grader: _G
     return {"axis": AXIS, "grader": grader.describe(),
             "template": content_id(options.template) if options.via == "judge" else None,
             "extract": options.extract.spec if options.extract else None,
-            "cases_file": str(options.cases), "cases_digest": cases_digest(cases), "n": options.n,
+            "cases_file": os.path.abspath(options.cases), "cases_digest": cases_digest(cases), "n": options.n,
             "repeats": options.repeats, "identity": options.identity}
 
 
@@ -460,7 +461,9 @@ def _grade(options: GraderProbeOptions, cases: list[GradedCase], grader: _Grader
     done = total - len(todo)
     for repeat, case, key in todo:
         if cancel is not None and cancel.is_set():
-            raise ProbeInterrupted(run_id or "", done, total)
+            if run_id is None:
+                break  # nothing recorded, nothing to resume: report the cases graded every time
+            raise ProbeInterrupted(run_id, done, total)
         grading = grader.grade(case)
         if ledger is not None:
             ledger.append(GRADING_KIND, {"repeat": repeat, "case": case.id, "verdict": grading.verdict,

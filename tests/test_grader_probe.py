@@ -408,3 +408,27 @@ def test_a_multiple_choice_samples_file_and_a_log_without_inspect_are_one_line(c
     inspect = cli("probe", "grader", "--cases", str(INSPECT_LOG), cwd=project)
     assert inspect.returncode == 2 and inspect.stderr.count("\n") == 1 and "execsys[inspect]" in inspect.stderr
     assert not (project / "payloads.jsonl").exists()
+
+
+def test_an_unrecorded_probe_cancelled_reports_the_cases_graded_every_time(tmp_path: Path,
+                                                                            ledger_path: Path) -> None:
+    from execsys.probes.grader import CaseGraded, GraderProbeOptions, run_grader_probe
+
+    from execsys.declaration import load
+
+    (tmp_path / "execsys.toml").write_text('[grader]\ncommand = "cat"\n')
+    cases = _cases(tmp_path / "graded.jsonl", {"a": "4", "b": "5", "c": "6"})
+    options = GraderProbeOptions.from_sources(load(tmp_path / "execsys.toml"), None, cases=str(cases), record=False)
+    cancel = threading.Event()
+    seen: list[tuple[str, int]] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, CaseGraded):
+            seen.append((event.case_id, event.repeat))
+            if event.done == 4:
+                cancel.set()
+
+    report = run_grader_probe(options, on_event=on_event, cancel=cancel)
+    assert seen == [("a", 1), ("b", 1), ("c", 1), ("a", 2)]
+    assert (report.m, report.n, report.run, report.record_id) == (1, 1, None, None)
+    assert not ledger_path.exists()
