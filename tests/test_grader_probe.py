@@ -342,10 +342,12 @@ def test_retry_errored_grades_only_the_errored_gradings_again(cli, tmp_path: Pat
     (project / "grade.py").write_text(GRADE_UNTIL_FIXED)
     (project / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
     cases = _cases(project / "graded.jsonl", {"a": "4", "b": "5", "c": " 4"})
+    assert cli("pin", cwd=project).returncode == 0
     first = cli("probe", "grader", "--cases", str(cases), "--json", cwd=project)
     assert first.returncode == 0, first.stderr
     report = first.json()
     assert (report["m"], report["n"]) == (2, 2)
+    assert cli("scope", "--json", cwd=project).json()["grader"]["n"] == 2
     assert report["errored"] == [{"id": "b", "errors": ["grader command exited 1: grader: no rubric for b yet"] * 2}]
 
     alone = cli("probe", "grader", "--cases", str(cases), "--retry-errored", cwd=project)
@@ -360,6 +362,9 @@ def test_retry_errored_grades_only_the_errored_gradings_again(cli, tmp_path: Pat
     assert (project / "calls.log").read_text().split() == ["a", "b", "c", "a", "b", "c", "b", "b"]
     assert [key for key, _ in _gradings(ledger_path, report["run"])][-2:] == ["1:b#retry1", "2:b#retry1"]
     assert _kinds(ledger_path, "probe") == 2  # the first final stays; the retry's final is the newer one
+    # scope counts the run once, by its newest record: 3/3, not the 5/5 of both records pooled
+    grader = cli("scope", "--json", cwd=project).json()["grader"]
+    assert (grader["m"], grader["n"], grader["records"]) == (3, 3, [body["record_id"]])
 
 
 # -- cases from a harness's own files ---------------------------------------------------------------
