@@ -269,6 +269,9 @@ def test_a_grader_probe_killed_mid_way_resumes_to_the_uninterrupted_result(cli, 
                     "--resume", run_id, cwd=project)
         assert other.returncode == 2 and other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
         assert f"--resume {run_id}: that run was started with different parameters (repeats)" in other.stderr
+        not_a_run = cli("probe", "grader", "--cases", str(cases), "--extract", EXTRACT, "--resume",
+                        reference.json()["record_id"], cwd=project)
+        assert not_a_run.returncode == 2 and "is a probe, not a grader probe run" in not_a_run.stderr
         assert judge.answered == 13
 
         resumed = cli("probe", "grader", "--cases", str(cases), "--extract", EXTRACT, "--resume", run_id, "--json",

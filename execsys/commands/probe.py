@@ -51,6 +51,7 @@ examples:
   execsys probe redeploy --endpoint URL --cases cases.jsonl --baseline probe-20261130T010203-ab12cd34
   execsys probe merge probe-...-host1 probe-...-host2
   execsys probe grader --cases graded.jsonl --repeats 5 --extract 'regex:(correct|incorrect)'
+  execsys probe grader --cases out/model/samples_gsm8k_2026-12-01T10-00-00.jsonl --resume
   execsys probe size --expect 0.95 --width 0.10   how many cases for a 95% interval that narrow
   execsys probe session ... --until-width 0.10 --max-n 500   stop once the interval is that narrow
   execsys probe session ... --resume --retry-errored          send the errored cases again
