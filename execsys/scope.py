@@ -241,6 +241,21 @@ def _probe_figures(body: dict[str, Any]) -> tuple[int, int] | None:
     return None
 
 
+def _final_records(ledger: Ledger) -> list[Record]:
+    """The ``probe`` records, one per probe run: a ``--resume --retry-errored`` writes the run's record
+    again (every case, the retried ones included), and pooling both would count its cases twice."""
+    newest: dict[str, Record] = {}
+    records: list[Record] = []
+    for record in ledger.iter(kind="probe"):
+        if record.parent is None:
+            records.append(record)
+        else:
+            if record.parent not in newest:
+                records.append(record)  # its place in ledger order; replaced below by the run's newest
+            newest[record.parent] = record
+    return [newest.get(r.parent, r) if r.parent is not None else r for r in records]
+
+
 def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) -> ScopeReport:
     """The comparability licence for ``identity_id`` from the ``probe`` records in ``ledger``.
 
@@ -251,7 +266,7 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
     per_axis: dict[str, list[Record]] = {}
     other: dict[str, list[str]] = {}
     excluded: list[dict[str, str]] = []
-    for record in ledger.iter(kind="probe"):
+    for record in _final_records(ledger):
         body = record.body
         axis = body.get("axis")
         if axis not in AXES or _probe_figures(body) is None:
@@ -315,7 +330,7 @@ def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
     Beside the model's boundaries: a score difference smaller than the grader's flip rate is grader noise."""
     from execsys.stats import wilson
 
-    records = [r for r in ledger.iter(kind="probe") if r.body.get("axis") == "grader"
+    records = [r for r in _final_records(ledger) if r.body.get("axis") == "grader"
                and (r.identity or r.body.get("identity")) == identity_id and _probe_figures(r.body) is not None]
     if not records:
         return None

@@ -9,10 +9,19 @@ OpenAI-compatible endpoint, its ``prompt`` template filled with ``{id}``, ``{pro
 expected}`` on stdin, its verdict on stdout). Verdicts are compared exactly, or through
 ``--extract`` as the other probes compare outcomes (:mod:`execsys.probes.compare`).
 
+The cases may also be a harness's own log of what it graded, read by the adapters ``compare``
+uses (:mod:`execsys.harnesses`): an lm-eval ``samples_<task>_<time>.jsonl`` or an Inspect ``.eval``
+/ ``.json`` log, each sample's id the key ``compare`` gives its outcome.
+
 The result is agreement m/n (a case agrees when all N verdicts are equal: TARa-style all-N
 agreement) with the Wilson interval, the flipped cases with every verdict and the judge's full
 reply as its rationale, and a ledger ``probe`` record with axis ``grader`` that ``scope`` states
-beside the model's boundaries. Self-contained: its own small run loop, not the axis runner.
+beside the model's boundaries. Self-contained: its own small run loop, not the axis runner, but
+resumable as the runner is. Ledger: a ``probe-run`` row with the parameters (axis ``grader``), one
+``probe-grading`` row per grading as soon as it is graded (parent = run id, key ``<repeat>:<case
+id>``, ``#retry<r>`` for a retried error), and the ``probe`` record under key ``final``. A run killed
+mid-way loses at most the grading in flight: ``--resume [RUN_ID]`` grades only what is missing and
+refuses a run started with other parameters; ``--retry-errored`` grades the errored ones again.
 
     options = GraderProbeOptions.from_sources(declaration, lock, cases="graded.jsonl", repeats=3)
     report = run_grader_probe(options, on_event=print)
@@ -26,12 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError, UsageError
+from execsys.harnesses.base import SampleOutput
+from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, Event, OnEvent, emit, first_given
 
 from .cases import Case, parse_case
 from .compare import Extractor, parse_extractor
+from .events import Note, RunOpened
+from .record import GRADING_KIND
+from .runner import RETRY_MARK, RUN_SCHEMA, ProbeInterrupted, case_key, case_row, final_row
 
 SCHEMA = "execsys.probe-grader/1"
 AXIS = "grader"
@@ -54,8 +69,17 @@ class GradedCase:
 
 
 def load_graded_cases(path: str | os.PathLike[str]) -> list[GradedCase]:
-    """``{id, prompt, output, expected?}`` per line; the probes' own case checks plus a string ``output``."""
+    """The cases to grade: an lm-eval samples file or an Inspect log (read by the harness adapters),
+    else JSON Lines of ``{id, prompt, output, expected?}`` (the probes' own case checks plus a string
+    ``output``)."""
+    from execsys.harnesses import inspect as inspect_log
+    from execsys.harnesses import lm_eval
+
     target = Path(path)
+    if lm_eval.SAMPLES_NAME.match(target.name):
+        return _harness_cases(target, lm_eval.graded_samples(target))
+    if target.suffix == ".eval" or (target.suffix == ".json" and inspect_log.ADAPTER.owns(target)):
+        return _harness_cases(target, inspect_log.graded_samples(target))
     try:
         lines = target.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -83,6 +107,24 @@ def load_graded_cases(path: str | os.PathLike[str]) -> list[GradedCase]:
     if not cases:
         raise InputError(f"cases file {target}: no cases (expected JSON Lines with \"id\", \"prompt\" and \"output\")")
     return cases
+
+
+def _harness_cases(target: Path, samples: list[SampleOutput]) -> list[GradedCase]:
+    cases: list[GradedCase] = []
+    seen: set[str] = set()
+    for sample in samples:
+        if sample.id in seen:
+            raise InputError(f"{target}: sample {sample.id!r} appears more than once")
+        seen.add(sample.id)
+        cases.append(GradedCase(sample.id, sample.prompt, sample.output, sample.expected))
+    if not cases:
+        raise InputError(f"{target}: no sample with an output to grade")
+    return cases
+
+
+def cases_digest(cases: list[GradedCase]) -> str:
+    """What was graded, whatever file it came from: a resumed run must grade the very same cases."""
+    return content_id([case.payload() for case in cases])
 
 
 # -- events ---------------------------------------------------------------------------------------
@@ -129,12 +171,15 @@ class GraderProbeOptions:
     timeout: float = DEFAULT_TIMEOUT
     ledger_path: Path | None = None
     record: bool = True
+    resume: bool | str = False  # True: the newest unfinished run with these parameters; str: that run id
+    retry_errored: bool = False  # with resume: grade the errored gradings again
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Any = None, *, cases: str | None = None,
                      repeats: int | None = None, extract: str | None = None, via: str | None = None,
                      n: int | None = None, timeout: float | None = None, ledger: str | None = None,
-                     record: bool | None = None) -> GraderProbeOptions:
+                     record: bool | None = None, resume: bool | str | None = None,
+                     retry_errored: bool | None = None) -> GraderProbeOptions:
         """Flags over the declaration's ``[grader]`` (and ``[probe]`` cases/extract/timeout); the lock's id."""
         from execsys.observe.grader import check_judge
 
@@ -148,6 +193,10 @@ class GraderProbeOptions:
             raise UsageError("--repeats must be at least 2")
         if n is not None and n < 1:
             raise UsageError("--n must be at least 1")
+        if retry_errored and not resume:
+            raise UsageError("--retry-errored goes with --resume (it grades the errored cases of a stored run again)")
+        if resume and record is False:
+            raise UsageError("--resume needs the ledger: a run that is not recorded cannot be resumed")
         judge = check_judge(grader["judge"]) if grader.get("judge") else {}
         command = grader.get("command")
         chosen = first_given(via, "judge" if judge.get("endpoint") else ("command" if command else None))
@@ -176,7 +225,8 @@ class GraderProbeOptions:
                    identity=getattr(lock, "id", None), n=n,
                    timeout=float(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT),
                    ledger_path=Path(ledger).expanduser() if ledger else None,
-                   record=bool(first_given(record, True)))
+                   record=bool(first_given(record, True)), resume=resume or False,
+                   retry_errored=bool(retry_errored))
 
 
 # -- grading --------------------------------------------------------------------------------------
@@ -289,6 +339,15 @@ class GraderProbeReport:
     identity: str | None
     sentence: str
     record_id: str | None = None
+    run: str | None = None  # the probe-run its gradings are recorded under (what --resume takes)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, record_id: str | None = None) -> GraderProbeReport:
+        """A stored ``execsys.probe-grader/1`` record (a resumed, finished run reports it as it was)."""
+        return cls(int(data.get("m") or 0), int(data.get("n") or 0), int(data.get("repeats") or 2),
+                   list(data.get("errored") or []), list(data.get("flipped") or []), dict(data.get("grader") or {}),
+                   str(data.get("cases_file") or ""), data.get("identity"), str(data.get("sentence") or ""),
+                   record_id or data.get("record_id"), data.get("run"))
 
     @property
     def agreement_rate(self) -> float | None:
@@ -304,7 +363,7 @@ class GraderProbeReport:
         from execsys.stats import wilson
 
         ci = wilson(self.m, self.n)
-        return {"schema": SCHEMA, "axis": AXIS, "record_id": self.record_id, "identity": self.identity,
+        return {"schema": SCHEMA, "axis": AXIS, "record_id": self.record_id, "run": self.run, "identity": self.identity,
                 "grader": self.grader, "cases_file": self.cases_file, "repeats": self.repeats,
                 "m": self.m, "n": self.n, "agreement_rate": self.agreement_rate,
                 "ci95": list(ci) if ci else None, "agreement": "all-N" if self.repeats > 2 else "pairwise",
@@ -313,60 +372,140 @@ class GraderProbeReport:
 
 def run_grader_probe(options: GraderProbeOptions, on_event: OnEvent | None = None,
                      cancel: Cancel | None = None) -> GraderProbeReport:
-    """Grade every case ``repeats`` times, repeat by repeat; fold agreement; record the ``probe`` (axis grader).
+    """Grade every case ``repeats`` times, repeat by repeat, recording each grading as it is made;
+    fold agreement; record the ``probe`` (axis grader) under the run.
 
     A case whose grading errored on any repeat is excluded from n and listed under ``errored``.
-    A cancel stops after the grading in flight and reports (and records) the cases graded every time."""
-    from execsys.redact import scrub
-
+    A cancel stops after the grading in flight and raises
+    :class:`~execsys.probes.runner.ProbeInterrupted` naming the run to ``--resume`` (unrecorded,
+    ``record=False``: reports the cases graded every time). A resumed run
+    whose final record exists returns that record and grades nothing (with ``retry_errored`` and
+    errored gradings: grades those again and records a new final, ``final#retry<r>``)."""
     cases = load_graded_cases(options.cases)
     if options.n is not None:
         cases = cases[: options.n]
     grader = _Grader(options)  # a judge that cannot name its model fails here, before anything is opened
-    ledger = None
-    if options.record:
-        from execsys.ledger import Ledger
-
-        try:
-            ledger = Ledger.open(options.ledger_path)  # fail before any grading
-        except BaseException:
-            grader.close()
-            raise
-    gradings: dict[str, list[Grading]] = {case.id: [] for case in cases}
-    total = len(cases) * options.repeats
-    done = 0
     try:
-        for repeat in range(1, options.repeats + 1):
-            for case in cases:
-                if cancel is not None and cancel.is_set():
-                    break
-                grading = grader.grade(case)
-                gradings[case.id].append(grading)
-                done += 1
-                emit(on_event, CaseGraded(case.id, repeat, options.repeats, grading.verdict, grading.error, done, total))
+        if not options.record:
+            return _grade(options, cases, grader, None, on_event, cancel)
+        with Ledger.open(options.ledger_path) as ledger:  # opened before any grading: a bad ledger costs none
+            return _grade(options, cases, grader, ledger, on_event, cancel)
     finally:
         grader.close()
-    complete = [c for c in cases if len(gradings[c.id]) == options.repeats]
-    errored = [{"id": c.id, "errors": [g.error for g in gradings[c.id] if g.error]} for c in complete
-               if any(g.error for g in gradings[c.id])]
-    counted = [c for c in complete if not any(g.error for g in gradings[c.id])]
-    flipped = []
-    for case in counted:
-        verdicts = [g.verdict for g in gradings[case.id]]
+
+
+def _parameters(options: GraderProbeOptions, cases: list[GradedCase], grader: _Grader) -> dict[str, Any]:
+    """What makes two runs the same grader probe (and so resumable into each other)."""
+    return {"axis": AXIS, "grader": grader.describe(),
+            "template": content_id(options.template) if options.via == "judge" else None,
+            "extract": options.extract.spec if options.extract else None,
+            "cases_file": os.path.abspath(options.cases), "cases_digest": cases_digest(cases), "n": options.n,
+            "repeats": options.repeats, "identity": options.identity}
+
+
+def _open_run(ledger: Ledger, options: GraderProbeOptions, parameters: dict[str, Any],
+              on_event: OnEvent | None) -> str:
+    """The probe-run to record into: the one ``--resume`` names (refused when its parameters differ),
+    the newest unfinished one with these parameters, or a new one."""
+    match = content_id(parameters)
+    if isinstance(options.resume, str):
+        run = ledger.get(options.resume)
+        stored = run.body.get("parameters") if run.kind == "probe-run" else None
+        if not isinstance(stored, dict) or stored.get("axis") != AXIS:
+            what = f"a {stored.get('axis')} probe run" if isinstance(stored, dict) else f"a {run.kind}"
+            raise InputError(f"--resume {options.resume}: record {run.id} is {what}, not a grader probe run")
+        if run.body.get("match") != match:
+            moved = sorted(k for k, v in parameters.items() if stored.get(k) != v)
+            raise InputError(f"--resume {run.id}: that run was started with different parameters "
+                             f"({', '.join(moved)}); repeat its exact command line, or drop --resume to start anew")
+        emit(on_event, RunOpened(run.id, True))
+        return run.id
+    if options.resume:
+        for run in ledger.iter(kind="probe-run", newest_first=True):
+            if run.body.get("match") == match and (options.retry_errored or final_row(ledger, run.id)[0] is None):
+                emit(on_event, Note(f"resuming run {run.id}"))
+                emit(on_event, RunOpened(run.id, True))
+                return run.id
+        emit(on_event, Note("nothing unfinished to resume with these parameters: starting a new grader probe"))
+    run_id = ledger.append("probe-run", {"schema": RUN_SCHEMA, "parameters": parameters, "match": match,
+                                         "started_at": now_iso()})
+    emit(on_event, RunOpened(run_id, False))
+    return run_id
+
+
+def _grade(options: GraderProbeOptions, cases: list[GradedCase], grader: _Grader, ledger: Ledger | None,
+           on_event: OnEvent | None, cancel: Cancel | None) -> GraderProbeReport:
+    repeats = options.repeats
+    gradings: dict[str, list[Grading | None]] = {case.id: [None] * repeats for case in cases}
+    run_id: str | None = None
+    final, final_retry = None, 0
+    if ledger is not None:
+        run_id = _open_run(ledger, options, _parameters(options, cases, grader), on_event)
+        final, final_retry = final_row(ledger, run_id)
+    todo: list[tuple[int, GradedCase, str]] = []  # (repeat, case, the ledger key its grading goes under)
+    for repeat in range(1, repeats + 1):
+        for case in cases:
+            row, retry = case_row(ledger, run_id, repeat, case.id) if ledger is not None and run_id else (None, 0)
+            if row is None:
+                todo.append((repeat, case, case_key(repeat, case.id)))
+            elif row.body.get("error") and options.retry_errored:
+                todo.append((repeat, case, case_key(repeat, case.id, retry + 1)))
+            else:
+                gradings[case.id][repeat - 1] = Grading(row.body.get("verdict"), row.body.get("reply"),
+                                                        row.body.get("error"))
+    if final is not None and not (options.retry_errored and todo):
+        report = GraderProbeReport.from_json(final.body, record_id=final.id)
+        emit(on_event, GraderProbeFinished(report.m, report.n, report.sentence, report.record_id))
+        return report
+    total = len(cases) * repeats
+    done = total - len(todo)
+    for repeat, case, key in todo:
+        if cancel is not None and cancel.is_set():
+            if run_id is None:
+                break  # nothing recorded, nothing to resume: report the cases graded every time
+            raise ProbeInterrupted(run_id, done, total)
+        grading = grader.grade(case)
+        if ledger is not None:
+            ledger.append(GRADING_KIND, {"repeat": repeat, "case": case.id, "verdict": grading.verdict,
+                                         "reply": grading.reply, "error": grading.error}, parent=run_id, key=key)
+        gradings[case.id][repeat - 1] = grading
+        done += 1
+        emit(on_event, CaseGraded(case.id, repeat, repeats, grading.verdict, grading.error, done, total))
+    report = _fold(options, cases, gradings, grader.describe(), run_id)
+    if ledger is not None and report.n > 0:
+        from execsys.redact import scrub
+
+        body = scrub(report.to_json())
+        body.pop("record_id", None)
+        record_id = new_id("probe")
+        stored = ledger.append("probe", body, identity=options.identity, parent=run_id, record_id=record_id,
+                               key="final" if final is None else f"final{RETRY_MARK}{final_retry + 1}")
+        if stored != record_id:  # another process finished the same run first: report theirs
+            report = GraderProbeReport.from_json(ledger.get(stored).body, record_id=stored)
+        else:
+            report.record_id = record_id
+    emit(on_event, GraderProbeFinished(report.m, report.n, report.sentence, report.record_id))
+    return report
+
+
+def _fold(options: GraderProbeOptions, cases: list[GradedCase], gradings: dict[str, list[Grading | None]],
+          described: dict[str, Any], run_id: str | None) -> GraderProbeReport:
+    """Agreement over the cases graded every time without an error; the flipped ones with every verdict."""
+    errored: list[dict[str, Any]] = []
+    flipped: list[dict[str, Any]] = []
+    n = 0
+    for case in cases:
+        done = [g for g in gradings[case.id] if g is not None]
+        if len(done) < options.repeats:
+            continue
+        if any(g.error for g in done):
+            errored.append({"id": case.id, "errors": [g.error for g in done if g.error]})
+            continue
+        n += 1
+        verdicts = [g.verdict for g in done]
         if len(set(verdicts)) > 1:
             flipped.append({"id": case.id, "verdicts": verdicts, "output": case.output,
-                            "rationales": [g.reply for g in gradings[case.id]] if options.via == "judge" else None})
-    n = len(counted)
+                            "rationales": [g.reply for g in done] if options.via == "judge" else None})
     m = n - len(flipped)
-    report = GraderProbeReport(m, n, options.repeats, errored, flipped, grader.describe(), str(options.cases),
-                               options.identity, noise_sentence(m, n, options.repeats))
-    try:
-        if ledger is not None and n > 0:
-            body = scrub(report.to_json())
-            body.pop("record_id", None)
-            report.record_id = ledger.append("probe", body, identity=options.identity)
-    finally:
-        if ledger is not None:
-            ledger.close()
-    emit(on_event, GraderProbeFinished(m, n, report.sentence, report.record_id))
-    return report
+    return GraderProbeReport(m, n, options.repeats, errored, flipped, described, str(options.cases),
+                             options.identity, noise_sentence(m, n, options.repeats), run=run_id)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 SCHEMA = "execsys.probe/1"
 RESULT_KIND = "probe-result"  # one case's result row of a large probe (parent = run id)
+GRADING_KIND = "probe-grading"  # one grading of one case by ``probe grader`` (parent = run id, key <repeat>:<case>)
 CASES_INLINE_LIMIT = 2000  # up to this many cases, the ``probe`` ledger row holds the case list itself
 
 

@@ -30,7 +30,8 @@ axes:
   hosts        one pass per --endpoint (repeat it, one per host); or 'probe merge RECORD...'
   redeploy     a fresh pass against a stored probe record (--baseline RECORD_ID)
   grader       the same outputs graded twice (or --repeats N) by the declared [grader]
-               (cases: {"id", "prompt", "output", "expected"?}; see 'execsys probe grader --help')
+               (cases: {"id", "prompt", "output", "expected"?}, an lm-eval samples_<task>_*.jsonl
+               or an Inspect .eval/.json log; resumable like the other axes)
 
 cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "expected"?}.
 prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
@@ -50,6 +51,7 @@ examples:
   execsys probe redeploy --endpoint URL --cases cases.jsonl --baseline probe-20261130T010203-ab12cd34
   execsys probe merge probe-...-host1 probe-...-host2
   execsys probe grader --cases graded.jsonl --repeats 5 --extract 'regex:(correct|incorrect)'
+  execsys probe grader --cases out/model/samples_gsm8k_2026-12-01T10-00-00.jsonl --resume
   execsys probe size --expect 0.95 --width 0.10   how many cases for a 95% interval that narrow
   execsys probe session ... --until-width 0.10 --max-n 500   stop once the interval is that narrow
   execsys probe session ... --resume --retry-errored          send the errored cases again
@@ -71,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
     target.add_argument("--retries", type=int, default=3, metavar="N", help="retries on 5xx/timeouts/bad bodies (default 3)")
     cases = parser.add_argument_group("cases and comparison")
-    cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases)")
+    cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases); for grader also an "
+                       "lm-eval samples_<task>_*.jsonl or an Inspect .eval/.json log")
     cases.add_argument("--n", type=int, metavar="N", help="use the first N cases (or a seeded sample with --sample)")
     cases.add_argument("--sample", type=int, metavar="SEED", help="with --n: a seeded random sample instead of the first N")
     cases.add_argument("--compare", choices=("output", "outcome"), help="headline level (default output; both are reported)")
@@ -264,7 +267,9 @@ def _grader(args: argparse.Namespace) -> int:
     """``execsys probe grader``: the grader's own agreement (engine: :mod:`execsys.probes.grader`)."""
     from execsys.console import print_json, stderr_is_terminal
     from execsys.errors import InputError
+    from execsys.probes.events import Note, RunOpened
     from execsys.probes.grader import CaseGraded, GraderProbeOptions, run_grader_probe
+    from execsys.probes.runner import ProbeInterrupted
     from execsys.sources import load_sources
 
     if args.records:
@@ -272,25 +277,46 @@ def _grader(args: argparse.Namespace) -> int:
     sources = load_sources(args.config, args.lock)
     options = GraderProbeOptions.from_sources(sources.declaration, sources.lock, cases=args.cases,
                                               repeats=args.repeats, extract=args.extract, via=args.via, n=args.n,
-                                              timeout=args.timeout)
+                                              timeout=args.timeout, ledger=getattr(args, "ledger", None),
+                                              resume=args.resume or None, retry_errored=args.retry_errored or None)
     cancel = threading.Event()
     previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda signum, frame: cancel.set())
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        sys.stderr.write("stopping after the grading in flight (Ctrl-C again to quit at once)\n")
+
+    signal.signal(signal.SIGINT, on_sigint)
     live = stderr_is_terminal()
 
     def on_event(event: Any) -> None:
-        if live and isinstance(event, CaseGraded):
+        if isinstance(event, Note):
+            sys.stderr.write(("\n" if live else "") + event.message + "\n")
+        elif isinstance(event, RunOpened) and not live:
+            # said before the first grading, so a run killed outright can still be resumed by its id
+            sys.stderr.write(f"{'resuming' if event.resumed else 'grading into'} run {event.run_id}\n")
+        elif live and isinstance(event, CaseGraded):
             sys.stderr.write(f"\rgrading {event.done}/{event.total} (repeat {event.repeat} of {event.repeats})")
             if event.done == event.total:
                 sys.stderr.write("\n")
 
     try:
         report = run_grader_probe(options, on_event=on_event, cancel=cancel)
+    except ProbeInterrupted as exc:
+        sys.stderr.write(
+            f"execsys probe grader: interrupted: {exc.saved} of {exc.total} gradings saved in run {exc.run_id}\n"
+            f"resume with: {_resume_command(exc.run_id)}\n"
+        )
+        return 130
     finally:
         signal.signal(signal.SIGINT, previous)
     if report.n == 0:
         first = report.errored[0]["errors"][0] if report.errored and report.errored[0]["errors"] else "no case graded"
-        raise InputError(f"probe grader: no case could be graded {report.repeats} times ({first})")
+        resume = (f"; once fixed: {_resume_command(report.run)}" + ("" if args.retry_errored else " --retry-errored")
+                  if report.run else "")
+        raise InputError(f"probe grader: no case could be graded {report.repeats} times ({first}){resume}")
     if args.json:
         print_json(report.to_json())
     else:

@@ -32,6 +32,19 @@ class HarnessResult:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SampleOutput:
+    """One sample a harness logged, as a grader sees it again (``execsys probe grader --cases``).
+
+    ``id`` is the key :meth:`HarnessAdapter.read` gives the sample's outcome (``<task>/<id>``), so a
+    flipped verdict names the same case ``compare`` does."""
+
+    id: str
+    prompt: str  # what the model was asked (a chat input: its messages as JSON)
+    output: str  # the text the harness's own scorer graded
+    expected: Any = None  # the harness's target
+
+
 class HarnessAdapter(Protocol):
     """One evaluation harness, as ``execsys run`` and ``execsys compare`` see it."""
 

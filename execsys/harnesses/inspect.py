@@ -6,18 +6,20 @@
 ``inspect_ai`` entry point) writes ``{"execsys": {...}}`` into the eval's metadata when
 ``EXECSYS_LOCK`` is set, so ``execsys run`` changes nothing on the command line. Logs are read back
 with Inspect's own reader; a sample's outcome is its first score's value (``C``/``I`` as
-right/wrong), keyed ``<task>/<id>`` plus ``#<epoch>`` past the first epoch.
+right/wrong), keyed ``<task>/<id>`` plus ``#<epoch>`` past the first epoch. ``probe grader`` reads
+the same samples as the outputs to grade again (:func:`graded_samples`).
 """
 
 from __future__ import annotations
 
+import json
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
-from execsys.harnesses.base import HarnessResult, flag_value, program_words
+from execsys.harnesses.base import HarnessResult, SampleOutput, flag_value, program_words
 
 NAME = "inspect"
 MISSING_EXTRA = ("reading Inspect logs needs Inspect AI installed here: pip install 'execsys[inspect]' "
@@ -56,14 +58,7 @@ class InspectHarness:
         return True
 
     def read(self, path: Path) -> HarnessResult:
-        try:
-            from inspect_ai.log import read_eval_log  # pyright: ignore[reportMissingImports]  (execsys[inspect])
-        except ImportError:
-            raise InputError(f"{path}: {MISSING_EXTRA}") from None
-        try:
-            log = read_eval_log(str(path))
-        except Exception as exc:  # noqa: BLE001 - Inspect raises many kinds for a bad file
-            raise InputError(f"{path}: not a readable Inspect log ({type(exc).__name__}: {exc})") from None
+        log = _read_log(path)
         metadata = dict(log.eval.metadata or {})
         metadata.update(getattr(log, "metadata", None) or {})  # edits recorded in log_updates
         found = metadata.get("execsys")
@@ -74,9 +69,42 @@ class InspectHarness:
             if not sample.scores:
                 continue
             score = next(iter(sample.scores.values()))
-            key = f"{log.eval.task}/{sample.id}" + (f"#{sample.epoch}" if sample.epoch and sample.epoch > 1 else "")
-            outcomes[key] = score_outcome(score.value)
+            outcomes[sample_key(log, sample)] = score_outcome(score.value)
         return HarnessResult(path, NAME, outcomes, embedded)
+
+
+def graded_samples(path: Path) -> list[SampleOutput]:
+    """An Inspect log's samples as the outputs its scorer graded: id ``<task>/<id>`` (``#<epoch>`` past
+    the first epoch: the key :meth:`InspectHarness.read` gives the outcome), the sample's input (a chat
+    input as its messages' role and text in JSON), the model's completion and the sample's target.
+    A sample that errored has no output to grade and is left out."""
+    log = _read_log(path)
+    samples: list[SampleOutput] = []
+    for sample in log.samples or []:
+        if getattr(sample, "error", None) is not None or sample.output is None:
+            continue
+        given = sample.input
+        prompt = given if isinstance(given, str) else json.dumps(
+            [{"role": message.role, "content": message.text} for message in given], ensure_ascii=False)
+        samples.append(SampleOutput(sample_key(log, sample), prompt, sample.output.completion, sample.target))
+    return samples
+
+
+def sample_key(log: Any, sample: Any) -> str:
+    """``<task>/<sample id>``, plus ``#<epoch>`` past the first epoch: one case's name in every reader."""
+    return f"{log.eval.task}/{sample.id}" + (f"#{sample.epoch}" if sample.epoch and sample.epoch > 1 else "")
+
+
+def _read_log(path: Path) -> Any:
+    """The whole log, through Inspect's own reader (execsys[inspect]); InputError when it cannot be read."""
+    try:
+        from inspect_ai.log import read_eval_log  # pyright: ignore[reportMissingImports]  (execsys[inspect])
+    except ImportError:
+        raise InputError(f"{path}: {MISSING_EXTRA}") from None
+    try:
+        return read_eval_log(str(path))
+    except Exception as exc:  # noqa: BLE001 - Inspect raises many kinds for a bad file
+        raise InputError(f"{path}: not a readable Inspect log ({type(exc).__name__}: {exc})") from None
 
 
 def score_outcome(value: Any) -> Any:

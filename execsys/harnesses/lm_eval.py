@@ -7,7 +7,8 @@ lm-eval's ``MergeDictAction``) is copied into every task's config and written ba
 and is merged, never replaced. Results land under ``--output_path`` (``-o``) as
 ``<model>/results_<time>.json`` and, with ``--log_samples``, ``samples_<task>_<time>.jsonl`` beside
 it: one line per document with ``doc_id`` and one key per metric. ``compare`` reads a case's
-outcome as the task's first metric in those lines.
+outcome as the task's first metric in those lines; ``probe grader`` reads the same lines as the
+outputs to grade again (:func:`graded_samples`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
-from execsys.harnesses.base import HarnessResult, flag_value, program_words
+from execsys.harnesses.base import HarnessResult, SampleOutput, flag_value, program_words
 
 NAME = "lm-eval"
 PROGRAMS = {"lm_eval", "lm-eval"}
@@ -91,6 +92,73 @@ class LmEvalHarness:
                     raise InputError(f"{samples}:{line_no}: no value for metric {metric!r}")
                 outcomes[f"{task}/{sample.get('doc_id')}"] = sample[metric]
         return HarnessResult(path, NAME, outcomes, embedded, notes)
+
+
+def graded_samples(path: Path) -> list[SampleOutput]:
+    """A ``samples_<task>_<time>.jsonl`` file as the outputs lm-eval graded, one per document: id
+    ``<task>/<doc_id>`` (the key :meth:`LmEvalHarness.read` gives its outcome; ``<task>/<doc_id>:<filter>``
+    when the task scored its responses through several filters), the prompt lm-eval sent (the first
+    request's context), the response its metric scored (``filtered_resps``, else the raw ``resps``)
+    and the document's ``target``. A task that generated no text (loglikelihood, multiple choice) has
+    nothing for a grader to judge: InputError naming the line."""
+    found = SAMPLES_NAME.match(path.name)
+    if found is None:
+        raise InputError(f"{path}: not an lm-eval samples file (samples_<task>_<time>.jsonl)")
+    task = found.group("task")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    rows: list[tuple[Any, str, str, Any, Any]] = []
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            sample = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{path}:{line_no}: not JSON ({exc})") from None
+        if not isinstance(sample, dict) or "doc_id" not in sample:
+            raise InputError(f"{path}:{line_no}: not an lm-eval sample (no 'doc_id')")
+        prompt, generated = _first_request(sample.get("arguments"))
+        output = _scored_response(sample) if generated else None
+        if output is None:
+            raise InputError(f"{path}:{line_no}: doc {sample['doc_id']}: its response is not generated text "
+                             "(a loglikelihood or multiple-choice task): nothing for a grader to judge")
+        rows.append((sample["doc_id"], prompt, output, sample.get("target"), sample.get("filter")))
+    several = len({row[4] for row in rows}) > 1
+    return [SampleOutput(f"{task}/{doc}" + (f":{filt}" if several else ""), prompt, output, target)
+            for doc, prompt, output, target, filt in rows]
+
+
+def _first_request(arguments: Any) -> tuple[str, bool]:
+    """The context of a sample's first request and whether it asked for generated text (its second
+    argument is generation kwargs, not a continuation to score): ``{"gen_args_0": {"arg_0": CONTEXT,
+    "arg_1": {...}}}`` as lm-eval 0.4 logs it, or ``[[CONTEXT, {...}], ...]``."""
+    first: Any = None
+    if isinstance(arguments, dict) and arguments:
+        first = next(iter(arguments.values()))
+        first = [first.get(f"arg_{i}") for i in range(len(first))] if isinstance(first, dict) else None
+    elif isinstance(arguments, list) and arguments:
+        first = arguments[0]
+    if not isinstance(first, list) or not first:
+        return "", False
+    context = first[0] if isinstance(first[0], str) else ""
+    return context, len(first) > 1 and isinstance(first[1], dict)
+
+
+def _scored_response(sample: dict[str, Any]) -> str | None:
+    """The text lm-eval's metric scored: the first filtered response, else the first raw one."""
+    for field_name, depth in (("filtered_resps", 1), ("resps", 2)):
+        value: Any = sample.get(field_name)
+        for _ in range(depth):
+            value = value[0] if isinstance(value, list) and value else None
+        if isinstance(value, list) and value and isinstance(value[0], str):  # several generations per document
+            value = value[0]
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
