@@ -16,7 +16,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 from execsys.doctor.runner import DoctorOptions, run_hazard
 from execsys.probes.events import Note, ServedModelDiffers
 from execsys.probes.runner import ProbeOptions, run_probe
@@ -212,11 +211,32 @@ def test_the_doctor_reads_the_endpoint_from_the_declaration(tmp_path: Path, llam
     assert run_hazard("model-name-honesty", options).status == "warn"
 
 
-@pytest.mark.parametrize("status", ["warn"])
-def test_doctor_cli_shows_the_honesty_warning(cli, tmp_path: Path, llama_server, status: str) -> None:
+def test_doctor_cli_shows_the_honesty_warning(cli, tmp_path: Path, llama_server) -> None:
     (tmp_path / "execsys.toml").write_text(
         f'[runtime]\nengine = "llama-cpp-python"\nendpoint = "{llama_server.base_url}"\n')
     result = cli("doctor", "--only", "model-name-honesty", "--json", cwd=tmp_path)
-    data = result.json()
-    check = next(c for c in data["hosts"][0]["checks"] if c["id"] == "model-name-honesty")
-    assert check["status"] == status and check["summary"] == ANSWERS_ANY_NAME
+    assert result.returncode == 0, result.stderr  # a warning, not a blocking hazard
+    [hazard] = result.json()["hazards"]
+    assert hazard["id"] == "model-name-honesty" and hazard["status"] == "warn"
+    assert hazard["summary"] == ANSWERS_ANY_NAME
+    strict = cli("doctor", "--only", "model-name-honesty", "--strict", cwd=tmp_path)
+    assert strict.returncode == 1 and ANSWERS_ANY_NAME in " ".join(strict.stdout.split())
+
+
+# -- execsys run's watch: the engine function the watch loop calls --------------------------------
+
+def test_answered_model_drift_names_the_model_that_answered(llama_server) -> None:
+    from execsys.observe.served import ANSWERED_MODEL_COMPONENT, answered_model_drift
+
+    with ModelNameEndpoint(("tiny",), answer_as="tiny-2026-01") as endpoint:
+        event = answered_model_drift(endpoint.base_url, "tiny", at="2026-12-01T00:00:00Z")
+        assert endpoint.asked == ["tiny"]
+    assert event == {"at": "2026-12-01T00:00:00Z", "component": ANSWERED_MODEL_COMPONENT,
+                     "before": "tiny", "after": "tiny-2026-01"}
+    with ModelNameEndpoint(("tiny",)) as endpoint:
+        assert answered_model_drift(endpoint.base_url, "tiny", at="t") is None
+    # the real server names the model asked for: nothing to report, and no error either
+    assert answered_model_drift(llama_server.base_url, llama_server.alias, at="t") is None
+    gone = ModelNameEndpoint(())
+    gone.server.server_close()
+    assert answered_model_drift(gone.base_url, "tiny", at="t", timeout=1.0) is None
