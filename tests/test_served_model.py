@@ -240,3 +240,44 @@ def test_answered_model_drift_names_the_model_that_answered(llama_server) -> Non
     gone = ModelNameEndpoint(())
     gone.server.server_close()
     assert answered_model_drift(gone.base_url, "tiny", at="t", timeout=1.0) is None
+
+
+def test_doctor_honesty_check_is_bounded_by_its_budget_against_a_trickling_server() -> None:
+    """A server that accepts and answers one byte a second never holds the check past its budget."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.is_set():
+            try:
+                listener.settimeout(0.5)
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                while not stop.is_set():
+                    try:
+                        conn.sendall(b" ")
+                    except OSError:
+                        break
+                    time.sleep(0.5)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        start = time.monotonic()
+        result = run_hazard("model-name-honesty",
+                            DoctorOptions(endpoint=f"http://127.0.0.1:{listener.getsockname()[1]}/v1", timeout=1.0))
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert result.status == "skip" and "did not answer" in result.summary
+    assert elapsed < 7  # the budget is 5 s at timeout 1 s, inside the runner's 8 s deadline

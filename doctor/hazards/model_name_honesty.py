@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,12 +49,20 @@ class _Unanswered(Exception):
     """The endpoint did not answer within the time or size allowed, or could not be reached."""
 
 
-def _request(endpoint: str, method: str, path: str, body: dict[str, Any] | None, *, timeout: float,
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Unanswered("no time left")
+    return left
+
+
+def _request(endpoint: str, method: str, path: str, body: dict[str, Any] | None, *, deadline: float,
              api_key: str | None) -> tuple[int, bytes]:
-    """(status, body) of one request, read within ``timeout`` seconds overall and ``BODY_LIMIT`` bytes."""
+    """(status, body) of one request, read before ``deadline`` (monotonic) and within ``BODY_LIMIT`` bytes:
+    every socket wait is bounded by the time left, so a server trickling its answer cannot outlast it."""
     parts = urlsplit(endpoint)
     connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    deadline = time.monotonic() + timeout
+    timeout = _left(deadline)
     headers = {"Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -68,16 +77,18 @@ def _request(endpoint: str, method: str, path: str, body: dict[str, Any] | None,
         chunks: list[bytes] = []
         size = 0
         while True:
-            chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+            if connection.sock is not None:
+                connection.sock.settimeout(_left(deadline))
+            chunk = response.read1(65536)
             if not chunk:
                 break
             size += len(chunk)
             if size > BODY_LIMIT:
                 raise _Unanswered(f"{path} answered more than {BODY_LIMIT >> 20} MiB")
-            if time.monotonic() > deadline:
-                raise _Unanswered(f"{path} did not finish answering within {timeout:g}s")
             chunks.append(chunk)
         return response.status, b"".join(chunks)
+    except socket.timeout:  # noqa: UP041 - an alias of TimeoutError only from 3.10; remotes may run 3.9
+        raise _Unanswered(f"{path}: no answer in the time allowed") from None
     except (OSError, http.client.HTTPException) as exc:
         raise _Unanswered(f"{path}: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}") from None
     finally:
@@ -113,9 +124,12 @@ def check(ctx) -> HazardResult:
     shown = redact_url(endpoint)
     key_env = getattr(ctx.options, "api_key_env", None)
     api_key = os.environ.get(key_env) if key_env else None
-    timeout = max(ctx.timeout, 5.0)  # a cold engine's first token takes longer than a --version
+    # one budget for both requests: a cold engine's first token takes longer than a --version, and the
+    # whole check stays inside the runner's deadline for a hazard (3 x timeout + 5 s)
+    budget = min(max(2 * ctx.timeout, 5.0), 3 * ctx.timeout + 3.0)
+    deadline = time.monotonic() + budget
     try:
-        status, raw = _request(endpoint, "GET", "/models", None, timeout=timeout, api_key=api_key)
+        status, raw = _request(endpoint, "GET", "/models", None, deadline=deadline, api_key=api_key)
     except _Unanswered as exc:
         return HazardResult(ID, "skip", f"endpoint {shown} did not answer ({exc})", [], "")
     listed: list[str] = []
@@ -135,7 +149,7 @@ def check(ctx) -> HazardResult:
         name += "-x"
     body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0}
     try:
-        status, raw = _request(endpoint, "POST", "/chat/completions", body, timeout=timeout, api_key=api_key)
+        status, raw = _request(endpoint, "POST", "/chat/completions", body, deadline=deadline, api_key=api_key)
     except _Unanswered as exc:
         return HazardResult(ID, "skip", f"endpoint {shown} did not answer a one-token request ({exc})", [], "")
     lists = f"{shown} lists: {', '.join(listed[:8])}" + (" …" if len(listed) > 8 else "")
