@@ -14,7 +14,8 @@ The ledger is ``options.ledger`` (a path; None = ``$EXECSYS_LEDGER`` or the user
 and closed inside :func:`run_probe`. Events (:mod:`execsys.probes.events`, frozen dataclasses):
 :class:`RunOpened` (run id, resumed), :class:`PassStarted`, :class:`CaseDone` (the case's digest,
 text, whether it agrees with the earlier passes, the running tally), :class:`PassFinished` (the
-pass's running agreement), :class:`Note` (warnings, restart progress), :class:`ProbeFinished`.
+pass's running agreement), :class:`Note` (warnings, restart progress; :class:`ServedModelDiffers`, once per
+pass, when a response names another model than the one requested), :class:`ProbeFinished`.
 Setting ``cancel`` stops sending new requests (in-flight ones are recorded); ``run_probe`` then
 raises :class:`ProbeInterrupted` naming the run id to resume. An endpoint that stops accepting
 connections ends the probe after :data:`UNREACHABLE_STREAK` consecutive connection failures

@@ -13,6 +13,8 @@ as long as one pin or verify), so a served path that is the declared artifact is
 
 Model-name honesty: an engine that answers a model name it does not list evaluates whatever is
 resident under any name a harness misspells (sglang#10065); :func:`model_name_honesty` asks it.
+:func:`answered_model_drift` is the same one-token question for ``execsys run``'s watch: a response
+naming another model than the one requested becomes a drift event.
 """
 
 from __future__ import annotations
