@@ -54,6 +54,8 @@ class DoctorOptions:
     artifact_path: str | None = None
     engine: str | None = None
     endpoint_port: int | None = None
+    endpoint: str | None = None  # [runtime] endpoint as declared (model-name-honesty asks it)
+    api_key_env: str | None = None
     config_path: str | None = None
 
     accept: list[str] = field(default_factory=list)
@@ -120,6 +122,7 @@ class DoctorOptions:
         opts.engine = get("runtime", "engine")
         opts.process = get("runtime", "process")
         opts.endpoint_port = endpoint_port(get("runtime", "endpoint"))
+        opts.endpoint, opts.api_key_env = get("runtime", "endpoint"), get("runtime", "api_key_env")
         if opts.ports is None and opts.endpoint_port:
             opts.ports = [opts.endpoint_port]
         base = os.path.dirname(str(decl.path)) if getattr(decl, "path", None) else ""
@@ -140,6 +143,7 @@ class DoctorOptions:
             self.artifact_path = path if absolute else os.path.normpath(os.path.join(base, path))
         self.engine = self.engine or pinned("runtime", "engine")
         self.process = self.process or pinned("runtime", "process")
+        self.endpoint = self.endpoint or pinned("runtime", "endpoint")
         if self.endpoint_port is None:
             self.endpoint_port = endpoint_port(pinned("runtime", "endpoint"))
             if self.ports is None and self.endpoint_port:

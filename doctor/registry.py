@@ -29,6 +29,7 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard("lost-mode-bits", "Execute bits lost in the tree", "lost_mode_bits"),
     Hazard("port-collisions", "Who answers on the declared ports", "port_collisions"),
     Hazard("clock-skew", "Clock synchronisation", "clock_skew"),
+    Hazard("model-name-honesty", "Model names the endpoint answers", "model_name_honesty"),
 )
 
 IDS: tuple[str, ...] = tuple(h.id for h in HAZARDS)

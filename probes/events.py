@@ -19,7 +19,7 @@ from .agreement import Tally
 if TYPE_CHECKING:
     from .record import ProbeRecord
 
-__all__ = ["CaseDone", "Note", "PassFinished", "PassStarted", "ProbeFinished", "RunOpened"]
+__all__ = ["CaseDone", "Note", "PassFinished", "PassStarted", "ProbeFinished", "RunOpened", "ServedModelDiffers"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,18 @@ class Note(Event):
     @property
     def text(self) -> str:
         return self.message
+
+
+@dataclass(frozen=True)
+class ServedModelDiffers(Note):
+    """A response on this pass named another model than the one requested (said once per pass, at the
+    first such case; the record's pass says how many). A Note, so every face that shows notes shows it;
+    the fields are there for a face that wants them apart."""
+
+    pass_index: int = 0
+    case_id: str = ""
+    requested: str = ""
+    answered: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ The ledger is ``options.ledger`` (a path; None = ``$EXECSYS_LEDGER`` or the user
 and closed inside :func:`run_probe`. Events (:mod:`execsys.probes.events`, frozen dataclasses):
 :class:`RunOpened` (run id, resumed), :class:`PassStarted`, :class:`CaseDone` (the case's digest,
 text, whether it agrees with the earlier passes, the running tally), :class:`PassFinished` (the
-pass's running agreement), :class:`Note` (warnings, restart progress), :class:`ProbeFinished`.
+pass's running agreement), :class:`Note` (warnings, restart progress; :class:`ServedModelDiffers`, once per
+pass, when a response names another model than the one requested), :class:`ProbeFinished`.
 Setting ``cancel`` stops sending new requests (in-flight ones are recorded); ``run_probe`` then
 raises :class:`ProbeInterrupted` naming the run id to resume. An endpoint that stops accepting
 connections ends the probe after :data:`UNREACHABLE_STREAK` consecutive connection failures
@@ -68,7 +69,7 @@ from .axes import AXES, Axis, PassSchedule
 from .cases import Case, CaseFile, cases_digest, pass_indices, select
 from .client import CommandClient, Completion, EndpointClient
 from .compare import Extractor, digest, divergence_between, parse_extractor
-from .events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
+from .events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened, ServedModelDiffers
 from .margin import (
     DEFAULT_TIE_MARGIN,
     DEFAULT_TOP_K,
@@ -887,6 +888,11 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
         text = completion.text or ""
         return case, completion, digest(text), extractor(text) if extractor else None, conditions
 
+    # A response naming another model than the one requested is said once per pass, as it happens;
+    # every case's answered name is in its row, and the record's pass counts them.
+    requested_model = params.get("model")
+    other_model_said = False
+
     # Connection failures in a row are held back, not recorded: if the endpoint is gone they stop
     # the probe and a resumed run sends those cases again; if it answers again they are recorded
     # as the errors they were.
@@ -912,7 +918,7 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
 
     def _record(batch: list[_Measured]) -> None:
         """Write the results that are ready (one transaction), then account for them and report."""
-        nonlocal done
+        nonlocal done, other_model_said
         entries = []
         for case, completion, output_digest, outcome, conditions in batch:
             body: dict[str, Any] = {
@@ -950,6 +956,12 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
             emit(CaseDone(schedule.index, case.id, done, total, completion.error, output_digest, completion.text,
                           outcome, agrees=verdict.agree if verdict is not None else None,
                           excluded=verdict is not None and verdict.errored, agreement=tally.tally()))
+            if not other_model_said and _answered_as_other(requested_model, completion.model):
+                other_model_said = True
+                emit(ServedModelDiffers(
+                    f"pass {schedule.label}: case {case.id} was answered as model {completion.model!r}, not the "
+                    f"{requested_model!r} requested", schedule.index, case.id, str(requested_model),
+                    str(completion.model)))
 
     # Requests go out from worker threads and results are recorded here, so even at concurrency 1 the
     # ledger write of one case overlaps the next request instead of adding to it.
@@ -1036,6 +1048,19 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
         with fillers_lock:
             sent_fillers = fillers
         ctx.steps.setdefault(f"fillers:{schedule.index}", {"fillers": 0})["fillers"] += sent_fillers
+
+
+def _answered_as_other(requested: str | None, answered: str | None) -> bool:
+    """A response's ``model`` that is not the name requested: an alias resolved elsewhere, or a server
+    answering with whatever is resident (sglang#10065). No name on either side says nothing."""
+    return bool(requested) and bool(answered) and answered != requested
+
+
+def _other_model_note(label: str, requested: str, answered: dict[str, int], completed: int) -> str:
+    names = ", ".join(f"{name!r} ({count})" for name, count in sorted(answered.items()))
+    count = sum(answered.values())
+    return (f"pass {label}: {count} of {completed} responses named another model than the {requested!r} "
+            f"requested: {names}")
 
 
 def _load_baseline(options: ProbeOptions, ledger: Ledger, cases: Sequence[Case]) -> ProbeRecord:
@@ -1131,6 +1156,8 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
                                                                    case_id, k, options.tie_margin))
     per_pass_fp: list[set[str]] = [set() for _ in schedules]
     per_pass_models: list[set[str]] = [set() for _ in schedules]
+    requested = [models[s.target] if s.source == "send" else None for s in schedules]
+    per_pass_other: list[dict[str, int]] = [{} for _ in schedules]  # answered name -> cases, when not requested
     per_pass_errors = [0] * len(schedules)
     per_pass_completed = [0] * len(schedules)
     for case in cases:
@@ -1143,6 +1170,8 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
                     per_pass_fp[i].add(slot.fingerprint)
                 if slot.model:
                     per_pass_models[i].add(slot.model)
+                    if _answered_as_other(requested[i], slot.model):
+                        per_pass_other[i][slot.model] = per_pass_other[i].get(slot.model, 0) + 1
                 if slot.error:
                     per_pass_errors[i] += 1
                 if slot.logprobs:
@@ -1163,6 +1192,12 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         info["errored"] = per_pass_errors[i]
         info["system_fingerprints"] = sorted(per_pass_fp[i])
         info["models"] = sorted(per_pass_models[i])
+        if per_pass_other[i]:
+            info["model_mismatch"] = {"requested": requested[i], "answered": dict(sorted(per_pass_other[i].items())),
+                                      "cases": sum(per_pass_other[i].values())}
+            note = _other_model_note(schedule.label, str(requested[i]), per_pass_other[i], per_pass_completed[i])
+            if note not in ctx.notes:
+                ctx.notes.append(note)
         if f"fillers:{i}" in ctx.steps:
             info["fillers"] = ctx.steps[f"fillers:{i}"]["fillers"]
         if f"window:{i}" in ctx.steps:

@@ -11,7 +11,7 @@ import pytest
 from execsys.doctor.registry import IDS
 
 HAZARD_IDS = ["binary-aliasing", "interop-mangling", "stub-executables", "unread-env-config", "baked-paths",
-              "package-prefixes", "lost-mode-bits", "port-collisions", "clock-skew"]
+              "package-prefixes", "lost-mode-bits", "port-collisions", "clock-skew", "model-name-honesty"]
 
 
 def _assert_host_object(obj: dict) -> None:

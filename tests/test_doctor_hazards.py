@@ -232,6 +232,49 @@ def test_stub_executables_pyenv_shim_for_a_version_not_selected(monkeypatch):
     assert "shim for an uninstalled version" in text and "python3.12: command not found" in text
 
 
+# What the stubs print, verbatim: the App Execution Alias (python/cpython#85499), pyenv 2.x's
+# libexec/pyenv-which (its "command not found" text was also measured on the real pyenv here, in the
+# test above), asdf's shims.
+_ALIAS_TEXT = ("Python was not found; run without arguments to install from the Microsoft Store, or disable this "
+               "shortcut from Settings > Manage App Execution Aliases.")
+_STUBS = {
+    "windows-app-alias": (f"echo '{_ALIAS_TEXT}' >&2\nexit 9009\n", "windows-app-alias",
+                          "a Windows App Execution Alias stub"),
+    "pyenv-not-selected": ("echo 'pyenv: python3.12: command not found' >&2\necho >&2\n"
+                           "echo \"The \\`python3.12' command exists in these Python versions:\" >&2\n"
+                           "echo '  3.12.1' >&2\nexit 127\n", "shim-uninstalled",
+                           "shim for an uninstalled version (pyenv: the command exists only in a Python version"),
+    "pyenv-not-installed": ("echo \"pyenv: version \\`3.99.0' is not installed (set by PYENV_VERSION environment "
+                            "variable)\" >&2\nexit 1\n", "shim-uninstalled",
+                            "pyenv: the selected version is not installed"),
+    "asdf-not-installed": ("echo 'No preset version installed for command python3' >&2\n"
+                           "echo 'Please install a version by running one of the following:' >&2\nexit 126\n",
+                           "shim-uninstalled", "shim for an uninstalled version (asdf)"),
+    "asdf-not-set": ("echo 'No version is set for command python3' >&2\nexit 126\n", "shim-uninstalled",
+                     "asdf: no version selected"),
+}
+
+
+@pytest.mark.parametrize("stub", sorted(_STUBS))
+def test_stub_executables_fail_on_a_known_stub_anywhere_on_path(tmp_path, monkeypatch, stub):
+    """Recognised by what the stub prints, in an ordinary bin directory (not WindowsApps, not .pyenv/shims)."""
+    body, kind, said = _STUBS[stub]
+    _script(tmp_path / "bin" / "python3", "#!/bin/sh\n" + body)
+    _prepend_path(monkeypatch, tmp_path / "bin")
+    result = run_hazard("stub-executables", DoctorOptions(commands=["python3"]))
+    assert result.status == "fail"
+    assert result.summary == "cannot run: python3"
+    assert [f.id for f in result.findings] == [f"stub-executables/{kind}"]
+    assert said in result.findings[0].text
+
+
+def test_stub_executables_a_signature_with_exit_0_is_a_working_program(tmp_path, monkeypatch):
+    _script(tmp_path / "bin" / "helper", "#!/bin/sh\necho 'pyenv: helper: command not found (quoted in help)'\n")
+    _prepend_path(monkeypatch, tmp_path / "bin")
+    result = run_hazard("stub-executables", DoctorOptions(commands=["helper"]))
+    assert result.status == "ok"
+
+
 def test_stub_executables_ok_for_working_programs(tmp_path, monkeypatch):
     _script(tmp_path / "bin" / "engine", "#!/bin/sh\necho 'engine 1.2.3'\n")
     _prepend_path(monkeypatch, tmp_path / "bin")

@@ -15,7 +15,7 @@ from execsys.doctor import remote
 from execsys.doctor.runner import DoctorOptions, HazardChecked, HostFinished, HostUnreachable, run_doctor
 
 HAZARD_IDS = ["binary-aliasing", "interop-mangling", "stub-executables", "unread-env-config", "baked-paths",
-              "package-prefixes", "lost-mode-bits", "port-collisions", "clock-skew"]
+              "package-prefixes", "lost-mode-bits", "port-collisions", "clock-skew", "model-name-honesty"]
 
 
 def test_remote_doctor_end_to_end_with_an_unreachable_host(cli, ssh_config_env, tmp_path):
@@ -33,7 +33,7 @@ def test_remote_doctor_end_to_end_with_an_unreachable_host(cli, ssh_config_env, 
     skew = next(h for h in reachable["hazards"] if h["id"] == "clock-skew")
     assert skew["status"] in ("ok", "warn") and "vs local" in skew["summary"]
     assert abs(reachable["host"]["clock_offset_ms"]) <= 250
-    assert [h["status"] for h in dead["hazards"]] == ["error"] * 9
+    assert [h["status"] for h in dead["hazards"]] == ["error"] * len(HAZARD_IDS)
     assert "Connection refused" in dead["host"]["error"] and dead["verdict"] == "hazards"
     assert report["verdict"] == "hazards"
 

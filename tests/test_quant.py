@@ -22,10 +22,11 @@ EXPECTED = {
     ("fp8", "per-tensor", "vllm", "sm_90"): "native",
     ("fp8", "per-tensor", "vllm", "sm_100"): "native",
     ("fp8", "per-tensor", "vllm", "sm_120"): "native",
-    # block-wise FP8 has no Marlin path (vllm#13885); SGLang FP8 on Ampere fails (sglang#7715).
+    # block-wise FP8 has no Marlin path in vLLM (vllm#13885); SGLang falls back to FP8 Marlin on Ampere
+    # (can_auto_enable_marlin_fp8, sglang PR #31340; sglang#7715 was the failure before it).
     ("fp8", "block", "vllm", "sm_80"): "unsupported",
     ("fp8", "block", "vllm", "sm_90"): "native",
-    ("fp8", "per-tensor", "sglang", "sm_80"): "unsupported",
+    ("fp8", "per-tensor", "sglang", "sm_80"): "fallback",
     ("fp8", "per-tensor", "sglang", "sm_89"): "native",
     # NVFP4: Marlin fallback off Blackwell in vLLM, native on sm_100, fallback cases on sm_120.
     ("nvfp4", "W4A4", "vllm", "sm_80"): "fallback",

@@ -6,13 +6,17 @@ a Windows App Execution Alias stub, a pyenv/asdf shim for a version that is not
 installed, or a program that hangs: ``which`` finds each of them, and the run
 then fails (or waits) in a place that looks like the model's fault. Each command
 is inspected and started once with ``--version`` under a timeout, stdin closed
-and output capped; evidence shows what ran and what it said.
+and output capped; evidence shows what ran and what it said. Known stubs are
+recognised by what they print (:data:`STUB_SIGNATURES`, data with their sources),
+wherever they are on PATH.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import re
+from typing import NamedTuple
 
 from execsys.doctor import files
 from execsys.doctor.model import Finding, HazardResult, fold
@@ -25,6 +29,48 @@ FINDINGS = ("windows-app-alias", "unreadable", "zero-byte", "dead-shebang", "for
 FIX = ("Reinstall or remove the broken file (a 0-byte or foreign-architecture file, a dead shebang), install the "
        "version a shim points at (pyenv install / asdf install), or call the real program by absolute path; "
        "a program that hangs on --version needs investigating before a run depends on it.")
+
+
+
+class StubSignature(NamedTuple):
+    """What a known stub prints when it is run instead of the program: recognised anywhere on PATH,
+    whatever the file is called, because the text (not the location) is the stub's own."""
+
+    kind: str  # the finding kind (FINDINGS)
+    pattern: str  # a regular expression searched in what it printed (stdout and stderr)
+    what: str  # what the finding says it is
+    source: str  # where the text comes from
+
+
+# Each one fails, not warns: the file exists, `command -v` finds it, and it cannot run the program.
+# A match counts only with a non-zero exit (every one of these stubs exits non-zero).
+STUB_SIGNATURES: tuple[StubSignature, ...] = (
+    StubSignature("windows-app-alias",
+                  r"Python was not found; run without arguments to install from the Microsoft Store",
+                  "a Windows App Execution Alias stub -- it offers the Microsoft Store instead of running Python",
+                  "python/cpython#85499 (the alias prints this and exits 9009)"),
+    StubSignature("shim-uninstalled", r"pyenv: [^\s:]+: command not found",
+                  "shim for an uninstalled version (pyenv: the command exists only in a Python version that is "
+                  "not selected)", "pyenv libexec/pyenv-which; pyenv/pyenv#3328"),
+    StubSignature("shim-uninstalled", r"pyenv: version `[^']+' is not installed",
+                  "shim for an uninstalled version (pyenv: the selected version is not installed)",
+                  "pyenv libexec/pyenv-which"),
+    StubSignature("shim-uninstalled", r"No preset version installed for command \S+",
+                  "shim for an uninstalled version (asdf)", "asdf-vm/asdf shims"),
+    StubSignature("shim-uninstalled", r"No version is set for command \S+",
+                  "shim for an uninstalled version (asdf: no version selected for it)", "asdf-vm/asdf shims"),
+)
+
+
+def stub_signature(output: str, returncode: int | None) -> StubSignature | None:
+    """The known stub whose words ``output`` carries, when the program also failed."""
+    if not returncode:
+        return None
+    for signature in STUB_SIGNATURES:
+        if re.search(signature.pattern, output):
+            return signature
+    return None
+
 
 _SHIM_DIRS = (os.sep + ".pyenv" + os.sep + "shims", os.sep + ".asdf" + os.sep + "shims",
               os.sep + "pyenv" + os.sep + "shims", os.sep + "asdf" + os.sep + "shims")
@@ -67,6 +113,9 @@ def inspect(path: str, ctx) -> tuple[str, list[str], str]:
         return "fail", [f"{path}: hangs -- {said}", *notes], "hangs"
     if inv.flooded:
         return "fail", [f"{path}: {said}", *notes], "floods-output"
+    known = stub_signature(inv.output, inv.returncode)
+    if known is not None:
+        return "fail", [f"{path}: {known.what} -- {said}"], known.kind
     text = inv.output.lower()
     if inv.returncode == 126 or "exec format error" in text:
         return "fail", [f"{path}: {said}", *notes], "exec-format-error"

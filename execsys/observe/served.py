@@ -13,6 +13,8 @@ as long as one pin or verify), so a served path that is the declared artifact is
 
 Model-name honesty: an engine that answers a model name it does not list evaluates whatever is
 resident under any name a harness misspells (sglang#10065); :func:`model_name_honesty` asks it.
+:func:`answered_model_drift` is the same one-token question for ``execsys run``'s watch: a response
+naming another model than the one requested becomes a drift event.
 """
 
 from __future__ import annotations
@@ -128,21 +130,15 @@ def check_served(runtime_observed: dict[str, Any], artifact_observed: dict[str, 
                         f"the pinned artifact is {pinned_path}"}
 
 
-def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None = None,
-                       timeout: float = 30.0) -> dict[str, Any] | None:
-    """Ask for a model name the endpoint does not list, one token. ``answered`` True means it served the
-    request anyway (``answered_as``: the ``model`` its answer claims, ``text``: what it said); None when the
-    endpoint could not be asked (no models listed, not reachable)."""
+def ask_model(endpoint: str, name: str, *, api_key: str | None = None, timeout: float = 30.0) -> dict[str, Any] | None:
+    """One cheap chat request (max_tokens 1) naming the model ``name``: ``{"asked", "status", "answered"}``
+    plus, when answered, ``answered_as`` (the ``model`` the response claims) and ``text``; None when the
+    endpoint could not be asked (not reachable, no answer within ``timeout``)."""
     import httpx
 
     from execsys.observe.http import observation_client
     from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
 
-    if not listed:
-        return None
-    name = UNLISTED_MODEL_NAME
-    while name in listed:
-        name += "-x"
     api, _root = _api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0}
@@ -158,6 +154,35 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
             result["answered_as"] = data.get("model")
             result["text"] = str(data["choices"][0]["message"].get("content") or "")[:80]
     return result
+
+
+def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None = None,
+                       timeout: float = 30.0) -> dict[str, Any] | None:
+    """Ask for a model name the endpoint does not list, one token. ``answered`` True means it served the
+    request anyway (``answered_as``: the ``model`` its answer claims, ``text``: what it said); None when the
+    endpoint could not be asked (no models listed, not reachable)."""
+    if not listed:
+        return None
+    name = UNLISTED_MODEL_NAME
+    while name in listed:
+        name += "-x"
+    return ask_model(endpoint, name, api_key=api_key, timeout=timeout)
+
+
+ANSWERED_MODEL_COMPONENT = "runtime.endpoint.answered_model"
+
+
+def answered_model_drift(endpoint: str, requested: str, *, at: str, api_key: str | None = None,
+                         timeout: float = 30.0) -> dict[str, Any] | None:
+    """For ``execsys run``'s watch: ask for ``requested`` (one token) and, when the response names another
+    model, a drift event in the watch's own shape ``{at, component, before, after}`` (before: the name
+    requested, after: the name answered). None when the answer names the model requested, names none, or
+    the endpoint could not be asked -- a watch tick that cannot look is not a mismatch."""
+    answer = ask_model(endpoint, requested, api_key=api_key, timeout=timeout)
+    answered_as = (answer or {}).get("answered_as")
+    if not answer or not answer.get("answered") or not isinstance(answered_as, str) or answered_as == requested:
+        return None
+    return {"at": at, "component": ANSWERED_MODEL_COMPONENT, "before": requested, "after": answered_as}
 
 
 def honesty_evidence(result: dict[str, Any]) -> str:
