@@ -1,4 +1,4 @@
-"""The layered-environment doctor: nine hazards checked before any run counts.
+"""The layered-environment doctor: ten hazards checked before any run counts.
 
 Public API (the CLI and the TUI are both thin faces over it)::
 

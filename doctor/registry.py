@@ -1,4 +1,4 @@
-"""The nine hazards, in the order they are checked and shown.
+"""The ten hazards, in the order they are checked and shown.
 
 An explicit list rather than discovery: adding a hazard is one new module under
 ``hazards/`` (with ``ID``, ``TITLE``, ``FINDINGS`` -- the kinds of finding it emits, each

@@ -122,7 +122,7 @@ def build_parser(only: str | None = None) -> Parser:
         ),
         epilog=(
             "typical session:\n"
-            "  execsys doctor                 check the nine environment hazards\n"
+            "  execsys doctor                 check the ten environment hazards\n"
             "  execsys init && execsys pin    declare and pin the twelve components\n"
             "  execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl\n"
             "  execsys scope                  what comparisons the measurements license\n\n"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -225,21 +226,27 @@ def test_doctor_cli_shows_the_honesty_warning(cli, tmp_path: Path, llama_server)
 
 # -- execsys run's watch: the engine function the watch loop calls --------------------------------
 
-def test_answered_model_drift_names_the_model_that_answered(llama_server) -> None:
-    from execsys.observe.served import ANSWERED_MODEL_COMPONENT, answered_model_drift
+def test_the_watch_reports_an_alias_re_pointed_mid_run_as_drift_of_the_answered_model(llama_server) -> None:
+    from execsys.observe.served import answered_as
+    from execsys.run.watch import Watcher
 
     with ModelNameEndpoint(("tiny",), answer_as="tiny-2026-01") as endpoint:
-        event = answered_model_drift(endpoint.base_url, "tiny", at="2026-12-01T00:00:00Z")
-        assert endpoint.asked == ["tiny"]
-    assert event == {"at": "2026-12-01T00:00:00Z", "component": ANSWERED_MODEL_COMPONENT,
-                     "before": "tiny", "after": "tiny-2026-01"}
-    with ModelNameEndpoint(("tiny",)) as endpoint:
-        assert answered_model_drift(endpoint.base_url, "tiny", at="t") is None
-    # the real server names the model asked for: nothing to report, and no error either
-    assert answered_model_drift(llama_server.base_url, llama_server.alias, at="t") is None
+        drift: list[dict] = []
+        watcher = Watcher({"endpoint": endpoint.base_url}, 0.2, on_drift=drift.append)
+        watcher.start()  # the baseline: requests for 'tiny' are answered by tiny-2026-01
+        endpoint.answer_as = "tiny-2026-06"  # the router behind the name moves
+        deadline = time.monotonic() + 30
+        while not drift and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watcher.stop()
+        assert "tiny" in endpoint.asked
+    assert [(e["component"], e["before"], e["after"]) for e in drift] == [
+        ("runtime.endpoint.answered_model", "tiny-2026-01", "tiny-2026-06")]
+    # the real server names the model asked for; an endpoint that is gone answers nothing, not an error
+    assert answered_as(llama_server.base_url, llama_server.alias) == llama_server.alias
     gone = ModelNameEndpoint(())
     gone.server.server_close()
-    assert answered_model_drift(gone.base_url, "tiny", at="t", timeout=1.0) is None
+    assert answered_as(gone.base_url, "tiny", timeout=1.0) is None
 
 
 def test_doctor_honesty_check_is_bounded_by_its_budget_against_a_trickling_server() -> None:

@@ -3,7 +3,7 @@
 Fleets run node checks through Slurm (``HealthCheckProgram``, ``Prolog``), Kubernetes
 node-problem-detector custom plugins and LBNL NHC, and will not adopt another daemon. Each mode
 here turns one doctor run into that engine's contract -- an exit code, one short line, and for
-Slurm the drain it must perform itself -- so the nine hazards are checked where the fleet already
+Slurm the drain it must perform itself -- so the ten hazards are checked where the fleet already
 checks nodes. ``check`` holds what all modes share (the environment to inspect, the worst finding);
 ``registry`` lists the modes.
 

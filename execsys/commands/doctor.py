@@ -1,4 +1,4 @@
-"""``execsys doctor``: check the nine layered-environment hazards, here and on ``--host``s.
+"""``execsys doctor``: check the ten layered-environment hazards, here and on ``--host``s.
 
 Parses flags into ``DoctorOptions`` (flags override ``execsys.toml``, which
 overrides the GPU-box defaults), runs ``execsys.doctor.runner.run_doctor``,
@@ -12,7 +12,7 @@ import argparse
 from execsys.cli import add_json, add_sources, positive_float
 from execsys.errors import ExitCode
 
-HELP = "check the nine environment hazards (locally and over SSH)"
+HELP = "check the ten environment hazards (locally and over SSH)"
 DESCRIPTION = """\
 Find the defects of layered environments (containers in VMs, interop shells, mounted
 filesystems, shared GPU boxes) that look like model weakness, before any run counts:
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     status = None
     if not args.json and console.stderr_is_terminal():
-        status = console.err().status("checking the nine hazards ...")
+        status = console.err().status("checking the ten hazards ...")
         status.start()
     try:
         report = run_doctor(options)

@@ -9,7 +9,7 @@ from execsys.errors import ExitCode, UsageError
 
 HELP = "open the terminal UI: doctor, identity, probes, scope and plan, in order"
 DESCRIPTION = """\
-One place that walks through the procedure in order: 1 Doctor (the nine hazards, live, on this
+One place that walks through the procedure in order: 1 Doctor (the ten hazards, live, on this
 machine and any --host), 2 Identity (declare and pin the twelve components), 3 Probes (agreement
 rates across an axis), 4 Scope & plan (what the measurements license; a paired plan). Probes and
 plans stay behind a gate until the doctor finds nothing failing, or you override it -- and the

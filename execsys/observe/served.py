@@ -13,8 +13,8 @@ as long as one pin or verify), so a served path that is the declared artifact is
 
 Model-name honesty: an engine that answers a model name it does not list evaluates whatever is
 resident under any name a harness misspells (sglang#10065); :func:`model_name_honesty` asks it.
-:func:`answered_model_drift` is the same one-token question for ``execsys run``'s watch: a response
-naming another model than the one requested becomes a drift event.
+:func:`answered_as` is the same one-token question for ``execsys run``'s watch: the model the answer
+names is watched like the model list, so an alias re-pointed mid-run is a drift event.
 """
 
 from __future__ import annotations
@@ -169,20 +169,12 @@ def model_name_honesty(endpoint: str, listed: list[str], *, api_key: str | None 
     return ask_model(endpoint, name, api_key=api_key, timeout=timeout)
 
 
-ANSWERED_MODEL_COMPONENT = "runtime.endpoint.answered_model"
-
-
-def answered_model_drift(endpoint: str, requested: str, *, at: str, api_key: str | None = None,
-                         timeout: float = 30.0) -> dict[str, Any] | None:
-    """For ``execsys run``'s watch: ask for ``requested`` (one token) and, when the response names another
-    model, a drift event in the watch's own shape ``{at, component, before, after}`` (before: the name
-    requested, after: the name answered). None when the answer names the model requested, names none, or
-    the endpoint could not be asked -- a watch tick that cannot look is not a mismatch."""
+def answered_as(endpoint: str, requested: str, *, api_key: str | None = None, timeout: float = 30.0) -> str | None:
+    """For ``execsys run``'s watch: the ``model`` a one-token answer to a request for ``requested`` names;
+    None when it names none or the endpoint could not be asked (a tick that cannot look is not a change)."""
     answer = ask_model(endpoint, requested, api_key=api_key, timeout=timeout)
-    answered_as = (answer or {}).get("answered_as")
-    if not answer or not answer.get("answered") or not isinstance(answered_as, str) or answered_as == requested:
-        return None
-    return {"at": at, "component": ANSWERED_MODEL_COMPONENT, "before": requested, "after": answered_as}
+    named = (answer or {}).get("answered_as")
+    return named if answer and answer.get("answered") and isinstance(named, str) else None
 
 
 def honesty_evidence(result: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Step 1, the gate: the doctor's nine hazards with the declaration's defaults, before the harness starts.
+"""Step 1, the gate: the doctor's ten hazards with the declaration's defaults, before the harness starts.
 
 A result produced in a hazardous environment (a stray listener on the engine's port, a shadowed
 binary) measures the hazard, not the system. A failing hazard refuses the run unless the operator

@@ -61,7 +61,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
                                                   exclude=[options.lock_path])) if lock is not None else None
         # 1. gate
-        emit(on_event, StepStarted("gate", "checking the nine hazards" if options.gate != "off"
+        emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
                                    else "doctor skipped (--gate off)"))
         gate = run_gate(options.declaration, options.gate, options.override, ledger)
         record.doctor = gate.to_json()

@@ -5,7 +5,8 @@ result that no single execution system produced, and nothing in the harness's ou
 ``--watch`` seconds this observes what the endpoint says about itself (model list,
 ``system_fingerprint``, server version and build) and the process listening on its port (pid, start
 time, argv, numerics environment); any field that differs from the previous observation is a drift
-event ``{at, component, before, after}``.
+event ``{at, component, before, after}``. It also asks, with one token, which model answers a request
+for the first listed one: a router re-pointing an alias keeps the list and changes that answer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from execsys.ledger import now_iso
 
 # Facts that may be absent on one tick for reasons that are not a change (the engine gives no
 # fingerprint under load): compared only when both observations have a value.
-_OPTIONAL = {"runtime.endpoint.system_fingerprint"}
+_OPTIONAL = {"runtime.endpoint.system_fingerprint", "runtime.endpoint.answered_model"}
 
 
 class ServingObserver:
@@ -44,7 +45,24 @@ class ServingObserver:
         answers = self._answers.setdefault((listener.get("pid"), listener.get("started_at")), Answers())
         with observation_pass(answers):
             observed = observe_runtime(declared_runtime, require_endpoint=False)
-        return _flatten(observed, listener)
+        flat = _flatten(observed, listener)
+        models = (observed.get("endpoint") or {}).get("models") or []
+        if models and declared_runtime.get("endpoint"):
+            flat["runtime.endpoint.answered_model"] = _answered_model(declared_runtime, str(models[0]))
+        return flat
+
+
+def _answered_model(declared_runtime: dict[str, Any], requested: str) -> str | None:
+    """Which model answers a request for the first listed one: a proxy or router re-pointing an alias
+    mid-run changes it while the model list stays the same."""
+    import os
+
+    from execsys.observe.served import answered_as
+
+    key_env = declared_runtime.get("api_key_env")
+    timeout = min(float(declared_runtime.get("ready_timeout") or 5.0), 10.0)
+    return answered_as(str(declared_runtime["endpoint"]), requested,
+                       api_key=os.environ.get(key_env) if key_env else None, timeout=timeout)
 
 
 def observe_serving(declared_runtime: dict[str, Any]) -> dict[str, Any]:
