@@ -58,6 +58,9 @@ class ExecsysApp(App[int]):
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # The palette's Keys entry opens Textual's keys panel beside the step; Esc closes it first
+        # (priority, so a step's own Esc -- stop a probe, a plan run -- waits for the next press).
+        Binding("escape", "close_keys_panel", show=False, priority=True),
     ]
 
     identity_id: reactive[str | None] = reactive(None)
@@ -169,10 +172,15 @@ class ExecsysApp(App[int]):
                 keys.append((binding.key_display or self.get_key_display(binding), binding.description))
         self.push_screen(HelpScreen(str(self.current_mode), keys))
 
+    def action_close_keys_panel(self) -> None:
+        self.action_hide_help_panel()
+
     def action_digit_step(self, mode: str) -> None:
         self.action_step(mode)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close_keys_panel":  # without the panel, Esc goes on to the step (or the field)
+            return bool(self.screen.query("HelpPanel"))
         # a digit typed while a field has the focus belongs to the field
         return not (action in ("digit_step", "help") and isinstance(self.focused, Input))
 
