@@ -417,6 +417,31 @@ def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, see
     return data, plan.record_id
 
 
+def run_registered_plan(paths: Paths, plan_file: str, endpoints: dict[str, str], *,
+                        override: dict[str, Any] | None, on_event: OnEvent, cancel: threading.Event) -> Any:
+    """`execsys plan run PLAN --arm A=URL --arm B=URL` in this session (its declaration, lock and
+    ledger), each engine event handed to ``on_event``; returns the ``PlanRun`` report (``cancelled``
+    when ``cancel`` stopped it after the case in hand: then it is recorded as descriptive).
+
+    A gate override is recorded under the plan-run record it let through, as registration does."""
+    from execsys.ledger import Ledger
+    from execsys.plan import PlanRunOptions, load_plan
+    from execsys.plan import run_plan as engine_run_plan
+    from execsys.sources import load_sources
+
+    sources = load_sources(paths.config if paths.config.exists() else None,
+                           paths.lock if paths.lock.exists() else None)
+    options = PlanRunOptions.from_sources(sources.declaration, sources.lock, plan=load_plan(plan_file),
+                                          endpoints=endpoints, plan_path=plan_file, lock_path=sources.lock_path,
+                                          ledger=paths.ledger)
+    run = engine_run_plan(options, on_event=on_event, cancel=cancel)
+    if override is not None and run.record is not None:
+        with Ledger.open(paths.ledger) as ledger:
+            ledger.append("gate-override", {**override, "for": "plan-run", "plan-run": run.record},
+                          identity=run.plan.identity, parent=run.record, key="gate-override")
+    return run
+
+
 # -- runs --------------------------------------------------------------------------------
 
 
