@@ -169,7 +169,7 @@ async def test_esc_stops_a_plan_run_after_the_case_in_hand_and_says_cancelled(
     assert events[-1]["event"] == "window-end"
     assert 4 <= len(case_events) < 20 and len(case_events) % 2 == 0
     assert body["paired"]["n"] == len(case_events) // 2
-    assert f"cancelled after {len(case_events) // 2} paired case" in shown
+    assert f"cancelled after {len(case_events) // 2} of 10 cases" in shown
 
 
 @pytest.mark.expects_error_notification

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from execsys.doctor.model import DoctorReport
     from execsys.doctor.runner import DoctorOptions
 
+    from execsys.plan import PlanRun
     from execsys.scope import ScopeOptions
 
 T = TypeVar("T")
@@ -454,7 +455,7 @@ def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, see
 
 
 def run_registered_plan(paths: Paths, plan_file: str, endpoints: dict[str, str], *,
-                        override: dict[str, Any] | None, on_event: OnEvent, cancel: threading.Event) -> Any:
+                        override: dict[str, Any] | None, on_event: OnEvent, cancel: threading.Event) -> PlanRun:
     """`execsys plan run PLAN --arm A=URL --arm B=URL` in this session (its declaration, lock and
     ledger), each engine event handed to ``on_event``; returns the ``PlanRun`` report (``cancelled``
     when ``cancel`` stopped it after the case in hand: then it is recorded as descriptive).

@@ -12,7 +12,7 @@ recorded as cancelled and descriptive), and the checks and the paired difference
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execsys.tui import adapter
 from execsys.tui.screens.base import GatedStep, error_line
@@ -29,6 +29,9 @@ from textual.message import Message
 from textual.widgets import Button, Collapsible, Input, Label, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, get_current_worker
+
+if TYPE_CHECKING:
+    from execsys.plan import PlanRun
 
 
 class ScopeScreen(GatedStep):
@@ -69,7 +72,7 @@ class ScopeScreen(GatedStep):
             self.run, self.event = run, event
 
     class PlanRunFinished(Message):
-        def __init__(self, run: int, report: Any) -> None:
+        def __init__(self, run: int, report: PlanRun) -> None:
             super().__init__()
             self.run, self.report = run, report
 
@@ -397,12 +400,13 @@ VERDICT_SYMBOLS = {"clean": "✓", "drifted": "≠", "overridden": "!", "failed"
 """A symbol beside each run's verdict word (never colour alone)."""
 
 
-def plan_run_text(report: Any) -> Text:
+def plan_run_text(report: PlanRun) -> Text:
     """A finished (or cancelled) plan run: its label, the checks each with a symbol, the sentence, where it is."""
     text = Text()
     if report.cancelled:
-        text.append(f"– cancelled after {report.stats.n} paired case{'s' if report.stats.n != 1 else ''} of "
-                    f"{len(report.plan.order)}: recorded as descriptive", style="bold")
+        ran = sum(1 for arms in report.outcomes.values() if len(arms) == len(report.plan.arms))
+        text.append(f"– cancelled after {ran} of {len(report.plan.order)} cases (both arms each): "
+                    "recorded as descriptive", style="bold")
     elif report.label == "causal":
         text.append("✓ causal", style="bold")
     else:
