@@ -642,8 +642,9 @@ async def test_hosts_from_the_command_line_and_the_declaration_get_their_own_col
     (project / "execsys.toml").write_text('[doctor]\nhosts = ["declared-gpu"]\n')
     app = ExecsysApp(autostart=False, hosts=["flag-gpu"])
     async with app.run_test(size=(120, 30)) as pilot:
-        await pilot.pause()
         table = app.screen.query_one("#hazards", DataTable)
+        # the declaration is read after the first paint: its host's column follows a moment later
+        await settle(pilot, lambda: len(table.columns) == 4)
         assert [str(c.label) for c in table.columns.values()] == ["Hazard", "local", "flag-gpu", "declared-gpu"]
         assert all(table.get_cell(h, "flag-gpu").plain.startswith("– not checked") for h in IDS)
         assert not app.doctor.gate_open()

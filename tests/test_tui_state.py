@@ -70,3 +70,24 @@ def test_the_saved_declaration_loads_back_to_the_same_tables() -> None:
     assert not loaded.warnings
     for name, table in tables.items():
         assert loaded.tables[name] == table
+
+
+def test_background_work_and_the_processes_it_starts_run_below_the_ui() -> None:
+    """A pin's hash runs in a child process: it must inherit the lower priority, the UI's thread keep its own."""
+    import os
+    import subprocess
+    import threading
+
+    from execsys.tui.adapter import BACKGROUND_NICE, at_background_priority
+
+    ui = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    child = at_background_priority(lambda: subprocess.run(["nice"], capture_output=True, text=True, timeout=10))
+    assert int(child.stdout) == min(19, ui + BACKGROUND_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ui
+    assert int(subprocess.run(["nice"], capture_output=True, text=True, timeout=10).stdout) == ui
+
+    def fails() -> None:
+        raise ValueError("the pin's own error")
+
+    with pytest.raises(ValueError, match="the pin's own error"):
+        at_background_priority(fails)

@@ -89,3 +89,27 @@ async def test_question_mark_opens_help_for_the_step_and_esc_closes_it(
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
         assert app.current_mode == "probes"
+
+
+@pytest.mark.parametrize("step", ["f1", "f3", "f4"])
+async def test_the_palette_keys_panel_closes_with_esc(
+        tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """The palette's Keys entry opens Textual's keys panel; Esc closes it (and does nothing else:
+    on the Probes step Esc also stops a probe, which must not be what the first Esc does)."""
+    from textual.widgets import HelpPanel
+
+    monkeypatch.chdir(tmp_path)
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(step)
+        await pilot.pause()
+        mode = app.current_mode
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Keys", "enter")
+        await settle(pilot, lambda: bool(app.screen.query(HelpPanel)))
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.screen.query(HelpPanel)
+        assert app.current_mode == mode
+        await settle(pilot, lambda: True)

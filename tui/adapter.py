@@ -8,10 +8,12 @@ engine changes its names, this is the one module that follows.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from execsys.tui.state import Paths
 
@@ -21,7 +23,42 @@ if TYPE_CHECKING:
     from execsys.doctor.model import DoctorReport
     from execsys.doctor.runner import DoctorOptions
 
+    from execsys.plan import PlanRun
     from execsys.scope import ScopeOptions
+
+T = TypeVar("T")
+
+BACKGROUND_NICE = 10
+"""How much lower than the UI a long observation or pin runs (nice steps, Linux; capped at 19)."""
+
+
+def at_background_priority(work: Callable[[], T]) -> T:
+    """``work()`` in a fresh thread ``BACKGROUND_NICE`` steps below the UI; waits and returns its result.
+
+    Pinning a large artifact hashes it in a child process that keeps every core busy (BLAKE3's own
+    threads), so on a small box the UI's event loop waits behind it for a time slice and a keypress
+    takes hundreds of milliseconds to repaint. On Linux each thread has its own nice value and a
+    process started from it inherits it: the hash then yields to the UI whenever both want a core,
+    and runs at full speed when nothing else does. A fresh thread, not the worker's own: worker
+    threads are pooled, and an unprivileged process cannot take a raised nice value back."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        with contextlib.suppress(OSError, AttributeError):  # no per-thread nice here: run as we are
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE))
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # re-raised in the caller's thread, where the worker reports it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="execsys-background", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
 
 # -- doctor ------------------------------------------------------------------
 
@@ -208,7 +245,7 @@ def observe(paths: Paths, on_event: OnEvent | None = None) -> tuple[dict[str, di
     except Exception:  # an unreadable lock: nothing to compare with (the status line says so)
         lock = None
     options = PinOptions.from_sources(load_declaration(paths), lock, lock_path=paths.lock, record=False)
-    report = run_pin(options, on_event=on_event)
+    report = at_background_priority(lambda: run_pin(options, on_event=on_event))
     observed = {name: value.get("observed", {}) for name, value in report.identity.components.items()}
     return observed, report.diff
 
@@ -248,7 +285,7 @@ def pin(paths: Paths, tables: dict[str, dict[str, Any]], on_event: OnEvent | Non
     except Exception:  # an unreadable old lock is replaced; there is nothing to diff against
         previous = None
     options = PinOptions.from_sources(load_declaration(paths), previous, lock_path=paths.lock, ledger=paths.ledger)
-    report = run_pin(options, on_event=on_event)
+    report = at_background_priority(lambda: run_pin(options, on_event=on_event))
     return report.identity, report.diff
 
 
@@ -415,6 +452,31 @@ def register_plan(paths: Paths, *, arms: list[str], cases: str, design: str, see
     if out:
         atomic_write_json(out, data)
     return data, plan.record_id
+
+
+def run_registered_plan(paths: Paths, plan_file: str, endpoints: dict[str, str], *,
+                        override: dict[str, Any] | None, on_event: OnEvent, cancel: threading.Event) -> PlanRun:
+    """`execsys plan run PLAN --arm A=URL --arm B=URL` in this session (its declaration, lock and
+    ledger), each engine event handed to ``on_event``; returns the ``PlanRun`` report (``cancelled``
+    when ``cancel`` stopped it after the case in hand: then it is recorded as descriptive).
+
+    A gate override is recorded under the plan-run record it let through, as registration does."""
+    from execsys.ledger import Ledger
+    from execsys.plan import PlanRunOptions, load_plan
+    from execsys.plan import run_plan as engine_run_plan
+    from execsys.sources import load_sources
+
+    sources = load_sources(paths.config if paths.config.exists() else None,
+                           paths.lock if paths.lock.exists() else None)
+    options = PlanRunOptions.from_sources(sources.declaration, sources.lock, plan=load_plan(plan_file),
+                                          endpoints=endpoints, plan_path=plan_file, lock_path=sources.lock_path,
+                                          ledger=paths.ledger)
+    run = engine_run_plan(options, on_event=on_event, cancel=cancel)
+    if override is not None and run.record is not None:
+        with Ledger.open(paths.ledger) as ledger:
+            ledger.append("gate-override", {**override, "for": "plan-run", "plan-run": run.record},
+                          identity=run.plan.identity, parent=run.record, key="gate-override")
+    return run
 
 
 # -- runs --------------------------------------------------------------------------------

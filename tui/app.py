@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from execsys.tui.screens.doctor import DoctorScreen
-from execsys.tui.screens.identity import IdentityScreen
-from execsys.tui.screens.probes import ProbesScreen
-from execsys.tui.screens.scope import ScopeScreen
 from execsys.tui.state import STEPS, DoctorState, Paths
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -32,12 +29,32 @@ PAINT_STAMP_ENV = "EXECSYS_TUI_PAINT_STAMP"
 """A file to receive ``time.time()`` at the first paint (the benchmark's stop watch)."""
 
 
+def _identity_screen() -> Screen:
+    from execsys.tui.screens.identity import IdentityScreen
+
+    return IdentityScreen()
+
+
+def _probes_screen() -> Screen:
+    from execsys.tui.screens.probes import ProbesScreen
+
+    return ProbesScreen()
+
+
+def _scope_screen() -> Screen:
+    from execsys.tui.screens.scope import ScopeScreen
+
+    return ScopeScreen()
+
+
 class ExecsysApp(App[int]):
     """``execsys tui``: the procedure in order, and a gate before any run counts."""
 
     TITLE = "execsys"
     CSS_PATH = "app.tcss"
-    MODES = {"doctor": DoctorScreen, "identity": IdentityScreen, "probes": ProbesScreen, "scope": ScopeScreen}
+    # The first step is imported with the app; the other three when first opened (their modules and
+    # the engines they name are not needed for the first paint).
+    MODES = {"doctor": DoctorScreen, "identity": _identity_screen, "probes": _probes_screen, "scope": _scope_screen}
     # Bare digits switch steps only while no text field has the focus (a digit typed into a field
     # belongs to the field); F1-F4 and alt+digit always switch.
     BINDINGS = [
@@ -58,6 +75,9 @@ class ExecsysApp(App[int]):
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
         Binding("question_mark", "help", "Help", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # The palette's Keys entry opens Textual's keys panel beside the step; Esc closes it first
+        # (priority, so a step's own Esc -- stop a probe, a plan run -- waits for the next press).
+        Binding("escape", "close_keys_panel", show=False, priority=True),
     ]
 
     identity_id: reactive[str | None] = reactive(None)
@@ -169,10 +189,15 @@ class ExecsysApp(App[int]):
                 keys.append((binding.key_display or self.get_key_display(binding), binding.description))
         self.push_screen(HelpScreen(str(self.current_mode), keys))
 
+    def action_close_keys_panel(self) -> None:
+        self.action_hide_help_panel()
+
     def action_digit_step(self, mode: str) -> None:
         self.action_step(mode)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close_keys_panel":  # without the panel, Esc goes on to the step (or the field)
+            return bool(self.screen.query("HelpPanel"))
         # a digit typed while a field has the focus belongs to the field
         return not (action in ("digit_step", "help") and isinstance(self.focused, Input))
 

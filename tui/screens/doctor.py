@@ -69,17 +69,34 @@ class DoctorScreen(StepScreen):
             with VerticalScroll(id="detail-scroll"):
                 yield Static("Select a hazard to see its evidence and fix.", id="detail")
 
+    class DeclaredHosts(Message):
+        """The remote hosts the declaration names, read after the first paint."""
+
+        def __init__(self, hosts: list[str]) -> None:
+            super().__init__()
+            self.hosts = hosts
+
     def on_mount(self) -> None:
         self._hazards = adapter.hazard_list()
-        for host in adapter.declared_doctor_hosts(self.app.paths):
-            if host not in self.state.hosts:
-                self.state.hosts.append(host)
         self.state.hazard_ids = [hazard_id for hazard_id, _ in self._hazards]
         self._build_table()
         self.query_one("#hazards", DataTable).focus()
-        if self.app.autostart:
-            # Paint the table first, then start checking: the first screen never waits on a check.
-            self.call_after_refresh(self.action_rerun_all)
+        # Paint the table first, then read the declaration (loading it brings in the doctor's engine,
+        # a third of a second on a loaded machine) and start checking: the first screen waits on neither.
+        self.call_after_refresh(self.read_declared_hosts)
+
+    @work(thread=True, exit_on_error=False, group="declared-hosts")
+    def read_declared_hosts(self) -> None:
+        self.post_message(self.DeclaredHosts(adapter.declared_doctor_hosts(self.app.paths)))
+
+    @on(DeclaredHosts)
+    def declared_hosts(self, message: DeclaredHosts) -> None:
+        added = [host for host in message.hosts if host not in self.state.hosts]
+        if added:
+            self.state.hosts.extend(added)
+            self._build_table()
+        if self.app.autostart and not self.state.running and not self.state.finished_once:
+            self.action_rerun_all()
 
     def on_resize(self) -> None:
         if self.is_mounted:
@@ -186,6 +203,8 @@ class DoctorScreen(StepScreen):
         self._set_status(line)
 
     def worker_failed(self, worker: Worker) -> None:
+        if worker.group != "doctor":
+            return
         self._pending.clear()
         self.state.running = False
         self.app.doctor_changed()

@@ -36,7 +36,8 @@ PURPOSE: dict[str, str] = {
     "scope": (
         "Step 4, Scope & plan: which comparisons the probes license for the pinned identity, which axes were "
         "never probed (unlicensed), which are unstable (a causal claim must cross them with a paired control), "
-        "and a pre-registered paired plan for such a control."
+        "and a pre-registered paired plan for such a control: register it (ctrl+g), then run it here (ctrl+n, "
+        "each arm's endpoint given; Esc stops after the case in hand) or with the `execsys plan run` shown."
     ),
 }
 

@@ -4,12 +4,15 @@ The licence is the scope engine's statement for the current identity; the chart 
 axis's agreement rate with its interval, and says "not probed" for axes nobody measured (never
 "probably fine"). The contract snippet is the comparability section of an experiment contract,
 saved where the operator says. A paired plan (both arms in one session, order pre-registered and
-counterbalanced) is registered in the ledger -- behind the same doctor gate as the probes.
+counterbalanced) is registered in the ledger -- behind the same doctor gate as the probes -- and
+then run here (ctrl+n) through the engine ``execsys plan run`` uses: a bar over the registered
+sequence, each arm's answer as it comes, Esc to stop after the case in hand (the run is then
+recorded as cancelled and descriptive), and the checks and the paired difference at the end.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from execsys.tui import adapter
 from execsys.tui.screens.base import GatedStep, error_line
@@ -23,9 +26,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Collapsible, Input, Label, OptionList, Select, Static
+from textual.widgets import Button, Collapsible, Input, Label, OptionList, ProgressBar, Select, Static
 from textual.widgets.option_list import Option
-from textual.worker import Worker
+from textual.worker import Worker, get_current_worker
+
+if TYPE_CHECKING:
+    from execsys.plan import PlanRun
 
 
 class ScopeScreen(GatedStep):
@@ -36,6 +42,8 @@ class ScopeScreen(GatedStep):
         Binding("ctrl+r", "refresh_scope", "Refresh"),
         Binding("ctrl+s", "save_contract", "Save contract", priority=True),
         Binding("ctrl+g", "register_plan", "Register plan", priority=True),
+        Binding("ctrl+n", "run_plan", "Run plan", priority=True),
+        Binding("escape", "cancel_plan_run", "Stop plan run"),
         Binding("ctrl+o", "override_gate", "Override"),
     ]
 
@@ -56,9 +64,24 @@ class ScopeScreen(GatedStep):
             super().__init__()
             self.plan, self.record_id, self.out = plan, record_id, out
 
+    class PlanRunEvent(Message):
+        """An event from the plan run (placement, window, case sent, arm answered, pair scored, ...)."""
+
+        def __init__(self, run: int, event: Any) -> None:
+            super().__init__()
+            self.run, self.event = run, event
+
+    class PlanRunFinished(Message):
+        def __init__(self, run: int, report: PlanRun) -> None:
+            super().__init__()
+            self.run, self.report = run, report
+
     def __init__(self) -> None:
         super().__init__()
         self._contract = ""
+        self._registered: tuple[str, list[str]] | None = None  # (plan file, arms) of the plan to run
+        self._plan_run = 0  # which run the events belong to (a stopped run's late events are dropped)
+        self.plan_running = False
 
     def compose_body(self) -> ComposeResult:
         yield GateBanner(self.GATE_WHAT, id="gate")
@@ -93,6 +116,14 @@ class ScopeScreen(GatedStep):
                     yield FormInput(value="plan.json", id="plan-out", placeholder="e.g. plan.json")
                     yield Button("Register ^g", id="register", compact=True, variant="primary")
                 yield Static("", id="plan-result")
+                with Horizontal(classes="row"):
+                    yield FieldLabel("endpoints", "url-a", classes="field-name")
+                    yield FormInput(placeholder="e.g. http://127.0.0.1:8001/v1", id="url-a", classes="arm")
+                    yield FormInput(placeholder="e.g. http://127.0.0.1:8002/v1", id="url-b", classes="arm")
+                    yield Button("Run ^n", id="run-plan", compact=True, disabled=True)
+                yield Static("", id="plan-run-status")
+                yield ProgressBar(id="plan-run-progress", show_eta=False)
+                yield Static("", id="plan-run-result")
 
     def on_mount(self) -> None:
         self._fill_from_declaration()
@@ -222,16 +253,134 @@ class ScopeScreen(GatedStep):
         text.append(f"✓ registered {message.record_id}", style="bold")
         text.append(f"\n  digest {str(plan.get('digest', ''))[:16]} · {len(order)} cases · {balance}")
         if message.out:
-            text.append(f"\n  written to {message.out}. Run it (URL: each arm's endpoint, e.g. "
-                        "http://127.0.0.1:8001/v1):\n")
-            text.append(f"  {adapter.plan_run_command(self.app.paths, message.out, list(plan['arms']))}",
-                        style="bold")
+            arms = list(plan["arms"])
+            self._registered = (message.out, arms)
+            text.append(f"\n  written to {message.out}. Run it here: give each arm's endpoint below, then "
+                        "ctrl+n; or in a shell (URL: each arm's endpoint, e.g. http://127.0.0.1:8001/v1):\n")
+            text.append(f"  {adapter.plan_run_command(self.app.paths, message.out, arms)}", style="bold")
+            self.query_one("#url-a", Input).placeholder = f"e.g. http://127.0.0.1:8001/v1 ({arms[0]})"
+            self.query_one("#url-b", Input).placeholder = f"e.g. http://127.0.0.1:8002/v1 ({arms[1]})"
         else:
+            self._registered = None
             text.append("\n  not written to a file: `execsys plan run` reads the plan from one (give 'save plan to')")
         self.query_one("#plan-result", Static).update(text)
+        self.query_one("#run-plan", Button).disabled = self._registered is None or self.plan_running
+        self.refresh_bindings()
+
+    # -- running the registered plan --------------------------------------------------------
+    @on(Button.Pressed, "#run-plan")
+    def action_run_plan(self) -> None:
+        if self.plan_running:
+            self.notify("The plan is running; Esc stops it after the case in hand.", severity="warning")
+            return
+        if self._registered is None:
+            self.notify("Register a plan and save it to a file first (ctrl+g).", title="Nothing to run",
+                        severity="warning")
+            return
+        plan_file, arms = self._registered
+        urls = [self.query_one(f"#url-{x}", Input).value.strip() for x in ("a", "b")]
+        if not all(urls):
+            self.notify(f"Give each arm's endpoint ({arms[0]} and {arms[1]}) on the 'endpoints' row.",
+                        title="Not started", severity="warning")
+            return
+        endpoints = dict(zip(arms, urls, strict=True))
+        self.with_gate(lambda override: self._start_plan_run(plan_file, endpoints, override))
+
+    def _start_plan_run(self, plan_file: str, endpoints: dict[str, str], override: dict[str, Any] | None) -> None:
+        self._plan_run += 1
+        self.plan_running = True
+        self.query_one("#run-plan", Button).disabled = True
+        bar = self.query_one("#plan-run-progress", ProgressBar)
+        bar.update(total=None, progress=0)
+        bar.display = True
+        self.query_one("#plan-run-result", Static).update("")
+        self._set_run_status(f"starting {plan_file}: checking where each arm runs … (Esc stops it)")
+        self.query_one("#plan-run-status", Static).scroll_visible(animate=False)
+        self.refresh_bindings()
+        self.run_plan(self._plan_run, plan_file, endpoints, override)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="plan-run")
+    def run_plan(self, run: int, plan_file: str, endpoints: dict[str, str], override: dict[str, Any] | None) -> None:
+        worker = get_current_worker()
+
+        def forward(event: Any) -> None:
+            self.post_message(self.PlanRunEvent(run, event))
+
+        report = adapter.run_registered_plan(self.app.paths, plan_file, endpoints, override=override,
+                                             on_event=forward, cancel=worker.cancelled_event)
+        self.post_message(self.PlanRunFinished(run, report))
+
+    @on(PlanRunEvent)
+    def plan_run_event(self, message: PlanRunEvent) -> None:
+        if message.run != self._plan_run:
+            return
+        from execsys.plan import (  # not at import: the plan engine is not needed before the first paint
+            ArmAnswered,
+            CaseSent,
+            NoPinnedIdentity,
+            PairScored,
+            PlacementChecked,
+            RestartSeen,
+            WindowOpened,
+        )
+
+        event = message.event
+        bar = self.query_one("#plan-run-progress", ProgressBar)
+        if isinstance(event, PlacementChecked):
+            failed = [c.name for c in event.checks if not c.passed]
+            where = f"{event.arm} on {event.host}" + (f": ✗ {', '.join(failed)}" if failed else "")
+            self._set_run_status(f"placement {where} … (Esc stops it)")
+        elif isinstance(event, NoPinnedIdentity):
+            self._set_run_status(f"! {event.reason}")
+        elif isinstance(event, WindowOpened):
+            bar.update(total=2 * event.cases, progress=0)
+            self._set_run_status(f"window open: {event.cases} cases on both arms … (Esc stops after the case in hand)")
+        elif isinstance(event, CaseSent):
+            self._set_run_status(f"case {event.case_id}: {event.arm} ({event.position}) … step {event.step} of "
+                                 f"{event.total} (Esc stops after this case)")
+        elif isinstance(event, ArmAnswered):
+            bar.update(total=event.total, progress=event.step)
+        elif isinstance(event, PairScored):
+            self._set_run_status(f"case {event.case_id} scored: {event.n} pairs so far, discordant {event.b} / "
+                                 f"{event.c}{' · ? this pair errored (excluded)' if event.errored else ''}")
+        elif isinstance(event, RestartSeen):
+            self._set_run_status(f"! {event.arm}: {event.reason}")
+
+    @on(PlanRunFinished)
+    def plan_run_finished(self, message: PlanRunFinished) -> None:
+        if message.run != self._plan_run:
+            return
+        self._plan_run_over()
+        result = self.query_one("#plan-run-result", Static)
+        result.update(plan_run_text(message.report))
+        # the outcome in view, from its status line down (it is below the fold at 80x24)
+        status = self.query_one("#plan-run-status", Static)
+        body = self.query_one("#scope-body", VerticalScroll)
+        # after the layout that sized the result (a scroll before it stops at the old virtual height)
+        self.call_after_refresh(lambda: body.call_after_refresh(body.scroll_to_widget, status, top=True, animate=False))
+        self._set_run_status("cancelled: stopped after the case in hand" if message.report.cancelled
+                             else f"finished: {message.report.label}")
+        self.app.refresh_session_facts()
+
+    def action_cancel_plan_run(self) -> None:
+        if self.plan_running:
+            self.workers.cancel_group(self, "plan-run")
+            self._set_run_status("stopping after the case in hand … (what ran is kept in the executed log)")
+
+    def _plan_run_over(self) -> None:
+        self.plan_running = False
+        self.query_one("#run-plan", Button).disabled = self._registered is None
+        self.refresh_bindings()
+
+    def _set_run_status(self, line: str) -> None:
+        self.query_one("#plan-run-status", Static).update(Text(line))
 
     def worker_failed(self, worker: Worker) -> None:
-        if worker.group == "plan":
+        if worker.group == "plan-run":
+            self._plan_run_over()
+            self.query_one("#plan-run-progress", ProgressBar).display = False
+            self._set_run_status(f"✗ the plan run stopped: {error_line(worker.error)}")
+        elif worker.group == "plan":
             self.query_one("#plan-result", Static).update(Text(f"✗ not registered: {error_line(worker.error)}"))
         elif worker.group == "scope":
             self.query_one("#statement", Static).update(Text(f"? the scope could not be read: "
@@ -240,11 +389,33 @@ class ScopeScreen(GatedStep):
     def offers(self, action: str) -> bool:
         if action == "save_contract":  # a contract to save once there is one
             return bool(self._contract)
+        if action == "run_plan":  # a registered plan, saved to a file, not running yet
+            return self._registered is not None and not self.plan_running
+        if action == "cancel_plan_run":
+            return self.plan_running
         return super().offers(action)
 
 
 VERDICT_SYMBOLS = {"clean": "✓", "drifted": "≠", "overridden": "!", "failed": "✗", "interrupted": "–", "refused": "✗"}
 """A symbol beside each run's verdict word (never colour alone)."""
+
+
+def plan_run_text(report: PlanRun) -> Text:
+    """A finished (or cancelled) plan run: its label, the checks each with a symbol, the sentence, where it is."""
+    text = Text()
+    if report.cancelled:
+        ran = sum(1 for arms in report.outcomes.values() if len(arms) == len(report.plan.arms))
+        text.append(f"– cancelled after {ran} of {len(report.plan.order)} cases (both arms each): "
+                    "recorded as descriptive", style="bold")
+    elif report.label == "causal":
+        text.append("✓ causal", style="bold")
+    else:
+        text.append("! descriptive", style="bold")
+    for check in report.checks:
+        text.append(f"\n  {'✓' if check.passed else '✗'} {check.name:<16} {check.detail}")
+    text.append(f"\n{report.statement}")
+    text.append(f"\nrecorded {report.record}" + (f"; executed log {report.log}" if report.log else ""), style="dim")
+    return text
 
 
 def run_detail_text(run_id: str, body: dict[str, Any]) -> Text:
