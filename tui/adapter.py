@@ -64,7 +64,7 @@ def at_background_priority(work: Callable[[], T]) -> T:
 
 
 def hazard_list() -> list[tuple[str, str]]:
-    """The nine hazards in the doctor's own order, as (id, title)."""
+    """The hazards in the doctor's own order, as (id, title)."""
     from execsys.doctor.registry import HAZARDS
 
     return [(hazard.id, hazard.title) for hazard in HAZARDS]

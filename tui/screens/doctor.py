@@ -1,4 +1,4 @@
-"""Step 1, Doctor: the nine hazards checked live, host by host, side by side.
+"""Step 1, Doctor: the ten hazards checked live, host by host, side by side.
 
 The checks run in a thread worker that calls the doctor engine; each finished hazard arrives as
 a ``HazardChecked`` message and fills its cell, so the table fills in while slower checks (SSH,

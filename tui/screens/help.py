@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 PURPOSE: dict[str, str] = {
     "doctor": (
-        "Step 1, Doctor: is this environment fit to produce a number at all? The nine layered-environment "
+        "Step 1, Doctor: is this environment fit to produce a number at all? The ten layered-environment "
         "hazards (binaries shadowing each other, args mangled by ssh or docker, stub executables, config "
         "the engine never reads, baked paths, package prefixes, lost mode bits, port collisions, clock "
         "skew), here and on every host you add. Probes and plans wait behind this gate until nothing fails."
