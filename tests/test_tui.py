@@ -112,7 +112,7 @@ async def test_command_palette_lists_the_steps(project: Path) -> None:
 # -- step 1: doctor ---------------------------------------------------------------------------
 
 
-async def test_doctor_checks_all_nine_hazards_live_and_records_the_report(project: Path, ledger_path: Path) -> None:
+async def test_doctor_checks_every_hazard_live_and_records_the_report(project: Path, ledger_path: Path) -> None:
     app = ExecsysApp()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
