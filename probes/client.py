@@ -401,7 +401,10 @@ def parse_logprobs(logprobs: Any) -> ParsedLogprobs:
       servers) ``[{"content": token, "probs": [{"tok_str", "prob"}]}]``.
 
     A value of -9999.0 (vLLM's stand-in for -inf) or float-lowest (llama-server's) is kept as it is: a
-    token the model all but ruled out."""
+    token the model all but ruled out. The numbers are read as they come: vLLM's ``--logprobs-mode``
+    (default ``raw_logprobs``) can put logits or post-processing values in the same fields, and a
+    gap between two tokens of one distribution is the same in logits as in logprobs (the softmax
+    normaliser cancels), so only the ``processed_*`` modes change what a margin means."""
     if isinstance(logprobs, dict):
         content = logprobs.get("content")
         if isinstance(content, list):

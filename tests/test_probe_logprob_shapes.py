@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from execsys.probes.client import parse_completion, parse_logprobs
 
 SHAPES = Path(__file__).parent / "data" / "logprob_shapes"
