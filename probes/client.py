@@ -493,8 +493,9 @@ def _parse_old_llama_entries(rows: list[dict[str, Any]]) -> ParsedLogprobs:
     top: list[list[list[Any]]] = []
     for entry in rows:
         token = str(entry.get("content", ""))
-        pairs = []
-        for a in entry.get("probs") if type(entry.get("probs")) is list else []:
+        pairs: list[list[Any]] = []
+        probs = entry.get("probs")
+        for a in probs if isinstance(probs, list) else []:
             if type(a) is dict and (lp := _ln(a.get("prob"))) is not None:
                 pairs.append([str(a.get("tok_str", "")), lp])
         pairs.sort(key=_by_logprob, reverse=True)
