@@ -3,9 +3,12 @@ bare httpx loop sending the same 400 requests in the same order, both asking for
 logprobs (default --logprobs 5, the probe's default: target <= 1.10x; --logprobs 0: <= 1.05x).
 
 Both sides are fresh Python processes talking to the same server (a generated tiny GGUF on
-loopback), run alternately; the best of --runs is compared. The probe's extra work is the
-ledger (one SQLite append per case, with the top-K per token), digests, the shuffled order, the
-margins at the flips and the record.
+loopback), run alternately; the best of --runs is compared, and each probe run is also set
+against the bare run just before it (median and range of those paired ratios, the figure to
+quote on a loaded machine, with the load average printed beside it). The probe's extra work is
+the ledger (one SQLite append per case, with the top-K per token), digests, the shuffled order,
+the margins at the flips and the record. Client CPU (user+sys of each client process alone) is
+compared the same way: on a shared 2-core machine it is what the wall ratio pays.
 
 Run: python benchmarks/bench_probe_overhead.py [--cases 200] [--runs 3] [--max-tokens 32] [--logprobs 5]
 """
@@ -66,6 +69,7 @@ def main() -> int:
     (work / "bodies.json").write_text(json.dumps(bodies))
     (work / "bare.py").write_text(BARE_LOOP)
 
+    load_before = os.getloadavg()
     with start_llama_server(model) as server:
         probe_argv = [*execsys_argv(), "probe", "session", "--endpoint", server.base_url, "--cases", str(cases_path),
                       "--json", "--logprobs", str(args.logprobs)]
@@ -87,6 +91,7 @@ def main() -> int:
             record = json.loads(out_path.read_text())
             assert record["n"] == args.cases, record["n"]
 
+    load_after = os.getloadavg()
     bare, probe = min(bare_times), min(probe_times)
     requests = len(bodies)
     print(f"{args.cases} cases x 2 passes = {requests} requests, max_tokens {args.max_tokens}, "
@@ -102,8 +107,12 @@ def main() -> int:
     paired = sorted(p / b for p, b in zip(probe_times, bare_times, strict=True))
     print(f"paired run ratios (each probe run vs the bare run just before it): median {paired[len(paired) // 2]:.3f}x, "
           f"range {paired[0]:.3f}-{paired[-1]:.3f}x")
+    cpu_paired = sorted(p / b for p, b in zip(probe_cpu, bare_cpu, strict=True))
     print(f"client CPU (user+sys of the client process alone): probe {min(probe_cpu):.2f}s vs bare "
-          f"{min(bare_cpu):.2f}s; on a busy machine that difference is what the wall ratio pays")
+          f"{min(bare_cpu):.2f}s; paired CPU ratios median {cpu_paired[len(cpu_paired) // 2]:.2f}x, "
+          f"range {cpu_paired[0]:.2f}-{cpu_paired[-1]:.2f}x")
+    print("load average (1, 5, 15 min) before {:.2f} {:.2f} {:.2f}, after {:.2f} {:.2f} {:.2f}".format(
+        *load_before, *load_after))
     print(f"all runs: bare {[round(t, 2) for t in bare_times]}, probe {[round(t, 2) for t in probe_times]}")
     return 0
 

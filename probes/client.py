@@ -22,12 +22,14 @@ named environment variable at request time, registered with the redactor and nev
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -223,7 +225,7 @@ class EndpointClient:
             attempts = attempt + 1
             try:
                 data = self._post_json(self.base_url + path, body)
-                completion = _parse_completion(data)
+                completion = parse_completion(data)
                 completion.attempts = attempts
                 completion.elapsed_s = time.monotonic() - start
                 return completion
@@ -313,13 +315,18 @@ def _snippet(raw: bytes) -> str:
     return " ".join(text.split())[:200]
 
 
-def _parse_completion(data: Any) -> Completion:
+def parse_completion(data: Any) -> Completion:
+    """One response body as a :class:`Completion`: an OpenAI completions or chat answer (vLLM, SGLang,
+    llama-server, llama-cpp-python), or llama-server's native ``/completion`` answer. A body that is
+    none of them raises the retryable error the request loop records."""
     if not isinstance(data, dict):
         raise _Retryable("response is not a JSON object")
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         if isinstance(data.get("error"), (dict, str)):
             raise _Retryable(f"endpoint error: {_snippet(json.dumps(data).encode())}")
+        if isinstance(data.get("content"), str) and ("stop_type" in data or "stop" in data):
+            return _parse_llama_native(data)
         raise _Retryable("response has no choices")
     choice = choices[0]
     if isinstance(choice.get("message"), dict):
@@ -328,60 +335,176 @@ def _parse_completion(data: Any) -> Completion:
             text = ""
     else:
         text = choice.get("text")
-    tokens, top, chosen = _parse_logprobs(choice.get("logprobs"))
+    parsed = parse_logprobs(choice.get("logprobs"))
     if not isinstance(text, str):
         raise _Retryable("response choice has no text")
     fingerprint = data.get("system_fingerprint")
     return Completion(
         text,
-        tokens=tokens,
+        tokens=parsed.tokens,
         system_fingerprint=str(fingerprint) if fingerprint else None,
         model=str(data["model"]) if data.get("model") is not None else None,
         finish_reason=choice.get("finish_reason"),
-        top_logprobs=top,
-        chosen_logprobs=chosen,
+        top_logprobs=parsed.top,
+        chosen_logprobs=parsed.chosen,
     )
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _parse_llama_native(data: dict[str, Any]) -> Completion:
+    """llama-server's own ``/completion`` answer: ``content``, ``stop_type`` and, with ``n_probs``,
+    ``completion_probabilities``."""
+    parsed = parse_logprobs(data.get("completion_probabilities"))
+    stop = data.get("stop_type")  # older servers: stopped_eos / stopped_word / stopped_limit instead
+    if stop is None:
+        stop = next((kind for kind in ("eos", "word", "limit") if data.get(f"stopped_{kind}")), None)
+    return Completion(
+        data["content"],
+        tokens=parsed.tokens,
+        model=str(data["model"]) if data.get("model") is not None else None,
+        finish_reason={"eos": "stop", "word": "stop", "limit": "length"}.get(str(stop)),
+        top_logprobs=parsed.top,
+        chosen_logprobs=parsed.chosen,
+    )
 
 
-def _parse_logprobs(logprobs: Any) -> tuple[list[str] | None, list[list[list[Any]]] | None, list[float | None] | None]:
-    """Tokens, per-token top-K ``[[token, logprob], ...]`` and chosen logprobs from either OpenAI shape.
+_by_logprob = itemgetter(1)  # sort key of a [token, logprob] pair (C-level: it runs K times a token)
 
-    The chat shape (``{"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]}``) is
-    what vLLM and SGLang give on /chat/completions and llama.cpp's llama-server on both APIs; the
-    legacy completions shape (``{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}]}``) is
-    what vLLM, SGLang and llama-cpp-python give on /completions."""
-    if not isinstance(logprobs, dict):
-        return None, None, None
-    if isinstance(logprobs.get("content"), list):
-        entries = [t for t in logprobs["content"] if isinstance(t, dict)]
-        tokens = [str(t.get("token", "")) for t in entries]
-        chosen = [_float(t.get("logprob")) for t in entries]
-        top: list[list[list[Any]]] = []
-        for t in entries:
-            alternatives = t.get("top_logprobs")
-            pairs: list[tuple[str, float]] = []
-            for a in alternatives if isinstance(alternatives, list) else []:
-                value = _float(a.get("logprob")) if isinstance(a, dict) else None
-                if isinstance(a, dict) and value is not None:
-                    pairs.append((str(a.get("token", "")), value))
-            top.append([[token, value] for token, value in sorted(pairs, key=lambda p: -p[1])])
-        has_top = any(top)
-        return tokens, top if has_top else None, chosen if has_top else None
+
+class ParsedLogprobs(NamedTuple):
+    """What one answer's logprobs say: tokens, per-token top-K ``[[token, logprob], ...]`` best first,
+    and the chosen token's logprob (``top`` None: no usable top-K came back). ``values`` names what the
+    engine's numbers were: ``"logprobs"`` (natural-log probabilities, the model's own distribution
+    before sampling), ``"probabilities"`` (turned into their natural log here) or ``"post-sampling"``
+    (probabilities after the sampler chain: at temperature 0 the chosen token's is 1 and every other
+    token's 0, so no margin can be read from them and ``top`` is None)."""
+
+    tokens: list[str] | None
+    top: list[list[list[Any]]] | None
+    chosen: list[float | None] | None
+    values: str = "logprobs"
+
+
+_NONE = ParsedLogprobs(None, None, None)
+
+
+def parse_logprobs(logprobs: Any) -> ParsedLogprobs:
+    """Read the logprobs of one answer in any of the shapes the engines give (each checked against the
+    engine's source; the recorded shapes are in tests/test_probe_logprob_shapes.py):
+
+    - the completions shape ``{"tokens", "token_logprobs", "top_logprobs": [{token: logprob} | None],
+      "text_offset"}``: vLLM and SGLang on /v1/completions, and llama-cpp-python's server;
+    - the chat shape ``{"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]}``:
+      vLLM and SGLang on /v1/chat/completions, and llama.cpp's llama-server on both of its OpenAI
+      endpoints (with an extra ``id`` per entry);
+    - llama-server's native ``/completion`` ``completion_probabilities``: a list of the chat shape's
+      entries, or with ``post_sampling_probs`` the same entries keyed ``prob`` / ``top_probs``, or (older
+      servers) ``[{"content": token, "probs": [{"tok_str", "prob"}]}]``.
+
+    A value of -9999.0 (vLLM's stand-in for -inf) or float-lowest (llama-server's) is kept as it is: a
+    token the model all but ruled out. The numbers are read as they come: vLLM's ``--logprobs-mode``
+    (default ``raw_logprobs``) can put logits or post-processing values in the same fields, and a
+    gap between two tokens of one distribution is the same in logits as in logprobs (the softmax
+    normaliser cancels), so only the ``processed_*`` modes change what a margin means."""
+    if isinstance(logprobs, dict):
+        content = logprobs.get("content")
+        if isinstance(content, list):
+            return _parse_entries(content)
+        if "tokens" in logprobs or "top_logprobs" in logprobs:
+            return _parse_completions_shape(logprobs)
+        return _NONE
+    if isinstance(logprobs, list):
+        return _parse_entries(logprobs)
+    return _NONE
+
+
+def _parse_completions_shape(logprobs: dict[str, Any]) -> ParsedLogprobs:
     tokens_raw = logprobs.get("tokens")
     tokens = [str(t) for t in tokens_raw] if isinstance(tokens_raw, list) else None
     top_raw = logprobs.get("top_logprobs")
-    if not isinstance(top_raw, list) or not any(isinstance(t, dict) and t for t in top_raw):
-        return tokens, None, None
-    top = [sorted(([str(k), _float(v)] for k, v in t.items() if _float(v) is not None), key=lambda p: -p[1])
-           if isinstance(t, dict) else [] for t in top_raw]
+    if not isinstance(top_raw, list):
+        return ParsedLogprobs(tokens, None, None)
+    top: list[list[list[Any]]] = []
+    found = False
+    for alternatives in top_raw:
+        if type(alternatives) is not dict or not alternatives:  # None: a step without logprobs (vLLM)
+            top.append([])
+            continue
+        # JSON object keys are strings already; bool is excluded by the exact type test.
+        pairs = [[k, float(v)] for k, v in alternatives.items() if type(v) is float or type(v) is int]
+        pairs.sort(key=_by_logprob, reverse=True)  # stable: equal logprobs keep the engine's order
+        top.append(pairs)
+        found = found or bool(pairs)
+    if not found:
+        return ParsedLogprobs(tokens, None, None)
     chosen_raw = logprobs.get("token_logprobs")
-    chosen: list[float | None] = ([_float(v) for v in chosen_raw] if isinstance(chosen_raw, list)
-                                  else [None for _ in top])
-    return tokens, top, chosen
+    chosen: list[float | None] = ([float(v) if type(v) is float or type(v) is int else None for v in chosen_raw]
+                                  if isinstance(chosen_raw, list) else [None] * len(top))
+    return ParsedLogprobs(tokens, top, chosen)
+
+
+def _parse_entries(entries: list[Any]) -> ParsedLogprobs:
+    """The per-token entries of the chat shape and of llama-server's ``completion_probabilities``."""
+    rows = [e for e in entries if type(e) is dict]
+    if not rows:
+        return ParsedLogprobs([], None, None)
+    first = rows[0]
+    if "probs" in first and "content" in first:  # llama-server before the logprob/top_logprobs keys
+        return _parse_old_llama_entries(rows)
+    if "logprob" not in first and "prob" in first:
+        # post_sampling_probs: probabilities after the sampler chain (top-k, top-p, temperature): not
+        # the model's distribution, and degenerate at temperature 0; the tokens are still read.
+        return ParsedLogprobs([str(e.get("token", "")) for e in rows], None, None, "post-sampling")
+    tokens: list[str] = []
+    chosen: list[float | None] = []
+    top: list[list[list[Any]]] = []
+    found = False
+    for entry in rows:
+        tokens.append(str(entry.get("token", "")))
+        value = entry.get("logprob")
+        chosen.append(float(value) if type(value) is float or type(value) is int else None)
+        alternatives = entry.get("top_logprobs")
+        pairs: list[list[Any]] = []
+        if type(alternatives) is list:
+            for a in alternatives:
+                if type(a) is dict:
+                    lp = a.get("logprob")
+                    if type(lp) is float or type(lp) is int:
+                        pairs.append([str(a.get("token", "")), float(lp)])
+            pairs.sort(key=_by_logprob, reverse=True)
+            found = found or bool(pairs)
+        top.append(pairs)
+    return ParsedLogprobs(tokens, top, chosen) if found else ParsedLogprobs(tokens, None, None)
+
+
+def _ln(p: Any) -> float | None:
+    """A probability as a logprob; 0 as llama-server writes a logprob of 0 (float-lowest, never -inf)."""
+    if type(p) is not float and type(p) is not int:
+        return None
+    return math.log(p) if p > 0 else _FLOAT_LOWEST
+
+
+_FLOAT_LOWEST = -3.4028234663852886e38
+
+
+def _parse_old_llama_entries(rows: list[dict[str, Any]]) -> ParsedLogprobs:
+    """``[{"content": token, "probs": [{"tok_str", "prob"}]}]``: probabilities, read as their log."""
+    tokens: list[str] = []
+    chosen: list[float | None] = []
+    top: list[list[list[Any]]] = []
+    for entry in rows:
+        token = str(entry.get("content", ""))
+        pairs: list[list[Any]] = []
+        probs = entry.get("probs")
+        for a in probs if isinstance(probs, list) else []:
+            if type(a) is dict and (lp := _ln(a.get("prob"))) is not None:
+                pairs.append([str(a.get("tok_str", "")), lp])
+        pairs.sort(key=_by_logprob, reverse=True)
+        tokens.append(token)
+        chosen.append(next((lp for t, lp in pairs if t == token), None))
+        top.append(pairs)
+    if not any(top):
+        return ParsedLogprobs(tokens, None, None)
+    return ParsedLogprobs(tokens, top, chosen, "probabilities")
 
 
 class CommandClient:

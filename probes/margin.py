@@ -35,27 +35,35 @@ class PassTokens:
 
 
 def pack_logprobs(tokens: Sequence[str] | None, chosen: Sequence[float | None] | None,
-                  top: Sequence[Sequence[Sequence[Any]]]) -> dict[str, Any]:
-    """One case's tokens and top-K for its ledger row: every token string in one compact JSON string
-    and the logprobs as plain numbers. A few hundred small strings as one value keep the row's write
-    (its secret scrub visits every string) cheap; the numbers are never scrubbed."""
-    words = json.dumps([list(tokens or []), [[str(t) for t, _ in alternatives] for alternatives in top]],
+                  top: Sequence[Sequence[Sequence[Any]]]) -> dict[str, str]:
+    """One case's tokens and top-K for its ledger row, as two compact JSON strings: the token strings
+    (``[tokens, top-K tokens per position]``) and the numbers (``[chosen, top-K logprobs per
+    position]``). Two strings instead of a few hundred nested values keep the row's write cheap: the
+    ledger's secret scrub walks every value of a row, and that walk cost a probe asking for logprobs
+    more CPU than parsing the response did."""
+    words = json.dumps([list(tokens or []), [[t for t, _ in alternatives] for alternatives in top]],
                        ensure_ascii=False, separators=(",", ":"))
-    return {"tokens": words, "chosen": list(chosen or []), "top": [[lp for _, lp in alts] for alts in top]}
+    values = json.dumps([list(chosen or []), [[lp for _, lp in alternatives] for alternatives in top]],
+                        separators=(",", ":"))
+    return {"tokens": words, "values": values}
 
 
 def unpack_logprobs(body: dict[str, Any]) -> PassTokens:
-    """A probe-case row's tokens and top-K (``tokens`` kept by --tokens wins for the token list)."""
+    """A probe-case row's tokens and top-K (``tokens`` kept by --tokens wins for the token list). Rows
+    written before the numbers were packed (``chosen`` and ``top`` as lists) read the same."""
     packed = body.get("logprobs")
     if not isinstance(packed, dict):
         return PassTokens(body.get("tokens"), None, None)
     try:
         tokens, top_tokens = json.loads(packed.get("tokens") or "[[], []]")
+        if "values" in packed:
+            chosen, values = json.loads(packed["values"])
+        else:
+            chosen, values = packed.get("chosen"), packed.get("top") or []
     except (json.JSONDecodeError, ValueError, TypeError):  # altered by redaction: treat as none kept
         return PassTokens(body.get("tokens"), None, None)
-    values = packed.get("top") or []
     top = [[[t, lp] for t, lp in zip(words, lps, strict=False)] for words, lps in zip(top_tokens, values, strict=False)]
-    return PassTokens(body.get("tokens") if body.get("tokens") is not None else tokens, top, packed.get("chosen"))
+    return PassTokens(body.get("tokens") if body.get("tokens") is not None else tokens, top, chosen)
 
 
 def _gap(top: Sequence[Sequence[Any]], own: str, other: str, own_logprob: float | None) -> tuple[float | None, bool]:

@@ -366,3 +366,23 @@ def test_resume_retry_errored_retries_only_the_errored_cases(cli, tmp_path, ledg
         assert ledger.child(first["run"], "0:c06#retry1").body["error"] is None
     assert cli("probe", "session", "--endpoint", endpoint.base_url, "--cases", str(cases), "--retry-errored"
                ).returncode == 2
+
+
+def test_logprob_rows_round_trip_and_rows_written_before_the_numbers_were_packed_read_the_same():
+    from execsys.probes.margin import margin_at, pack_logprobs, unpack_logprobs
+
+    tokens = ["The", " answer", " 4"]
+    top = [[["The", -0.01]], [[" answer", -0.02]], [[" 4", -0.5], [" 5", -0.5000021], [" 6", -6.0]]]
+    packed = pack_logprobs(tokens, [-0.01, -0.02, -0.5], top)
+    assert set(packed) == {"tokens", "values"} and all(isinstance(v, str) for v in packed.values())
+    new = unpack_logprobs({"logprobs": packed})
+    words, _ = json.loads(packed["tokens"])
+    old = unpack_logprobs({"logprobs": {"tokens": packed["tokens"], "chosen": [-0.01, -0.02, -0.5],
+                                        "top": [[lp for _, lp in alts] for alts in top]}})
+    assert words == tokens and new == old and [list(map(list, alts)) for alts in new.top] == top
+    other = unpack_logprobs({"logprobs": pack_logprobs(["The", " answer", " 5"], [-0.01, -0.02, -0.5],
+                                                       [top[0], top[1], [[" 5", -0.5], [" 4", -0.5000011]]])})
+    margin = margin_at(new, other, 2)
+    assert margin is not None and margin["margin_a"] == pytest.approx(2.1e-6, abs=1e-15)
+    # a packed string altered by redaction is treated as no logprobs kept, never a crash
+    assert unpack_logprobs({"logprobs": {"tokens": packed["tokens"], "values": "[REDACTED]"}}).top is None

@@ -1,0 +1,172 @@
+"""Each engine's logprob shape, as its own source builds it, read by the probe (recorded fixtures).
+
+The bodies in tests/data/logprob_shapes/ are JSON literals shaped exactly as vLLM, SGLang and
+llama.cpp's llama-server build them (each file names the function in the engine's source): two
+answers to one prompt, pass A choosing `` Paris`` over `` Lyon`` by 0.0003 nats at the third token
+and pass B `` Lyon`` over `` Paris`` by 0.0005. The parser must give the same tokens, top-K and
+chosen logprobs from every shape, and a probe against a loopback endpoint replaying them must call
+the flip a near-tie with those margins. The real llama.cpp counterpart (llama-cpp-python's server,
+live) is in test_probe_llama.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from execsys.probes.client import parse_completion, parse_logprobs
+
+SHAPES = Path(__file__).parent / "data" / "logprob_shapes"
+OPENAI_SHAPES = ["vllm_completions", "vllm_chat", "sglang_completions", "sglang_chat",
+                 "llama_server_completions", "llama_server_chat"]
+TOP_A = [[" Paris", -0.6931], [" Lyon", -0.6934], [" Nice", -4.2], [" Marseille", -5.75], [" Lille", -7.3]]
+TOP_B = [[" Lyon", -0.693], [" Paris", -0.6935], [" Nice", -4.2], [" Marseille", -5.75], [" Lille", -7.3]]
+
+
+def shape(name: str) -> dict:
+    return json.loads((SHAPES / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", [*OPENAI_SHAPES, "llama_server_native"])
+def test_every_engine_shape_reads_as_the_same_tokens_and_top_k(name):
+    fixture = shape(name)
+    a, b = parse_completion(fixture["a"]), parse_completion(fixture["b"])
+    assert (a.text, b.text) == (" It is Paris", " It is Lyon")
+    assert a.tokens == [" It", " is", " Paris"] and b.tokens == [" It", " is", " Lyon"]
+    assert a.top_logprobs is not None and b.top_logprobs is not None
+    assert a.top_logprobs[2] == TOP_A and b.top_logprobs[2] == TOP_B
+    assert a.chosen_logprobs == [-0.0021, -0.0105, -0.6931]
+    # vLLM's stand-in for -inf stays a number, last in the list
+    assert a.top_logprobs[1][-1] == [" has", -9999.0]
+    assert a.finish_reason == "length"
+
+
+def test_llama_server_probabilities_of_older_servers_read_as_their_log():
+    a = parse_completion(shape("llama_server_native_old")["a"])
+    assert a.text == " It is Paris" and a.tokens == [" It", " is", " Paris"] and a.finish_reason == "length"
+    assert a.top_logprobs is not None and a.chosen_logprobs is not None
+    assert [t for t, _ in a.top_logprobs[2]] == [t for t, _ in TOP_A]
+    for (_, got), (_, want) in zip(a.top_logprobs[2], TOP_A, strict=True):
+        assert got == pytest.approx(want, abs=1e-12)
+    assert a.chosen_logprobs[2] == pytest.approx(-0.6931, abs=1e-12)
+    # a probability of 0 becomes llama-server's own floor for log(0), never -inf (not JSON)
+    assert a.top_logprobs[1][-1][1] == -3.4028234663852886e38
+
+
+def test_post_sampling_probabilities_keep_the_tokens_but_give_no_top_k():
+    parsed = parse_logprobs(shape("llama_server_chat_post_sampling")["a"]["choices"][0]["logprobs"])
+    assert parsed.tokens == [" It", " is", " Paris"]
+    assert parsed.top is None and parsed.values == "post-sampling"
+
+
+def test_vllm_step_without_logprobs_and_sampled_token_outside_the_top_k():
+    # vLLM puts the sampled token first and keeps K+1 entries when it is not among the top K; a step
+    # whose logprobs were not computed is null
+    parsed = parse_logprobs({"tokens": [" a", " b"], "token_logprobs": [-2.5, None], "text_offset": [0, 2],
+                             "top_logprobs": [{" a": -2.5, " x": -0.1, " y": -0.9}, None]})
+    assert parsed.top == [[[" x", -0.1], [" y", -0.9], [" a", -2.5]], []]
+    assert parsed.chosen == [-2.5, None]
+
+
+def test_equal_logprobs_keep_the_engine_order():
+    parsed = parse_logprobs({"tokens": ["p"], "token_logprobs": [-1.0],
+                             "top_logprobs": [{"q": -1.0, "p": -1.0, "r": -0.5}]})
+    assert parsed.top == [[["r", -0.5], ["q", -1.0], ["p", -1.0]]]
+
+
+def test_bools_and_strings_are_not_logprobs():
+    parsed = parse_logprobs({"content": [{"token": "x", "logprob": True,
+                                          "top_logprobs": [{"token": "x", "logprob": "-1"}, {"token": "y", "logprob": -2}]}]})
+    assert parsed.top == [[["y", -2.0]]] and parsed.chosen == [None]
+
+
+class ReplayEndpoint:
+    """Answers every call of a prompt after its first with body ``b``, the first with ``a``."""
+
+    def __init__(self, fixture: dict):
+        self.fixture = fixture
+        self.calls: dict[str, int] = {}
+        self.bodies: list[dict] = []
+        lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, data: dict) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                self._send({"object": "list", "data": [{"id": "replay", "object": "model"}]})
+
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                key = json.dumps(request.get("messages") or request.get("prompt"))
+                with lock:
+                    endpoint.bodies.append(request)
+                    endpoint.calls[key] = call = endpoint.calls.get(key, 0) + 1
+                self._send(endpoint.fixture["a" if call == 1 else "b"])
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> ReplayEndpoint:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def one_case(path: Path, chat: bool) -> Path:
+    case = ({"id": "louvre", "messages": [{"role": "user", "content": "Where is the Louvre?"}]} if chat
+            else {"id": "louvre", "prompt": "Where is the Louvre?", "max_tokens": 3})
+    path.write_text(json.dumps(case) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("name", OPENAI_SHAPES)
+def test_a_probe_against_each_engine_shape_finds_the_near_tie(cli, tmp_path, name):
+    with ReplayEndpoint(shape(name)) as endpoint:
+        result = cli("probe", "session", "--endpoint", endpoint.base_url, "--json",
+                     "--cases", str(one_case(tmp_path / "cases.jsonl", chat="chat" in name)))
+    assert result.returncode == 1, result.stderr
+    record = result.json()
+    assert record["flipped"] == ["louvre"] and record["logprobs"]["status"] == "ok"
+    margin = record["cases"][0]["first_divergence"]["logprobs"]
+    assert (margin["token"], margin["token_a"], margin["token_b"]) == (2, " Paris", " Lyon")
+    assert margin["margin_a"] == pytest.approx(0.0003, abs=1e-12)
+    assert margin["margin_b"] == pytest.approx(0.0005, abs=1e-12)
+    assert (margin["bound"], margin["verdict"]) == ("exact", "near-tie")
+    assert margin["top_a"] == TOP_A and margin["top_b"] == TOP_B
+    assert record["sentence"].endswith("1 flip: 1 at near-tie (median margin 0.0005)")
+
+
+def test_a_probe_against_post_sampling_probabilities_says_unsupported_not_a_margin(cli, tmp_path):
+    with ReplayEndpoint(shape("llama_server_chat_post_sampling")) as endpoint:
+        result = cli("probe", "session", "--endpoint", endpoint.base_url, "--json",
+                     "--cases", str(one_case(tmp_path / "cases.jsonl", chat=True)))
+    assert result.returncode == 1, result.stderr
+    record = result.json()
+    assert record["flipped"] == ["louvre"] and record["errored"] == 0
+    assert record["logprobs"]["status"] == "unsupported"
+    assert record["cases"][0]["first_divergence"]["logprobs"] == "unsupported"
+    assert math.isclose(record["agreement_rate"], 0.0)
