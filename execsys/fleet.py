@@ -647,3 +647,77 @@ def host_facts(config: str | None = None, path: str | None = None, env_from: str
                          "blake3": artifact["observed"].get("digest"),
                          "declared": artifact["declared"].get("digest")}
     return scrub(facts)
+
+
+# -- a host with python3 alone (contrib/ansible's fallback, as `doctor --host` ships the doctor) --------
+
+SHIPPED_NOTE = ("execsys is not installed on this host: the doctor ran from the controller's copy, sent "
+                "over the module's stdin; no identity was pinned")
+
+
+@dataclass(frozen=True)
+class ShippedPrograms:
+    """What the controller sends a host that has python3 and no execsys: the doctor (the same
+    one-line program ``execsys doctor --host`` sends, agent protocol included) and the artifact
+    digest program (``execsys digest``'s remote driver: b3sum, python blake3, or nothing there)."""
+
+    doctor: str
+    digest: str | None
+    artifact_path: str | None
+    declared_digest: str | None
+
+
+def shipped_programs(config_text: str | None = None, config_path: str | None = None,
+                     timeout: float = 120.0) -> ShippedPrograms:
+    """The programs for one host, from its declaration (read on the host, parsed here; relative paths
+    resolve beside ``config_path`` as the host sees it). Raises InputError for a malformed declaration."""
+    from execsys import declaration as declaration_module
+    from execsys.digest import remote_program
+    from execsys.doctor.context import DoctorOptions
+    from execsys.doctor.remote import program_line
+
+    decl = (declaration_module.parse(config_text, Path(config_path or "execsys.toml"))
+            if config_text is not None else None)
+    options = DoctorOptions.from_sources(decl, None)
+    options.hosts = []  # this host is the one inspected
+    digest = None
+    if options.artifact_path and "://" not in options.artifact_path:
+        prelude = f"import json as _j\nPAYLOAD = _j.loads({json.dumps(json.dumps({'path': options.artifact_path, 'timeout': timeout}))})\n"
+        digest = prelude + remote_program()
+    declared = decl.get("artifact", "digest") if decl is not None else None
+    return ShippedPrograms(program_line(options).decode("ascii"), digest, options.artifact_path,
+                           str(declared) if declared else None)
+
+
+def shipped_host_facts(shipped: dict[str, Any], programs: ShippedPrograms) -> dict[str, Any]:
+    """``ansible_facts.execsys`` from what the shipped programs printed on the host: the module's
+    ``execsys_shipped`` = ``{host: facts, results: [hazard result JSON], finished, reason, environment,
+    digest: {digest, error} | None}``. The verdict and line are the node check's own (npd mode)."""
+    from execsys.doctor.model import HazardResult, HostReport
+    from execsys.doctor.node_checks.check import verdict
+    from execsys.doctor.registry import IDS
+    from execsys.doctor.runner import error_result
+    from execsys.redact import scrub
+
+    host_facts_seen = shipped.get("host") if isinstance(shipped.get("host"), dict) else {}
+    name = str(host_facts_seen.get("hostname") or "unknown")
+    results = {r.id: r for r in (HazardResult.from_json(item) for item in shipped.get("results") or []
+                                 if isinstance(item, dict) and item.get("id"))}
+    reason = None if shipped.get("finished") else str(shipped.get("reason") or "the shipped doctor did not finish")
+    hazards = [results.get(h) or error_result(h, "host-not-inspected", f"not inspected: {reason or 'no result'}",
+                                              [], "") for h in IDS]
+    report = HostReport(name, dict(host_facts_seen), hazards, 0.0, error=reason)
+    line = verdict(report, False, name).line
+    digest = shipped.get("digest") if isinstance(shipped.get("digest"), dict) else {}
+    facts: dict[str, Any] = {
+        "schema": "execsys.facts/1", "host": name, "shipped": True, "note": SHIPPED_NOTE,
+        "doctor": {"verdict": report.verdict, "hazards": {r.id: r.status for r in hazards}, "line": line,
+                   "environment": shipped.get("environment") or {}},
+        "identity": None,
+        "artifact": {"path": programs.artifact_path, "blake3": digest.get("digest") or None,
+                     "declared": programs.declared_digest},
+    }
+    if digest.get("error"):
+        facts["artifact"]["error"] = str(digest["error"])
+    return scrub(facts)
+
