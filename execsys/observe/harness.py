@@ -53,12 +53,24 @@ def observe_harness(declared: dict[str, Any], *, base_dir: Path | None = None,
     return observed
 
 
+def _may_be_in_repository(start: Path) -> bool:
+    """False only where ``git.Repo(start, search_parent_directories=True)`` would find nothing: no
+    ancestor has a ``.git`` or is itself a git directory (``HEAD``)."""
+    current = Path(os.path.abspath(start))
+    for directory in (current, *current.parents):
+        if os.path.lexists(directory / ".git") or os.path.lexists(directory / "HEAD"):
+            return True
+    return False
+
+
 def _observe_git(declared: dict[str, Any], *, base_dir: Path | None, exclude: list[Path] | None) -> dict[str, Any]:
     import blake3
 
     start = Path(os.path.expanduser(declared["repo"])) if declared.get("repo") else (base_dir or Path.cwd())
     if not start.is_absolute() and base_dir is not None:
         start = base_dir / start
+    if not _may_be_in_repository(start):  # GitPython's import is most of a pin outside any repository
+        return {"git": None, "note": f"{start} is not inside a git repository"}
     try:
         import git
     except ImportError as exc:  # pragma: no cover - gitpython is a dependency
