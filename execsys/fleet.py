@@ -699,7 +699,8 @@ def shipped_host_facts(shipped: dict[str, Any], programs: ShippedPrograms) -> di
     from execsys.doctor.runner import error_result
     from execsys.redact import scrub
 
-    host_facts_seen = shipped.get("host") if isinstance(shipped.get("host"), dict) else {}
+    seen = shipped.get("host")
+    host_facts_seen: dict[str, Any] = seen if isinstance(seen, dict) else {}
     name = str(host_facts_seen.get("hostname") or "unknown")
     results = {r.id: r for r in (HazardResult.from_json(item) for item in shipped.get("results") or []
                                  if isinstance(item, dict) and item.get("id"))}
@@ -708,7 +709,8 @@ def shipped_host_facts(shipped: dict[str, Any], programs: ShippedPrograms) -> di
                                               [], "") for h in IDS]
     report = HostReport(name, dict(host_facts_seen), hazards, 0.0, error=reason)
     line = verdict(report, False, name).line
-    digest = shipped.get("digest") if isinstance(shipped.get("digest"), dict) else {}
+    said = shipped.get("digest")
+    digest: dict[str, Any] = said if isinstance(said, dict) else {}
     facts: dict[str, Any] = {
         "schema": "execsys.facts/1", "host": name, "shipped": True, "note": SHIPPED_NOTE,
         "doctor": {"verdict": report.verdict, "hazards": {r.id: r.status for r in hazards}, "line": line,
