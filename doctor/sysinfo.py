@@ -151,6 +151,8 @@ def _proc_process(pid: int) -> ProcessInfo:
         info.error = "command line not readable"
     except OSError as exc:
         info.error = exc.strerror or str(exc)
+    if not info.cmdline and info.error is None and fields[0] == b"Z":
+        return ProcessInfo(pid, error="no such process")  # a zombie: psutil raises ZombieProcess here
     if len(name) >= 15 and info.cmdline:
         extended = os.path.basename(info.cmdline[0])
         if extended.startswith(name):
