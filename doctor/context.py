@@ -154,12 +154,13 @@ class DoctorOptions:
         from execsys.doctor import registry
 
         from execsys.errors import UsageError
-        from execsys.ssh import Destination
 
         for hazard_id in given.get("only") or []:
             if hazard_id not in registry.IDS:
                 raise UsageError(f"unknown hazard {hazard_id!r} for --only (known: {', '.join(registry.IDS)})")
         for dest in given.get("hosts") or []:
+            from execsys.ssh import Destination  # here, not above: a node check names no host
+
             try:
                 Destination.parse(dest)
             except ValueError as exc:
@@ -175,7 +176,6 @@ class DoctorOptions:
         any check runs: a port outside 1-65535, a timeout or threshold not above 0, a host that is no ssh
         destination ('-oProxyCommand=...' is refused here, not passed to ssh), an empty layer."""
         from execsys.errors import InputError
-        from execsys.ssh import Destination
 
         where = f" ({self.config_path})" if self.config_path else ""
         for port in self.ports or []:
@@ -186,6 +186,8 @@ class DoctorOptions:
         if not self.clock_skew_threshold_ms > 0:
             raise InputError(f"clock skew threshold {self.clock_skew_threshold_ms} ms: must be greater than 0{where}")
         for dest in self.hosts:
+            from execsys.ssh import Destination  # here, not above: a node check names no host
+
             try:
                 Destination.parse(dest)
             except ValueError as exc:
@@ -350,10 +352,22 @@ class Context:
             pids = {p.pid for p in self.engine_processes()}
             if not pids:
                 return []
-            found, _ = sysinfo.listeners()
+            found, _ = self.listeners()
             return sorted({lst.port for lst in found if pids & set(lst.pids)})
 
         return self.memo("engine-ports", _engine_ports)
+
+    def listeners(self, ports: list[int] | None = None) -> tuple[list[sysinfo.Listener], int]:
+        """``sysinfo.listeners(ports)``, reusing the full table when the default ports already read it:
+        the walk over every process's fds is the costly part, and one run needs it once."""
+        if ports is None:
+            found, hidden = self.memo("listeners", sysinfo.listeners)
+            return list(found), hidden
+        if "listeners" not in self._memo:
+            return sysinfo.listeners(ports)
+        found, hidden = self._memo["listeners"]
+        wanted = [lst for lst in found if lst.port in ports]
+        return wanted, hidden if wanted else 0
 
     def venvs(self) -> list[str]:
         if self.options.venvs is not None:

@@ -9,7 +9,6 @@ because this module is shipped to remote hosts.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import platform
 import re
@@ -72,7 +71,12 @@ def digest(path: str) -> str:
     with _digest_lock:
         if key in _digest_cache:
             return _digest_cache[key]
-    hasher = _blake3.blake3() if _blake3 is not None else hashlib.sha256()
+    if _blake3 is not None:
+        hasher = _blake3.blake3()
+    else:
+        import hashlib  # only without blake3: importing it loads OpenSSL
+
+        hasher = hashlib.sha256()
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(_READ_CHUNK)

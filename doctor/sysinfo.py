@@ -15,10 +15,35 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
-try:
-    import psutil
-except ImportError:  # pragma: no cover - remote hosts without psutil
-    psutil = None
+_PSUTIL: list = []  # [psutil or None], once looked up
+
+
+def _psutil():
+    """psutil when installed, imported on first use: on Linux every fact here is read from ``/proc``
+    and psutil is never needed (importing it is a tenth of a node check's CPU budget)."""
+    if not _PSUTIL:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - remote hosts without psutil
+            psutil = None
+        _PSUTIL.append(psutil)
+    return _PSUTIL[0]
+
+
+def _psutil_installed() -> bool:
+    """Whether psutil could be imported, without importing it."""
+    if _PSUTIL:
+        return _PSUTIL[0] is not None
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("psutil") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _has_proc() -> bool:
+    return os.path.isdir("/proc/self")
 
 ENGINE_COMMANDS = ("vllm", "sglang", "llama-server", "ollama", "text-generation-launcher")
 # Tokens that identify an engine in a process's command line (``python -m vllm.entrypoints...``).
@@ -67,45 +92,111 @@ def _boot_time() -> float:
     return 0.0
 
 
-def process(pid: int) -> ProcessInfo:
-    """Name, argv, start time and owner of ``pid``; ``error`` says what could not be read."""
-    if psutil is not None:
-        try:
-            p = psutil.Process(pid)
-            with p.oneshot():
-                info = ProcessInfo(pid, p.name(), [], p.create_time())
-                try:
-                    info.cmdline = p.cmdline()
-                except psutil.AccessDenied:
-                    info.error = "command line not readable"
-                with contextlib.suppress(psutil.AccessDenied, KeyError):
-                    info.username = p.username()
-            return info
-        except psutil.NoSuchProcess:
-            return ProcessInfo(pid, error="no such process")
-        except psutil.AccessDenied:
-            return ProcessInfo(pid, error="access denied")
-    info = ProcessInfo(pid)
-    base = f"/proc/{pid}"
-    if not os.path.exists(base):
-        info.error = "no such process"
-        return info
+def _read_cmdline(pid: int) -> list[str]:
+    """``/proc/PID/cmdline`` split as psutil splits it: NUL-separated, or by spaces for a process that
+    rewrote its title (setproctitle); ``[]`` for a zombie or a kernel thread."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        data = os.fsdecode(fh.read())
+    if not data:
+        return []
+    sep = "\x00" if data.endswith("\x00") else " "
+    if data.endswith(sep):
+        data = data[:-1]
+    argv = data.split(sep)
+    if sep == "\x00" and len(argv) == 1 and " " in data:
+        argv = data.split(" ")
+    return argv
+
+
+def _username(uid: int) -> str:
+    import pwd
+
     try:
-        with open(f"{base}/cmdline", "rb") as fh:
-            info.cmdline = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-        with open(f"{base}/comm") as fh:
-            info.name = fh.read().strip()
-        with open(f"{base}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        info.create_time = _boot_time() + int(fields[19]) / _CLK_TCK
-        info.username = str(os.stat(base).st_uid)
-    except (OSError, IndexError, ValueError) as exc:
-        info.error = getattr(exc, "strerror", None) or str(exc)
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid without a passwd entry (a container's), as psutil reports it
+        return str(uid)
+
+
+def _proc_process(pid: int) -> ProcessInfo:
+    """What psutil's ``Process(pid)`` gives (name, cmdline, create_time, username), read from
+    ``/proc`` directly: a node check looks at every process each minute, and psutil's import and
+    per-process objects cost more than the reads themselves.
+
+    Same rules as psutil: the name is ``comm``, extended to the basename of ``argv[0]`` when ``comm``
+    is cut at 15 characters; the owner is the *real* uid; the start time is boot time plus the
+    ``starttime`` clock ticks."""
+    base = f"/proc/{pid}"
+    try:
+        with open(f"{base}/stat", "rb") as fh:
+            stat = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return ProcessInfo(pid, error="no such process")
+    except PermissionError:
+        return ProcessInfo(pid, error="access denied")
+    except OSError as exc:
+        return ProcessInfo(pid, error=exc.strerror or str(exc))
+    rpar = stat.rfind(b")")
+    name = os.fsdecode(stat[stat.find(b"(") + 1:rpar])
+    fields = stat[rpar + 2:].split()
+    try:
+        create_time = int(fields[19]) / _CLK_TCK + _boot_time()
+    except (IndexError, ValueError):
+        return ProcessInfo(pid, error="no such process")
+    info = ProcessInfo(pid, name, [], create_time)
+    try:
+        info.cmdline = _read_cmdline(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return ProcessInfo(pid, error="no such process")
+    except PermissionError:
+        info.error = "command line not readable"
+    except OSError as exc:
+        info.error = exc.strerror or str(exc)
+    if not info.cmdline and info.error is None and fields[0] == b"Z":
+        return ProcessInfo(pid, error="no such process")  # a zombie: psutil raises ZombieProcess here
+    if len(name) >= 15 and info.cmdline:
+        extended = os.path.basename(info.cmdline[0])
+        if extended.startswith(name):
+            info.name = extended
+    try:
+        with open(f"{base}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    info.username = _username(int(line.split()[1]))
+                    break
+    except (OSError, IndexError, ValueError):
+        pass  # psutil leaves the owner unset too when it cannot be read
     return info
+
+
+def process(pid: int) -> ProcessInfo:
+    """Name, argv, start time and owner of ``pid``; ``error`` says what could not be read.
+
+    On Linux from ``/proc`` with psutil's own rules (:func:`_proc_process`); elsewhere through psutil."""
+    if _has_proc():
+        return _proc_process(pid)
+    psutil = _psutil()
+    if psutil is None:
+        return ProcessInfo(pid, error="no such process")  # no /proc and no psutil: no process table to read
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            info = ProcessInfo(pid, p.name(), [], p.create_time())
+            try:
+                info.cmdline = p.cmdline()
+            except psutil.AccessDenied:
+                info.error = "command line not readable"
+            with contextlib.suppress(psutil.AccessDenied, KeyError):
+                info.username = p.username()
+        return info
+    except psutil.NoSuchProcess:
+        return ProcessInfo(pid, error="no such process")
+    except psutil.AccessDenied:
+        return ProcessInfo(pid, error="access denied")
 
 
 def process_environ(pid: int) -> dict[str, str]:
     """The live environment of ``pid`` (raises PermissionError / ProcessLookupError)."""
+    psutil = _psutil()
     if psutil is not None:
         try:
             return dict(psutil.Process(pid).environ())
@@ -127,6 +218,7 @@ def process_environ(pid: int) -> dict[str, str]:
 
 
 def all_pids() -> list[int]:
+    psutil = None if _has_proc() else _psutil()
     if psutil is not None:
         return psutil.pids()
     return sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
@@ -152,10 +244,28 @@ def find_processes(name: str) -> list[ProcessInfo]:
     return sorted(found, key=lambda p: p.create_time or 0)
 
 
+def _may_match(pid: int, tokens: tuple[str, ...]) -> bool:
+    """A cheap first look (``comm`` and argv alone) that is never false for a process
+    :meth:`ProcessInfo.matches` would accept: its name is ``comm`` or a basename of ``argv[0]``."""
+    try:
+        argv = _read_cmdline(pid)
+        if not argv:
+            return False
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            comm = os.fsdecode(fh.read()).rstrip("\n")
+    except OSError:
+        return True  # let the full read say what went wrong
+    hay = " ".join([comm, *argv[:3]]).lower()
+    return any(t.lower() in hay for t in tokens)
+
+
 def engine_processes() -> list[ProcessInfo]:
     tokens = tuple(t for ts in ENGINE_TOKENS.values() for t in ts)
+    proc = _has_proc()
     out = []
     for pid in all_pids():
+        if proc and not _may_match(pid, tokens):
+            continue
         info = process(pid)
         if info.cmdline and info.matches(tokens):
             out.append(info)
@@ -237,6 +347,7 @@ def listeners(ports: list[int] | None = None) -> tuple[list[Listener], int]:
         for item in found:
             item.pids = sorted(set(owners.get(item.inode, [])))
         return found, hidden
+    psutil = _psutil()
     if psutil is not None:  # macOS and others: psutil's view (may need privileges)
         hidden = 0
         try:
@@ -311,6 +422,19 @@ def is_wsl() -> bool:
 
 
 def os_name() -> str:
+    """os-release's ``PRETTY_NAME`` (what ``distro.name(pretty=True)`` answers where it is set, without
+    importing distro), else distro's guess from the other release files, else the kernel's name."""
+    try:
+        with open("/etc/os-release") as fh:
+            for line in fh:
+                if line.startswith("PRETTY_NAME="):
+                    pretty = line.split("=", 1)[1].strip()
+                    if len(pretty) > 1 and pretty[0] == pretty[-1] and pretty[0] in "'\"":
+                        pretty = pretty[1:-1]
+                    if pretty:
+                        return pretty
+    except OSError:
+        pass
     try:
         import distro
 
@@ -318,13 +442,6 @@ def os_name() -> str:
         if name:
             return name
     except ImportError:
-        pass
-    try:
-        with open("/etc/os-release") as fh:
-            for line in fh:
-                if line.startswith("PRETTY_NAME="):
-                    return line.split("=", 1)[1].strip().strip('"')
-    except OSError:
         pass
     return f"{platform.system()} {platform.release()}"
 
@@ -346,5 +463,5 @@ def host_facts() -> dict:
         "python_executable": sys.executable,
         "user": user,
         "virtualization": virtualization(),
-        "psutil": psutil is not None,
+        "psutil": _psutil_installed(),
     }

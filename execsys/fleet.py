@@ -147,7 +147,8 @@ def _doctor_hazards(body: dict[str, Any]) -> dict[str, str]:
     hazards = body.get("hazards")
     intern = sys.intern
     if isinstance(hazards, dict):  # execsys_facts: {id: status}
-        return {intern(str(k)): intern(str(v)) for k, v in hazards.items()}
+        # json keys are str already; a status may not be
+        return {intern(k): intern(v if type(v) is str else str(v)) for k, v in hazards.items()}
     return {intern(str(item["id"])): intern(str(item.get("status", "error")))
             for item in hazards or [] if isinstance(item, dict) and item.get("id")}
 
@@ -195,7 +196,7 @@ class _Reader:
         identity = facts.get("identity") or {}
         digests = identity.get("components")
         if isinstance(digests, dict) and digests:
-            key = tuple(str(digests.get(n) or "") for n in COMPONENTS)
+            key = tuple([d if type(d) is str else str(d or "") for d in map(digests.get, COMPONENTS)])
             if key not in self._identities:
                 labels = identity.get("labels") or {}
                 for name, digest in zip(COMPONENTS, key, strict=True):
@@ -365,6 +366,7 @@ class FleetReport:
     prom_path: str | None = None
     cancelled: bool = False
     _modal_digest: str | None = None  # the expected digest when neither the lock nor the reports declare one
+    _counts: dict[str, dict[str, int]] | None = field(default=None, repr=False)
 
     @property
     def hosts(self) -> int:
@@ -401,11 +403,14 @@ class FleetReport:
                 yield {"host": r.key, "report": r.report, "problem": r.problem}
 
     def hazard_counts(self) -> dict[str, dict[str, int]]:
-        counts: dict[str, dict[str, int]] = {h: dict.fromkeys(STATUS_RANK, 0) for h in self.hazard_ids}
-        for r in self.records:
-            for hazard, status in (r.hazards or {}).items():
-                counts[hazard][status if status in STATUS_RANK else "error"] += 1
-        return counts
+        """hazard -> status -> hosts, in ``hazard_ids`` order (counted once, on first use)."""
+        if self._counts is None:
+            counts: dict[str, dict[str, int]] = {h: dict.fromkeys(STATUS_RANK, 0) for h in self.hazard_ids}
+            for r in self.records:
+                for hazard, status in (r.hazards or {}).items():
+                    counts[hazard][status if status in STATUS_RANK else "error"] += 1
+            self._counts = counts
+        return {h: dict(self._counts[h]) for h in self.hazard_ids}
 
     @property
     def failing_hosts(self) -> int:
@@ -526,15 +531,19 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
             cancelled = True
             break
         records.append(record)
-        seen[record.host] += 1
-        record.key = record.host if seen[record.host] == 1 else f"{record.host}#{seen[record.host]}"
+        host = record.host
+        times = seen[host] = seen.get(host, 0) + 1
+        record.key = host if times == 1 else f"{host}#{times}"
         if record.identity is not None:
-            identities[record.identity] += 1
+            identities[record.identity] = identities.get(record.identity, 0) + 1
         if record.digest is not None:
-            digests[record.digest] += 1
-        for hazard in record.hazards or {}:
-            hazard_rank.setdefault(hazard, ())
-        emit(on_event, ReportRead(len(records), record.host, record.report))
+            digests[record.digest] = digests.get(record.digest, 0) + 1
+        if record.hazards:
+            for hazard in record.hazards:
+                if hazard not in hazard_rank:
+                    hazard_rank[hazard] = ()
+        if on_event is not None:  # 10,000 events nobody listens to cost a tenth of the run
+            emit(on_event, ReportRead(len(records), record.host, record.report))
     if not records and not cancelled:
         raise InputError("no host reports found" + (f" in the ledger since {options.ledger_since}"
                                                     if options.ledger_since else ""))
@@ -569,10 +578,16 @@ def prometheus_lines(report: FleetReport) -> Iterable[str]:
     yield ("# HELP execsys_doctor_hazard_status execsys doctor hazard status per host: "
            "0 ok or not applicable, 1 warn, 2 fail, 3 could not check")
     yield "# TYPE execsys_doctor_hazard_status gauge"
+    hazard_labels: dict[str, str] = {}  # hazard id -> its escaped label, once for all hosts
     for r in report.records:
-        for hazard, status in (r.hazards or {}).items():
-            yield (f'execsys_doctor_hazard_status{{host="{_label(r.key)}",hazard="{_label(hazard)}"}} '
-                   f"{PROM_STATUS.get(status, 3)}")
+        if not r.hazards:
+            continue
+        host = _label(r.key)
+        for hazard, status in r.hazards.items():
+            label = hazard_labels.get(hazard)
+            if label is None:
+                label = hazard_labels[hazard] = _label(hazard)
+            yield f'execsys_doctor_hazard_status{{host="{host}",hazard="{label}"}} {PROM_STATUS.get(status, 3)}'
     yield "# HELP execsys_identity_info The fleet identity each host reports (value always 1)"
     yield "# TYPE execsys_identity_info gauge"
     for r in report.records:
@@ -632,3 +647,79 @@ def host_facts(config: str | None = None, path: str | None = None, env_from: str
                          "blake3": artifact["observed"].get("digest"),
                          "declared": artifact["declared"].get("digest")}
     return scrub(facts)
+
+
+# -- a host with python3 alone (contrib/ansible's fallback, as `doctor --host` ships the doctor) --------
+
+SHIPPED_NOTE = ("execsys is not installed on this host: the doctor ran from the controller's copy, sent "
+                "over the module's stdin; no identity was pinned")
+
+
+@dataclass(frozen=True)
+class ShippedPrograms:
+    """What the controller sends a host that has python3 and no execsys: the doctor (the same
+    one-line program ``execsys doctor --host`` sends, agent protocol included) and the artifact
+    digest program (``execsys digest``'s remote driver: b3sum, python blake3, or nothing there)."""
+
+    doctor: str
+    digest: str | None
+    artifact_path: str | None
+    declared_digest: str | None
+
+
+def shipped_programs(config_text: str | None = None, config_path: str | None = None,
+                     timeout: float = 120.0) -> ShippedPrograms:
+    """The programs for one host, from its declaration (read on the host, parsed here; relative paths
+    resolve beside ``config_path`` as the host sees it). Raises InputError for a malformed declaration."""
+    from execsys import declaration as declaration_module
+    from execsys.digest import remote_program
+    from execsys.doctor.context import DoctorOptions
+    from execsys.doctor.remote import program_line
+
+    decl = (declaration_module.parse(config_text, Path(config_path or "execsys.toml"))
+            if config_text is not None else None)
+    options = DoctorOptions.from_sources(decl, None)
+    options.hosts = []  # this host is the one inspected
+    digest = None
+    if options.artifact_path and "://" not in options.artifact_path:
+        prelude = f"import json as _j\nPAYLOAD = _j.loads({json.dumps(json.dumps({'path': options.artifact_path, 'timeout': timeout}))})\n"
+        digest = prelude + remote_program()
+    declared = decl.get("artifact", "digest") if decl is not None else None
+    return ShippedPrograms(program_line(options).decode("ascii"), digest, options.artifact_path,
+                           str(declared) if declared else None)
+
+
+def shipped_host_facts(shipped: dict[str, Any], programs: ShippedPrograms) -> dict[str, Any]:
+    """``ansible_facts.execsys`` from what the shipped programs printed on the host: the module's
+    ``execsys_shipped`` = ``{host: facts, results: [hazard result JSON], finished, reason, environment,
+    digest: {digest, error} | None}``. The verdict and line are the node check's own (npd mode)."""
+    from execsys.doctor.model import HazardResult, HostReport
+    from execsys.doctor.node_checks.check import verdict
+    from execsys.doctor.registry import IDS
+    from execsys.doctor.runner import error_result
+    from execsys.redact import scrub
+
+    seen = shipped.get("host")
+    host_facts_seen: dict[str, Any] = seen if isinstance(seen, dict) else {}
+    name = str(host_facts_seen.get("hostname") or "unknown")
+    results = {r.id: r for r in (HazardResult.from_json(item) for item in shipped.get("results") or []
+                                 if isinstance(item, dict) and item.get("id"))}
+    reason = None if shipped.get("finished") else str(shipped.get("reason") or "the shipped doctor did not finish")
+    hazards = [results.get(h) or error_result(h, "host-not-inspected", f"not inspected: {reason or 'no result'}",
+                                              [], "") for h in IDS]
+    report = HostReport(name, dict(host_facts_seen), hazards, 0.0, error=reason)
+    line = verdict(report, False, name).line
+    said = shipped.get("digest")
+    digest: dict[str, Any] = said if isinstance(said, dict) else {}
+    facts: dict[str, Any] = {
+        "schema": "execsys.facts/1", "host": name, "shipped": True, "note": SHIPPED_NOTE,
+        "doctor": {"verdict": report.verdict, "hazards": {r.id: r.status for r in hazards}, "line": line,
+                   "environment": shipped.get("environment") or {}},
+        "identity": None,
+        "artifact": {"path": programs.artifact_path, "blake3": digest.get("digest") or None,
+                     "declared": programs.declared_digest},
+    }
+    if digest.get("error"):
+        facts["artifact"]["error"] = str(digest["error"])
+    return scrub(facts)
+

@@ -93,7 +93,6 @@ def load_sources(config: str | os.PathLike[str] | None = None, lock: str | os.Pa
     unless ``need_lock``; a default lock that exists but does not parse is an error, never ignored.
     """
     from execsys import declaration as declaration_module
-    from execsys.identity import load_lock
 
     path = config_path(config)
     decl = declaration_module.load(path if config_given(config) or path.exists() else None,
@@ -102,5 +101,7 @@ def load_sources(config: str | os.PathLike[str] | None = None, lock: str | os.Pa
     explicit = lock is not None
     identity = None
     if explicit or need_lock or target.exists():
+        from execsys.identity import load_lock  # only with a lock to read: importing it is costly
+
         identity = load_lock(target)
     return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit)

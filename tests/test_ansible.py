@@ -141,3 +141,64 @@ def test_the_module_fails_in_one_line_where_execsys_is_not_installed(tmp_path):
     body = json.loads(proc.stdout)
     assert proc.returncode == 1 and body["failed"] is True and body["changed"] is False
     assert "execsys is not installed on this host" in body["msg"]
+
+
+def test_hosts_with_only_python3_get_the_doctor_sent_from_the_controller(fleet_inventory, tmp_path):
+    """No execsys on host-2 and host-3 (the module finds none there): the action plugin sends the
+    controller's doctor through the module's stdin, as `doctor --host` does over ssh. Their doctor
+    facts come back with the node check's verdict and line, the artifact digest is computed there
+    (b3sum or python blake3), the identity is null; the fleet adds all three hosts up."""
+    inventory, env = fleet_inventory
+    project = tmp_path / "project"
+    plant = tmp_path / "plant"
+    missing = tmp_path / "not-installed" / "execsys"
+    bare = tmp_path / "bare.ini"
+    ssh_args = next(line for line in inventory.read_text().splitlines() if line.startswith("ansible_ssh_common_args"))
+    dest = inventory.read_text().split("host-1 ansible_host=", 1)[1].split()[0]
+    bare.write_text("\n".join([
+        "[gpu]",
+        f"host-1 ansible_host={dest} execsys_bin={EXECSYS}",
+        f"host-2 ansible_host={dest} execsys_bin={missing}",
+        f"host-3 ansible_host={dest} execsys_bin={missing} execsys_path={plant}:{CLEAN_PATH}",
+        "", "[gpu:vars]", ssh_args, f"execsys_path={CLEAN_PATH}", f"execsys_config={project}/execsys-a.toml", ""]))
+    env = {**env, "ANSIBLE_ACTION_PLUGINS": str(ROOT / "contrib" / "ansible" / "action_plugins")}
+    tree = tmp_path / "tree"
+    proc = subprocess.run([_ansible("ansible"), "all", "-i", str(bare), "-M", str(LIBRARY), "-m", "execsys_facts",
+                           "-a", "execsys={{ execsys_bin }} config={{ execsys_config }} path={{ execsys_path }}",
+                           "--tree", str(tree), "-f", "3"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, "\n".join(line for line in proc.stdout.splitlines() if "|" in line or "msg" in line
+                                            ) + proc.stderr[-3000:]
+    results = {p.name: json.loads(p.read_text()) for p in tree.iterdir()}
+    installed = results["host-1"]["ansible_facts"]["execsys"]
+    assert "shipped" not in installed and installed["identity"]["id"]
+    for name in ("host-2", "host-3"):
+        body = results[name]
+        assert body["changed"] is False, body
+        facts = body["ansible_facts"]["execsys"]
+        assert facts["shipped"] is True and facts["identity"] is None and "not installed" in facts["note"]
+        assert set(facts["doctor"]["hazards"]) == set(installed["doctor"]["hazards"])  # all nine, checked there
+        assert facts["doctor"]["environment"]["path"].startswith(str(plant) if name == "host-3" else CLEAN_PATH)
+        assert facts["artifact"]["path"] == str(tmp_path / "artifacts" / "model-a.bin")
+        assert facts["artifact"]["blake3"] == installed["artifact"]["blake3"]  # the same bytes, hashed on the host
+    assert results["host-2"]["ansible_facts"]["execsys"]["doctor"]["verdict"] == "clean"
+    hazardous = results["host-3"]["ansible_facts"]["execsys"]["doctor"]
+    assert hazardous["verdict"] == "hazards" and hazardous["hazards"]["stub-executables"] == "fail"
+    assert hazardous["line"].startswith("fail stub-executables: ") and len(hazardous["line"].encode()) <= 80
+    assert results["host-3"]["msg"] == hazardous["line"]
+
+    code, body, _ = _fleet(tree)
+    assert code == 1 and body["hosts"] == 3 and body["problems"] == []
+    assert (body["identity_agreement"]["k"], body["identity_agreement"]["n"]) == (1, 1)  # only host-1 is pinned
+    assert (body["digest_match"]["k"], body["digest_match"]["n"]) == (3, 3)
+    assert {h for h, s in body["hazards"]["stub-executables"].items() if s == "fail"} == {"host-3"}
+
+
+def test_without_the_action_plugin_a_bare_host_says_what_is_missing(tmp_path):
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"execsys": str(tmp_path / "no-execsys")}))
+    proc = subprocess.run(["/usr/bin/python3", str(LIBRARY / "execsys_facts"), str(args)], capture_output=True,
+                          text=True, timeout=30)
+    body = json.loads(proc.stdout)
+    assert body["execsys_missing"] is True and "action plugin" in body["msg"]
+    assert body["python"] == "/usr/bin/python3"

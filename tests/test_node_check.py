@@ -285,3 +285,39 @@ def test_pin_task_prolog_prints_only_the_export_lines(tmp_path, cli):
     lock = json.loads((tmp_path / "execsys.lock.json").read_text())
     assert result.stdout.splitlines() == [f"export EXECSYS_IDENTITY={lock['id']}",
                                           f"export EXECSYS_LOCK={tmp_path / 'execsys.lock.json'}"]
+
+
+def test_the_process_table_read_from_proc_is_what_psutil_reports():
+    """A node check reads processes from /proc itself (psutil's import alone is a tenth of its CPU
+    budget): name, argv, start time and owner must be psutil's, for every process and for a zombie."""
+    psutil = pytest.importorskip("psutil")
+    from execsys.doctor import sysinfo
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # never waited for below: a zombie once it exits
+    deadline = time.monotonic() + 10
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert sysinfo.process(child.pid).error == "no such process"  # psutil raises ZombieProcess there
+        compared = 0
+        for pid in psutil.pids():
+            try:
+                p = psutil.Process(pid)
+                with p.oneshot():
+                    expected = (p.name(), p.cmdline(), p.create_time(), p.username())
+            except psutil.Error:
+                continue
+            info = sysinfo.process(pid)
+            if info.error == "no such process":
+                continue  # gone in between
+            assert (info.name, info.cmdline, info.create_time, info.username) == expected, pid
+            compared += 1
+        assert compared > 5
+        before = set(psutil.pids())
+        engines = {p.pid for p in sysinfo.engine_processes()}  # the cheap first look skips no engine
+        tokens = tuple(t for ts in sysinfo.ENGINE_TOKENS.values() for t in ts)
+        every = {p.pid for p in map(sysinfo.process, psutil.pids()) if p.cmdline and p.matches(tokens)}
+        stable = before & set(psutil.pids())  # other work starts and ends processes meanwhile
+        assert engines & stable == every & stable
+    finally:
+        child.wait()

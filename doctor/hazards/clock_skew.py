@@ -12,7 +12,6 @@ against this one over SSH, with half the round-trip time as the error bound.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -50,11 +49,22 @@ class _Timex(ctypes.Structure):
     ]
 
 
+def _libc() -> ctypes.CDLL:
+    """glibc by its soname first: ``ctypes.util.find_library`` starts ``ldconfig -p`` (a process on every
+    node check) only to answer ``libc.so.6`` there; other C libraries are still found through it."""
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        from ctypes.util import find_library
+
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
+
+
 def kernel_sync() -> dict | None:
     """adjtimex(2) with modes=0 (reads, changes nothing): state, status bits, max error, offset."""
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libc()
     tx = _Timex()
     tx.modes = 0
     state = libc.adjtimex(ctypes.byref(tx))

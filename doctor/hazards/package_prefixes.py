@@ -12,7 +12,6 @@ and reads pip's configuration files and environment -- without importing pip.
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import re
@@ -80,6 +79,8 @@ def pip_redirects() -> list[str]:
     if os.environ.get("PIP_USER", "").lower() in ("1", "true", "yes", "on"):
         found.append("PIP_USER is set: installs go to the user site")
     for path in pip_config_files():
+        import configparser  # here: most hosts have no pip configuration file to read
+
         parser = configparser.ConfigParser(interpolation=None)
         try:
             parser.read(path, encoding="utf-8")

@@ -72,7 +72,7 @@ def check(ctx) -> HazardResult:
     if not ports:
         return HazardResult(ID, "skip", "no declared port and no engine process listening (--port, [runtime] endpoint)",
                             [], "")
-    found, hidden = sysinfo.listeners(ports)
+    found, hidden = ctx.listeners(ports)
     is_declared, declared = _declared_matcher(ctx)
     findings: list[Finding] = []
     evidence: list[str] = []

@@ -124,15 +124,15 @@ def options_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.node_check:  # before the renderer and the ledger: a node check needs neither, and runs every minute
+        from execsys.commands import node_check
+
+        return node_check.run(args)
     from execsys import console
     from execsys.commands.doctor_render import render
     from execsys.doctor.runner import run_doctor
     from execsys.ledger import Ledger
 
-    if args.node_check:
-        from execsys.commands import node_check
-
-        return node_check.run(args)
     options = options_from_args(args)
     status = None
     if not args.json and console.stderr_is_terminal():

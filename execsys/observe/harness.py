@@ -54,17 +54,18 @@ def observe_harness(declared: dict[str, Any], *, base_dir: Path | None = None,
 
 
 def _may_be_in_repository(start: Path) -> bool:
-    """False only when no ``.git`` exists in ``start`` or above it and git is not pointed elsewhere by
-    ``GIT_DIR``/``GIT_WORK_TREE``: then gitpython would find no repository either."""
+    """False only where ``git.Repo(start, search_parent_directories=True)`` would find nothing: git is not
+    pointed elsewhere (``GIT_DIR``/``GIT_WORK_TREE``), and no ancestor has a ``.git`` or is itself a git
+    directory (``HEAD``). A path that does not exist is left to gitpython to name."""
     if os.environ.get("GIT_DIR") or os.environ.get("GIT_WORK_TREE"):
         return True
-    try:
-        here = start.resolve()
-    except OSError:
-        return True  # let gitpython say what is wrong with the path
-    if not here.exists():
+    current = Path(os.path.abspath(start))
+    if not current.exists():
         return True
-    return any((directory / ".git").exists() for directory in (here, *here.parents))
+    for directory in (current, *current.parents):
+        if os.path.lexists(directory / ".git") or os.path.lexists(directory / "HEAD"):
+            return True
+    return False
 
 
 def _observe_git(declared: dict[str, Any], *, base_dir: Path | None, exclude: list[Path] | None) -> dict[str, Any]:
