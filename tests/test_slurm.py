@@ -129,3 +129,23 @@ def test_a_task_prolog_puts_the_identity_into_every_step(cluster, tmp_path):
     env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     assert env.get("EXECSYS_IDENTITY") == lock["id"], proc.stdout[-2000:]
     assert env.get("EXECSYS_LOCK") == str(project / "execsys.lock.json")
+
+
+def test_execsys_run_inside_a_job_step_reuses_the_identity_the_task_prolog_exported(cluster, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "execsys.toml").write_text('[model]\nname = "tiny"\n')
+    job_dir = tmp_path / "job"  # the job's working directory: no declaration, no lock of its own
+    job_dir.mkdir()
+    ledger = tmp_path / "ledger.sqlite3"
+    cluster.arm("task_prolog", f"EXECSYS_LEDGER={shlex.quote(str(ledger))} exec {shlex.quote(EXECSYS)} pin "
+                               f"--task-prolog --config {shlex.quote(str(project / 'execsys.toml'))}")
+    step = (f"cd {shlex.quote(str(job_dir))} && EXECSYS_LEDGER={shlex.quote(str(ledger))} "
+            f"{shlex.quote(EXECSYS)} run --json --gate off --watch 0 -- true")
+    proc = cluster.run("srun", "-t", "1", "bash", "-c", step, timeout=120)
+    record = json.loads(proc.stdout)
+    lock = json.loads((project / "execsys.lock.json").read_text())
+    assert record["verdict"] == "clean", proc.stderr[-2000:]
+    assert record["identity"] == {"id": lock["id"], "lock": str(project / "execsys.lock.json"),
+                                  "how": "verified", "from": "EXECSYS_LOCK"}
+    assert not (job_dir / "execsys.lock.json").exists()
