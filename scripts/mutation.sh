@@ -26,7 +26,7 @@ work=${MUTATION_DIR:-${TMPDIR:-/tmp}/execsys-mutation}
 # module name | file mutated (staged layout) | the fast tests that kill its mutants
 modules=(
   "stats|execsys/stats.py|tests/test_stats.py tests/test_stats_golden.py tests/test_stats_mutants.py"
-  "canonical|execsys/canonical.py|tests/test_canonical_golden.py tests/test_canonical_mutants.py"
+  "canonical|execsys/canonical.py|tests/test_canonical_golden.py"
   "quant|execsys/quant.py|tests/test_quant.py tests/test_quant_table_golden.py tests/test_quant_mutants.py"
   "agreement|execsys/probes/agreement.py|tests/test_probe_arithmetic.py tests/test_agreement_mutants.py"
   "cases|execsys/probes/cases.py|tests/test_cases_mutants.py"
