@@ -28,7 +28,7 @@ modules=(
   "stats|execsys/stats.py|tests/test_stats.py tests/test_stats_golden.py tests/test_stats_mutants.py"
   "canonical|execsys/canonical.py|tests/test_canonical_golden.py"
   "quant|execsys/quant.py|tests/test_quant.py tests/test_quant_table_golden.py tests/test_quant_mutants.py"
-  "agreement|execsys/probes/agreement.py|tests/test_probe_arithmetic.py tests/test_agreement_mutants.py"
+  "agreement|execsys/probes/agreement.py|tests/test_probe_arithmetic.py::test_the_one_fold_excludes_errored_cases_and_locates_the_first_differing_pass tests/test_agreement_mutants.py"
   "cases|execsys/probes/cases.py|tests/test_cases_mutants.py"
   "compare|execsys/compare.py|tests/test_compare.py tests/test_mutation_killers.py tests/test_compare_mutants.py"
   "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_mutants.py"
@@ -51,7 +51,7 @@ run_module() {
   local name=$1 file=$2 tests=$3
   local stage="$work/$name"
   local existing=()
-  for t in $tests; do [[ -f "$repo/$t" ]] && existing+=("$t"); done
+  for t in $tests; do [[ -f "$repo/${t%%::*}" ]] && existing+=("$t"); done
   mkdir -p "$stage"
     rm -rf "$stage/execsys" "$stage/tests"
   cp -rp "$repo/execsys" "$stage/execsys"
