@@ -37,7 +37,9 @@ def main(results: str, equivalent: str) -> int:
         if status == "survived":
             survivors.append(name)
     worst = 1.0
-    print(f"{'module':32} {'killed':>7} {'covered':>8} {'score':>6} {'equiv.':>6} {'no tests':>8}")
+    totals: Counter[str] = Counter()
+    print(f"{'module':28} {'mutants':>7} {'killed':>7} {'survived':>8} {'equiv.':>6} {'no tests':>8} "
+          f"{'killed%':>7} {'score':>6}")
     for module in sorted(by_module):
         counts = by_module[module]
         killed = sum(counts[s] for s in KILLED)
@@ -45,7 +47,18 @@ def main(results: str, equivalent: str) -> int:
         covered = killed + counts["survived"]
         score = (killed + equivalent_here) / covered if covered else 1.0
         worst = min(worst, score)
-        print(f"{module:32} {killed:>7} {covered:>8} {score:>6.0%} {equivalent_here:>6} {counts['no tests']:>8}")
+        total = sum(counts.values())
+        totals.update({"mutants": total, "killed": killed, "survived": counts["survived"],
+                       "equivalent": equivalent_here, "no tests": counts["no tests"]})
+        print(f"{module:28} {total:>7} {killed:>7} {counts['survived']:>8} {equivalent_here:>6} "
+              f"{counts['no tests']:>8} {killed / covered if covered else 1.0:>7.0%} {score:>6.0%}")
+    covered_all = totals["killed"] + totals["survived"]
+    if len(by_module) > 1 and covered_all:
+        print(f"{'all':28} {totals['mutants']:>7} {totals['killed']:>7} {totals['survived']:>8} "
+              f"{totals['equivalent']:>6} {totals['no tests']:>8} {totals['killed'] / covered_all:>7.0%} "
+              f"{(totals['killed'] + totals['equivalent']) / covered_all:>6.0%}")
+    print("killed% = killed / (killed + survived); score counts the equivalent survivors as killed; "
+          "'no tests': reached by no in-process test (SSH and remote paths, or only through subprocesses)")
     missing = [s for s in survivors if s not in reasons]
     if survivors:
         print("\nsurviving mutants:")
