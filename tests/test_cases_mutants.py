@@ -129,6 +129,32 @@ def test_a_case_file_reads_each_case_back_by_position(tmp_path: Path) -> None:
     cases.close()
 
 
+def test_a_cases_file_replaced_under_the_probe_is_still_read_as_validated(tmp_path: Path) -> None:
+    """An editor saves by writing a new file and renaming it over the old one: the probe keeps sending
+    the cases it validated (and counted in its digest), not the new file's."""
+    path = write_lines(tmp_path / "cases.jsonl", '{"id": "a", "prompt": "first"}', '{"id": "b", "prompt": "2"}')
+    cases = CaseFile(path)
+    replacement = write_lines(tmp_path / "new.jsonl", '{"id": "a", "prompt": "other"}', '{"id": "b", "prompt": "3"}')
+    os.replace(replacement, path)
+    assert [case.prompt for case in cases] == ["first", "2"]
+    cases.close()
+
+
+def test_closing_a_case_file_releases_its_descriptor(tmp_path: Path) -> None:
+    """The TUI opens a case file per probe it starts: each close must give its descriptor back."""
+    path = write_lines(tmp_path / "cases.jsonl", '{"id": "a", "prompt": "1"}')
+
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_descriptors()
+    files = [CaseFile(path) for _ in range(5)]
+    assert open_descriptors() == before + 5
+    for case_file in files:
+        case_file.close()
+    assert open_descriptors() == before
+
+
 def test_a_cases_file_changed_under_the_probe_is_named(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "cases.jsonl", '{"id": "a", "prompt": "1"}', '{"id": "b", "prompt": "2"}')
     cases = CaseFile(path)
@@ -152,10 +178,12 @@ def test_n_takes_the_first_cases_and_a_seed_a_sample_in_file_order(tmp_path: Pat
         # the sample --sample 7 --n 4 draws: sorted(random.Random(7).sample(range(10), 4)) = [2, 5, 6, 9]
         assert [c.id for c in select(cases, 4, 7)] == ["c2", "c5", "c6", "c9"]
         for bad in (0, -1):
-            with pytest.raises(InputError, match="--n must be at least 1"):
+            with pytest.raises(InputError, match="^--n must be at least 1$"):
                 select(cases, bad)
     assert isinstance(select(listed, 3), list) and isinstance(select(listed, 4, 7), list)
     assert isinstance(select(on_disk, 3), CaseView) and isinstance(select(on_disk, 4, 7), CaseView)
+    # every case of a file stays on disk (a 50,000-case probe must not parse them all up front)
+    assert select(on_disk, None) is on_disk and select(on_disk, 25) is on_disk
     on_disk.close()
 
 
