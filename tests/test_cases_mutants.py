@@ -93,6 +93,9 @@ def test_files_that_are_not_cases_are_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "cases.fifo"
     os.mkfifo(fifo)
     assert refused(fifo) == f"cases file {fifo}: is a FIFO (named pipe), not a regular file"
+    looped = tmp_path / "looped.jsonl"
+    looped.symlink_to(looped)
+    assert refused(looped) == f"cases file {looped}: Too many levels of symbolic links"
     empty = write_lines(tmp_path / "empty.jsonl", "", "   ")
     assert refused(empty) == (f"cases file {empty}: no cases (expected JSON Lines with \"id\" and \"prompt\" "
                               "or \"messages\")")
