@@ -78,6 +78,8 @@ def test_every_engine_is_checked_in_the_tables_order() -> None:
     assert (verdicts[0].reason, verdicts[0].source) == MARLIN
     assert {v.scheme for v in verdicts} == {"W4A16"} and {v.gpu for v in verdicts} == {"A100"}
     assert verdicts[3].reason == "llama.cpp loads GGUF only: convert the checkpoint to a GGUF quant"
+    # a scheme given is the scheme every engine is checked for, not the format's default
+    assert {v.scheme for v in check_all_engines("fp8", scheme="block", target=parse_target("H100"))} == {"block"}
 
 
 @pytest.mark.parametrize(("text", "capability", "sm", "label"), [
@@ -103,16 +105,16 @@ def test_gpu_names_match_whole_words_longest_first() -> None:
 
 
 def test_unknown_names_are_one_line_naming_what_is_known() -> None:
-    with pytest.raises(InputError, match=r"^unknown target 'sm_99': no NVIDIA GPU has compute capability 9\.9 "
+    with pytest.raises(InputError, match=r"^unknown target 'sm_95': no NVIDIA GPU has compute capability 9\.5 "
                                          r"\(known: sm_50, sm_52, .*, sm_120, sm_121\)$"):
-        parse_target("sm_99")
+        parse_target("sm_95")
     with pytest.raises(InputError, match=r"^unknown target 'Voodoo 3': give sm_XX \(e\.g\. sm_90\), a compute "
                                          r"capability \(9\.0\), a GPU name \(H100, L40S, RTX 4090, \.\.\.\) or 'auto'$"):
         parse_target("Voodoo 3")
     with pytest.raises(InputError, match=r"^unknown quantization format 'fp3' \(known: fp8, nvfp4, mxfp4, mxfp8, "
                                          r"int8, awq, gptq, bnb-nf4, gguf\)$"):
         resolve_format("fp3")
-    with pytest.raises(InputError, match=r"^unknown scheme 'bogus' for fp8 \(known: "):
+    with pytest.raises(InputError, match=r"^unknown scheme 'bogus' for fp8 \(known: per-tensor, block\)$"):
         resolve_scheme("fp8", "bogus")
     with pytest.raises(InputError, match=r"^unknown engine 'tgi' \(known: vllm, sglang, trtllm, llamacpp\)$"):
         resolve_engine("tgi")
@@ -158,7 +160,7 @@ def test_what_a_pinned_identity_says_was_deployed() -> None:
 @pytest.mark.parametrize(("text", "parts"), [
     ("fp8", ("fp8", None)), (" awq:machete ", ("awq", "machete")), ("fp8/block", ("fp8", "block")),
     ("gptq W4A16", ("gptq", "W4A16")), ("nvfp4@cutlass", ("nvfp4", "cutlass")), ("awq:", ("awq", None)),
-    ("a:b/c", ("a", "b/c")),
+    ("a:b/c", ("a", "b/c")), ("awq:marlin:v2", ("awq", "marlin:v2")),
 ])
 def test_a_quantization_label_splits_into_format_and_scheme(text: str, parts) -> None:
     assert split_quantization(text) == parts
