@@ -5,6 +5,8 @@
 #   bash scripts/mutation.sh stats compare    # only those modules (the others' last results still count)
 #   MUTATION_DIR=/tmp/m bash scripts/mutation.sh   # keep the staged trees (and mutmut's caches) there
 #   bash scripts/mutation.sh --report         # print the score from the last runs in MUTATION_DIR
+#   bash scripts/mutation.sh --recheck cases  # after adding tests: re-run only that module's survivors
+#                                             # that have no reason yet, against the current tests
 #
 # Each module is mutated on its own, in its own staged tree, with only the fast in-process tests that
 # cover it (the table below), so one module's run fits a shared 2-core machine; run it under
@@ -86,9 +88,34 @@ run_module() {
   echo "$name: mutmut run $(( $(date +%s) - start )) s, ${#existing[@]} test file(s); log in $stage/mutmut-run.log"
 }
 
+recheck_module() {
+  local name=$1 stage="$work/$1"
+  [[ -f "$stage/results.txt" ]] || { echo "mutation.sh: no earlier run of '$name' in $work" >&2; exit 2; }
+  local names
+  names=$(grep ': survived$' "$stage/results.txt" | sed 's/: survived$//; s/^ *//' \
+    | grep -v -x -F -f <(cut -f1 "$repo/scripts/mutation_equivalent.tsv" | grep -v '^#') || true)
+  [[ -n "$names" ]] || { echo "$name: no survivor without a reason"; return; }
+  rm -rf "$stage/tests" "$stage/mutants/tests"
+  cp -rp "$repo/tests" "$stage/tests"
+  cp -rp "$repo/tests" "$stage/mutants/tests"
+  rm -f "$stage/tests/test_suite_runs_this_checkout.py" "$stage/mutants/tests/test_suite_runs_this_checkout.py"
+  # shellcheck disable=SC2086  # one argument per mutant name
+  (cd "$stage" && "$PY" -m mutmut run --max-children "${MUTATION_JOBS:-2}" $names >"$stage/recheck.log" 2>&1) || {
+    tail -40 "$stage/recheck.log" >&2
+    exit 2
+  }
+  (cd "$stage" && "$PY" -m mutmut results --all true) >"$stage/results.txt"
+  echo "$name: re-checked $(wc -w <<<"$names") survivor(s)"
+}
+
 "$PY" -c 'import mutmut' 2>/dev/null || "$PY" -m pip install -q --disable-pip-version-check 'mutmut==3.8.1'
 mkdir -p "$work"
 if [[ "${1:-}" == "--report" ]]; then report; fi
+if [[ "${1:-}" == "--recheck" ]]; then
+  shift
+  for name in "$@"; do recheck_module "$name"; done
+  report
+fi
 wanted=("$@")
 for want in "${wanted[@]}"; do
   printf '%s\n' "${modules[@]}" | grep -q "^$want|" || { echo "mutation.sh: unknown module '$want'" >&2; exit 2; }
