@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,10 @@ from execsys import COMPONENTS, declaration
 from execsys.errors import InputError
 from execsys.identity import (
     SCHEMA,
+    ArtifactHashed,
+    Cancelled,
+    ComponentChecked,
+    ComponentObserved,
     Identity,
     describe_change,
     diff_identities,
@@ -68,6 +73,33 @@ def test_verify_right_after_pin_is_the_same_system(pinned: tuple[Path, Identity]
     assert (data["schema"], data["lock_id"], data["lock_schema"], data["verdict"]) == (
         "execsys.verify/1", identity.id, SCHEMA, "same-system")
     assert data["components"]["artifact"] == {"status": "same", "changes": [], "reason": None}
+    assert (data["observed_id"], data["sentence"]) == (identity.id, report.sentence)
+    # who pinned and who checks: shown by `verify`, never compared
+    assert data["pinned_observer"] == identity.observer and identity.observer.get("cwd")
+    assert data["observer"] == report.observer and report.observer.get("cwd")
+
+
+def test_verify_tells_what_it_observes_and_stops_on_cancel(pinned: tuple[Path, Identity]) -> None:
+    _, identity = pinned
+    events: list = []
+    verify(identity, on_event=events.append)
+    assert [e.name for e in events if isinstance(e, ComponentChecked)] == list(COMPONENTS)
+    assert any(isinstance(e, ArtifactHashed) for e in events)
+    assert {e.name for e in events if isinstance(e, ComponentObserved)} >= {"artifact", "budget"}
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled):
+        verify(identity, cancel=cancel)
+
+
+def test_an_unreachable_endpoint_makes_the_runtime_unverifiable_not_an_error(tmp_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    report = verify(identity)
+    runtime = report.components["runtime"]
+    assert runtime.status == "unverifiable" and "endpoint http://127.0.0.1:9/v1: unreachable" in (runtime.reason or "")
+    assert report.sentence.startswith(f"1 unverifiable (runtime) since {identity.id[:12]} was pinned")
 
 
 @pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
@@ -109,11 +141,17 @@ def test_a_missing_artifact_is_unverifiable_not_changed(pinned: tuple[Path, Iden
 
 def test_an_older_schema_is_not_compared_at_all(pinned: tuple[Path, Identity]) -> None:
     _, identity = pinned
-    old = Identity(identity.id, identity.recorded_at, identity.components, schema="execsys.identity/1")
+    old = Identity(identity.id, identity.recorded_at, identity.components, schema="execsys.identity/1",
+                   observer=identity.observer)
     report = verify(old)
     assert report.verdict == "new-identity" and report.observed_id is None
     assert report.sentence == "pinned with identity schema 1; re-pin to compare under schema 2"
     assert {check.status for check in report.components.values()} == {"unverifiable"}
+    assert report.components["budget"].to_json() == {"status": "unverifiable", "changes": [],
+                                                     "reason": "pinned with identity schema 1"}
+    data = report.to_json()
+    assert (data["lock_id"], data["lock_schema"]) == (identity.id, "execsys.identity/1")
+    assert data["observer"].get("cwd") and data["pinned_observer"] == identity.observer
     assert report.schema_outdated and not verify(identity).schema_outdated
 
 
@@ -134,6 +172,8 @@ def test_diff_says_what_a_comparison_isolates() -> None:
     data = two.to_json()
     assert data["schema"] == "execsys.diff/1" and data["moved"] == two.moved
     assert data["a"] == {"id": "0" * 64, "recorded_at": "2026-12-01T00:00:00Z", "source": "lock", "schema": SCHEMA}
+    assert data["b"] == data["a"]  # identity_with gives every side the same id, time and source
+    assert data["changes"] == two.changes and data["sentence"] == two.sentence
     assert two.schema_note is None
     older = identity_with(budget={"seed": 1})
     older.schema = "execsys.identity/1"
@@ -165,6 +205,8 @@ def test_a_change_is_described_in_one_readable_line() -> None:
     long = "x" * 100
     assert describe_change({"field": "f", "old": long, "new": "x" * 80}) == f"f: {'x' * 77}... -> {'x' * 80}"
     assert describe_change({"field": "f", "old": "A" * 64, "new": "g" * 64}) == f"f: {'A' * 64} -> {'g' * 64}"
+    assert describe_change({"field": "f", "old": "X" * 64, "new": ["é"]}) == f'f: {"X" * 64} -> ["é"]'
+    assert describe_change({"field": "f", "old": "y" * 81, "new": "z" * 80}) == f"f: {'y' * 77}... -> {'z' * 80}"
 
 
 def test_a_lock_that_is_not_an_identity_is_refused_naming_why(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
