@@ -69,7 +69,9 @@ run_module() {
     echo "[tool.mutmut]"
     echo 'source_paths = ["execsys"]'
     echo "only_mutate = [\"$file\"]"
-    # the SSH paths need the staged tree on the remote side, and "nobody" cannot read the staged copy
+    # the SSH paths need the staged tree on the remote side, and "nobody" cannot read the staged copy.
+    # -k matches substrings of test names: a test named "... host ..." is left out too, so the tests
+    # written for mutants avoid those words
     echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=120", "-k", "not remote and not ssh and not host and not unprivileged"]'
     printf 'pytest_add_cli_args_test_selection = ['
     printf '"%s", ' "${existing[@]}"

@@ -131,7 +131,7 @@ def test_different_sessions_need_a_licensed_restart(tmp_path: Path, locks, ledge
                                 "(restart agreement 22/30 = 0.73, 95% CI 0.56-0.86)"]
 
 
-def test_hosts_and_load_are_crossed_when_they_differ(tmp_path: Path, locks, ledger: Ledger) -> None:
+def test_machines_and_load_are_crossed_when_they_differ(tmp_path: Path, locks, ledger: Ledger) -> None:
     a = load_result(str(write_result(tmp_path / "a.json", locks["base"][0], OUT_A, session=None, host="gpu1",
                                      concurrency=1)), ledger)
     b = load_result(str(write_result(tmp_path / "b.json", locks["base"][0], OUT_B, session=None, host="gpu2",

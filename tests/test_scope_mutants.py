@@ -51,7 +51,7 @@ def test_nothing_probed_licenses_nothing(ledger: Ledger) -> None:
         "Not licensed (never probed under this identity): session, restart, concurrency, hosts, redeploy.")
 
 
-def test_a_stable_restart_licenses_restarts_on_the_host(ledger: Ledger) -> None:
+def test_a_stable_restart_licenses_restarts_on_the_pinned_machine(ledger: Ledger) -> None:
     first = probe(ledger, "restart", 20, 20)
     second = probe(ledger, "restart", 10, 10, host="gpu7")
     probe(ledger, "session", 5, 5)
@@ -257,7 +257,7 @@ def test_an_axis_unstable_under_either_identity_flags_the_comparison(ledger: Led
     assert "(session agreement 4/10 = 0.40, 95% CI 0.17-0.69)" in finding.statement
 
 
-def test_the_host_of_an_identity_is_read_from_its_hardware() -> None:
+def test_the_machine_of_an_identity_is_read_from_its_hardware() -> None:
     assert IdentityRef(ID, {"hardware": {"host": "a"}}).host() == "a"
     assert IdentityRef(ID, {"hardware": {"declared": {"hostname": "b"}, "observed": {"host": "c"}}}).host() == "b"
     assert IdentityRef(ID, {"hardware": {"declared": {"host": ""}, "observed": {"hostname": "c"}}}).host() == "c"
