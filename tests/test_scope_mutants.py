@@ -71,6 +71,12 @@ def test_a_stable_restart_licenses_restarts_on_the_pinned_machine(ledger: Ledger
                                            "ci95": [pytest.approx(0.8865, abs=5e-5), 1.0],
                                            "record": second, "records": [first, second]}
     assert data["licence"] == "restart" and data["host"] == "gpu7" and data["excluded"] == []
+    assert (data["schema"], data["identity"], data["statement"], data["grader"]) == (
+        "execsys.scope/1", ID, report.statement, None)
+    assert (data["licensed"], data["unstable"], data["unmeasured"], data["needs_paired_control"]) == (
+        ["session", "restart"], [], ["concurrency", "hosts", "redeploy"], ["concurrency", "hosts", "redeploy"])
+    assert data["ignored"]["reason"] == ("probes taken under a different identity do not count: a boundary "
+                                         "belongs to one pinned identity")
     assert data["ignored"]["records"] == 0 and data["ignored"]["identities"] == []
 
 
@@ -243,6 +249,12 @@ def test_the_audit_flags_what_crossed_an_axis_since_found_unstable(ledger: Ledge
     assert report.findings[2].runs == ["run-1", "run-2"]
     data = report.to_json()
     assert (data["schema"], data["checked"], data["flagged"]) == ("execsys.scope-audit/1", 3, 1)
+    assert data["comparisons"][2] == {
+        "comparison": fine, "recorded_at": ledger.get(fine).created_at, "label": "causal", "crossed": ["restart"],
+        "unstable_now": [], "unmeasured_now": [], "verdict": "ok", "statement": report.findings[2].statement,
+        "runs": ["run-1", "run-2"]}
+    assert data["comparisons"][0]["unmeasured_now"] == ["hosts"] and data["comparisons"][0]["crossed"] == [
+        "restart", "hosts"]
     assert data["comparisons"][0]["verdict"] == "needs re-evaluation or a paired control"
     only_other = audit(ledger, OTHER)
     assert only_other.checked == 1 and only_other.flagged == []
