@@ -42,7 +42,7 @@ def main(results: str, equivalent: str) -> int:
     worst = 1.0
     totals: Counter[str] = Counter()
     print(f"{'module':28} {'mutants':>7} {'killed':>7} {'survived':>8} {'equiv.':>6} {'no tests':>8} "
-          f"{'killed%':>7} {'score':>6}")
+          f"{'killed%':>7} {'score':>6} {'not run':>7}")
     for module in sorted(by_module):
         counts = by_module[module]
         killed = sum(counts[s] for s in KILLED)
@@ -52,16 +52,19 @@ def main(results: str, equivalent: str) -> int:
         worst = min(worst, score)
         total = sum(counts.values())
         totals.update({"mutants": total, "killed": killed, "survived": counts["survived"],
-                       "equivalent": equivalent_here, "no tests": counts["no tests"]})
+                       "equivalent": equivalent_here, "no tests": counts["no tests"],
+                       "not checked": counts["not checked"]})
         print(f"{module:28} {total:>7} {killed:>7} {counts['survived']:>8} {equivalent_here:>6} "
-              f"{counts['no tests']:>8} {killed / covered if covered else 1.0:>7.0%} {score:>6.0%}")
+              f"{counts['no tests']:>8} {killed / covered if covered else 1.0:>7.0%} {score:>6.0%} "
+              f"{counts['not checked']:>7}")
     covered_all = totals["killed"] + totals["survived"]
     if len(by_module) > 1 and covered_all:
         print(f"{'all':28} {totals['mutants']:>7} {totals['killed']:>7} {totals['survived']:>8} "
               f"{totals['equivalent']:>6} {totals['no tests']:>8} {totals['killed'] / covered_all:>7.0%} "
-              f"{(totals['killed'] + totals['equivalent']) / covered_all:>6.0%}")
+              f"{(totals['killed'] + totals['equivalent']) / covered_all:>6.0%} {totals['not checked']:>7}")
     print("killed% = killed / (killed + survived); score counts the equivalent survivors as killed; "
-          "'no tests': reached by no in-process test (SSH and remote paths, or only through subprocesses)")
+          "'no tests': reached by no in-process test (SSH and remote paths, or only through subprocesses); "
+          "'not run': a run stopped before reaching them")
     missing = [s for s in survivors if s not in reasons]
     if survivors:
         print("\nsurviving mutants:")
