@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from execsys.canonical import canonical_json, content_id
+from execsys.canonical import canonical_json, content_id, short
 
 OBJECT = {"model": {"declared": {"name": "llama-3-8b", "temperature": 0.0}, "observed": {}},
           "b": [1, 2.5, True, None, "é\n"]}
@@ -34,3 +34,10 @@ def test_content_id_is_b3sum_of_the_spelling() -> None:
 def test_nan_has_no_canonical_spelling() -> None:
     with pytest.raises(ValueError):
         canonical_json({"temperature": float("nan")})
+
+
+def test_an_id_is_shown_by_its_first_twelve_characters() -> None:
+    # the short form every table and sentence prints; a lock without an id prints nothing, not "None"
+    assert short(CONTENT_ID) == "bcec7f221ad3"
+    assert short(CONTENT_ID, 8) == "bcec7f22"
+    assert short(None) == "" and short("") == ""

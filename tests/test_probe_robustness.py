@@ -3,7 +3,6 @@ probes (SIGKILL, SIGINT) and bad input: the probe retries, records, resumes and 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -322,4 +321,11 @@ def test_no_case_completed_exits_2(cli, tmp_path, flip_endpoint):
     assert result.returncode == 2
     record = result.json()
     assert (record["n"], record["errored"], record["agreement_rate"], record["ci95"]) == (0, 2, None, None)
-    assert json.dumps(record)  # still the documented record
+    # still the documented record, saying that nothing was compared rather than a rate of 0
+    assert record["m"] == 0 and record["flipped"] == []
+    assert record["compare"]["output"] == {"m": 0, "n": 0, "rate": None, "ci95": None}
+    assert record["scope"]["holds"] is None
+    assert record["sentence"].startswith(
+        "session agreement: no case completed on every pass (2 errored cases excluded from n)")
+    assert [case["agree"] for case in record["cases"]] == [None, None]
+    assert all(p["error"] for case in record["cases"] for p in case["passes"] if p is not None)

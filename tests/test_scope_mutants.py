@@ -1,0 +1,307 @@
+"""The comparability licence (execsys/scope.py) in-process: the verdict per axis, the statement, the
+contract section and the audit, from real probe and comparison records in a real SQLite ledger.
+
+Written for mutants that survived scripts/mutation.sh (test_scope.py drives most of this through
+`execsys scope` subprocesses, where a mutant cannot be seen). Each statement below is the exact
+sentence a user reads, written out by hand from the records seeded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from execsys.errors import InputError, UsageError
+from execsys.ledger import Ledger
+from execsys.scope import (
+    AXES,
+    IdentityRef,
+    ScopeOptions,
+    audit,
+    compute_scope,
+    contract_markdown,
+    merge_contract,
+    resolve_identity,
+    run_audit,
+    run_scope,
+)
+
+ID = "1" * 64
+OTHER = "2" * 64
+
+
+def probe(ledger: Ledger, axis: str, m: int, n: int, identity: str | None = ID, **scope) -> str:
+    body = {"schema": "execsys.probe/1", "axis": axis, "identity": identity, "n": n, "m": m, "scope": scope}
+    return ledger.append("probe", body, identity=identity)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path):
+    with Ledger.open(tmp_path / "ledger.sqlite3") as opened:
+        yield opened
+
+
+def test_nothing_probed_licenses_nothing(ledger: Ledger) -> None:
+    report = compute_scope(ledger, ID)
+    assert (report.licensed, report.unstable, report.measured, report.licence) == ([], [], {}, None)
+    assert report.unmeasured == list(AXES) and report.needs_paired_control == list(AXES)
+    assert report.statement == (
+        "Identity 111111111111: no comparability is licensed: no boundary has been probed under this identity. "
+        "Not licensed (never probed under this identity): session, restart, concurrency, hosts, redeploy.")
+
+
+def test_a_stable_restart_licenses_restarts_on_the_pinned_machine(ledger: Ledger) -> None:
+    first = probe(ledger, "restart", 20, 20)
+    second = probe(ledger, "restart", 10, 10, host="gpu7")
+    probe(ledger, "session", 5, 5)
+    report = compute_scope(ledger, ID)
+    assert report.host == "gpu7"  # from the probe's scope, as the lock named none
+    restart = report.measured["restart"]
+    assert (restart.m, restart.n, restart.record, restart.records) == (30, 30, second, [first, second])
+    assert restart.figure() == "30/30 = 1.00, 95% CI 0.89-1.00"
+    assert report.licensed == ["session", "restart"] and report.licence == "restart"
+    assert report.needs_paired_control == ["concurrency", "hosts", "redeploy"]
+    assert report.statement == (
+        "Identity 111111111111: comparable across server restarts on host gpu7 (restart agreement "
+        "30/30 = 1.00, 95% CI 0.89-1.00). Not licensed (never probed under this identity): concurrency, hosts, "
+        "redeploy.")
+    data = report.to_json()
+    assert data["measured"]["restart"] == {"m": 30, "n": 30, "agreement_rate": 1.0,
+                                           "ci95": [pytest.approx(0.8865, abs=5e-5), 1.0],
+                                           "record": second, "records": [first, second]}
+    assert data["licence"] == "restart" and data["host"] == "gpu7" and data["excluded"] == []
+    assert (data["schema"], data["identity"], data["statement"], data["grader"]) == (
+        "execsys.scope/1", ID, report.statement, None)
+    assert (data["licensed"], data["unstable"], data["unmeasured"], data["needs_paired_control"]) == (
+        ["session", "restart"], [], ["concurrency", "hosts", "redeploy"], ["concurrency", "hosts", "redeploy"])
+    assert data["ignored"]["reason"] == ("probes taken under a different identity do not count: a boundary "
+                                         "belongs to one pinned identity")
+    assert data["ignored"]["records"] == 0 and data["ignored"]["identities"] == []
+
+
+def test_an_unstable_axis_caps_the_licence_and_needs_a_paired_control(ledger: Ledger) -> None:
+    probe(ledger, "session", 12, 20)
+    probe(ledger, "restart", 20, 20)  # wider, stable: still not licensed past the unstable session
+    probe(ledger, "concurrency", 9, 10)
+    report = compute_scope(ledger, ID, host="gpu1")
+    assert report.licensed == ["restart"] and report.unstable == ["session", "concurrency"]
+    assert report.licence is None
+    assert report.statement == (
+        "Identity 111111111111: no comparability is licensed: no boundary was measured with agreement 1.0. "
+        "Causal claims crossing session need a contemporaneous paired control (session agreement "
+        "12/20 = 0.60, 95% CI 0.39-0.78). "
+        "Causal claims crossing concurrency need a contemporaneous paired control (concurrency agreement "
+        "9/10 = 0.90, 95% CI 0.60-0.98). "
+        "Not licensed (never probed under this identity): hosts, redeploy.")
+
+
+@pytest.mark.parametrize(("concurrency", "extra"), [
+    ((10, 10), ", also under concurrent load"),
+    ((3, 10), ", with requests sent one at a time"),
+    (None, ""),
+])
+def test_the_licence_says_how_requests_were_sent(ledger: Ledger, concurrency, extra: str) -> None:
+    probe(ledger, "session", 8, 8)
+    if concurrency:
+        probe(ledger, "concurrency", *concurrency)
+    report = compute_scope(ledger, ID)
+    assert report.statement.startswith(
+        f"Identity 111111111111: comparable within one session{extra} (session agreement 8/8 = 1.00, 95% CI 0.68-1.00).")
+
+
+def test_the_widest_stable_boundary_of_the_chain_is_the_licence(ledger: Ledger) -> None:
+    for axis in ("session", "restart", "hosts", "redeploy"):
+        probe(ledger, axis, 4, 4)
+    report = compute_scope(ledger, ID, host="h")
+    assert report.licence == "redeploy"
+    assert report.statement.startswith("Identity 111111111111: comparable across redeploys (redeploy agreement 4/4")
+    probe(ledger, "hosts", 1, 2)
+    capped = compute_scope(ledger, ID, host="h")
+    assert capped.licence == "restart" and capped.unstable == ["hosts"]
+    assert capped.statement.startswith("Identity 111111111111: comparable across server restarts on host h ")
+
+
+def test_probes_of_other_identities_and_of_engine_changes_do_not_count(ledger: Ledger) -> None:
+    probe(ledger, "session", 10, 10)
+    o1 = probe(ledger, "session", 1, 10, identity=OTHER)
+    o2 = probe(ledger, "restart", 1, 10, identity=OTHER)
+    none = probe(ledger, "restart", 0, 10, identity=None)
+    changed = probe(ledger, "restart", 2, 10, engine_changed=True)
+    probe(ledger, "sideways", 1, 10)  # not an axis
+    probe(ledger, "restart", 11, 10)  # m > n: not a figure
+    probe(ledger, "restart", 0, 0)  # nothing compared
+    report = compute_scope(ledger, ID)
+    assert report.licensed == ["session"] and report.unstable == [] and "restart" not in report.measured
+    assert report.other_identities == {OTHER: [o1, o2], "none (probe taken without a pinned identity)": [none]}
+    assert report.ignored_probes == 3
+    assert report.excluded == [{"record": changed, "reason": "restart probe saw the engine change between passes: "
+                                "it measured the engine change, not the axis"}]
+    assert report.statement.endswith(
+        "3 probe records under 2 other identities do not count: a boundary belongs to one pinned identity. "
+        "1 probe record of this identity measured an engine change rather than its axis and did not count.")
+    data = report.to_json()
+    assert data["ignored"]["records"] == 3
+    assert data["ignored"]["identities"] == sorted([OTHER, "none (probe taken without a pinned identity)"])
+
+
+def test_one_other_record_and_two_exclusions_are_counted_in_words(ledger: Ledger) -> None:
+    probe(ledger, "session", 10, 10)
+    probe(ledger, "session", 1, 10, identity=OTHER)
+    probe(ledger, "restart", 2, 10, engine_changed=True)
+    probe(ledger, "hosts", 2, 10, engine_changed=True)
+    statement = compute_scope(ledger, ID).statement
+    assert ("1 probe record under 1 other identity does not count: a boundary belongs to one pinned identity. "
+            "2 probe records of this identity measured an engine change rather than its axis and did not count."
+            ) in statement
+
+
+def test_the_grader_boundary_is_stated_beside_the_axes(ledger: Ledger) -> None:
+    probe(ledger, "session", 5, 5)
+    g1 = probe(ledger, "grader", 7, 10)
+    g2 = probe(ledger, "grader", 10, 10)
+    probe(ledger, "grader", 0, 4, identity=OTHER)
+    report = compute_scope(ledger, ID)
+    assert report.grader is not None
+    assert report.grader["m"] == 17 and report.grader["n"] == 20 and report.grader["records"] == [g1, g2]
+    assert report.grader["ci95"] == pytest.approx([0.6396, 0.9476], abs=5e-5)
+    assert report.grader["sentence"] == "verdicts agree 17/20 (0.85) across repeats: a 15-point difference is within grader noise"
+    assert report.statement.endswith(" Grader: verdicts agree 17/20 (0.85) across repeats: a 15-point difference "
+                                     "is within grader noise.")
+    clean = Ledger.open(ledger.path.parent / "clean.sqlite3")
+    with clean:
+        probe(clean, "grader", 6, 6)
+        assert compute_scope(clean, ID).grader["sentence"] == (  # type: ignore[index]
+            "verdicts agree 6/6 (1.00) across repeats: score differences are not grader flips at this n")
+        probe(clean, "grader", 0, 0, identity=OTHER)
+        assert compute_scope(clean, OTHER).grader is None
+
+
+def test_the_contract_section_states_every_axis(ledger: Ledger) -> None:
+    restart = probe(ledger, "restart", 3, 5)
+    session = probe(ledger, "session", 5, 5)
+    report = compute_scope(ledger, ID, host="gpu1")
+    ref = IdentityRef(ID, {"model": {"declared": {"name": "llama", "revision": "abc", "extra": {"x": 1}}},
+                           "runtime": {"declared": {}, "observed": {}}, "hardware": {"host": "a|b"}})
+    text = contract_markdown(report, ref)
+    assert text.startswith(f"## Comparability\n\n- Identity: `{ID}`\n- Scope computed: ")
+    assert f"### Scope statement\n\n{report.statement}\n" in text
+    assert "| model | name=llama, revision=abc |" in text
+    assert "| artifact | (not declared) |" in text
+    assert "| hardware | host=a\\|b |" in text
+    assert "| runtime | (not declared) |" in text
+    assert f"| session | 1.00 | 5/5 | 0.57-1.00 | licensed | `{session}` |" in text
+    assert f"| restart | 0.60 | 3/5 | 0.23-0.88 | unstable: paired control required | `{restart}` |" in text
+    assert "| hosts | - | - | - | not probed: unlicensed | - |" in text
+    assert ("- Any causal claim crossing **restart**: unstable (3/5 = 0.60, 95% CI 0.23-0.88). Run both arms inside "
+            "one window (`execsys plan new ... --design abba`) or report the comparison as descriptive.") in text
+    assert "- Any causal claim crossing **hosts**: never probed under this identity." in text
+    assert "None: every probe axis" not in text and "other identities" not in text
+    assert text.endswith("\n") and not text.endswith("\n\n")
+    bare = contract_markdown(report)
+    assert "### Pinned components" not in bare
+
+
+def test_a_contract_with_every_axis_licensed_needs_no_paired_control(ledger: Ledger) -> None:
+    for axis in AXES:
+        probe(ledger, axis, 2, 2)
+    probe(ledger, "session", 1, 2, identity=OTHER)
+    report = compute_scope(ledger, ID)
+    text = contract_markdown(report, None)
+    assert "- None: every probe axis was measured with agreement 1.0 under this identity." in text
+    assert "Probe records under other identities (1) were not counted." in text
+
+
+def test_merging_replaces_only_the_comparability_section() -> None:
+    section = "## Comparability\n\nnew\n"
+    assert merge_contract("", section) == section
+    assert merge_contract("  \n", section) == section
+    assert merge_contract("# Plan\n\nkeep\n", section) == "# Plan\n\nkeep\n\n" + section
+    old = "# Plan\n\nintro\n## Comparability\n\nold\n### sub\nold too\n## Results\n\nkept\n"
+    assert merge_contract(old, section) == "# Plan\n\nintro\n## Comparability\n\nnew\n\n## Results\n\nkept\n"
+    at_end = "# Plan\n## Comparability\nold\n"
+    assert merge_contract(at_end, section) == "# Plan\n## Comparability\n\nnew\n"
+    top = "## Comparability\nold\n# Next\nkept\n"
+    assert merge_contract(top, section) == "## Comparability\n\nnew\n\n# Next\nkept\n"
+
+
+def comparison(ledger: Ledger, identities: list[str], crossed: list[str], *, paired: bool = False, **extra) -> str:
+    body = {"identities": identities, "crossed": crossed, "label": "causal", "paired_control": paired, **extra}
+    return ledger.append("comparison", body, identity=identities[0] if identities else None)
+
+
+def test_the_audit_flags_what_crossed_an_axis_since_found_unstable(ledger: Ledger) -> None:
+    flagged = comparison(ledger, [ID], ["restart", "hosts", "bogus"])
+    paired = comparison(ledger, [ID], ["restart"], paired=True)
+    fine = comparison(ledger, [OTHER], ["restart"], a={"run": "run-1"}, b={"run": "run-2"})
+    probe(ledger, "restart", 12, 20)
+    probe(ledger, "restart", 20, 20, identity=OTHER)
+    report = audit(ledger)
+    assert report.checked == 3 and [f.comparison for f in report.flagged] == [flagged]
+    first = report.findings[0]
+    assert (first.crossed, first.unstable_now, first.unmeasured_now) == (["restart", "hosts"], ["restart"], ["hosts"])
+    assert first.statement == (f"Comparison {flagged} (causal) crossed restart, since found unstable (restart "
+                               "agreement 12/20 = 0.60, 95% CI 0.39-0.78): needs re-evaluation or a paired control.")
+    assert report.findings[1].verdict == "ok"
+    assert report.findings[1].statement == f"Comparison {paired}: a contemporaneous paired control; unaffected."
+    assert report.findings[2].statement == (f"Comparison {fine}: crossed no axis now known to be unstable. "
+                                            "(between runs run-1 and run-2)")
+    assert report.findings[2].runs == ["run-1", "run-2"]
+    data = report.to_json()
+    assert (data["schema"], data["checked"], data["flagged"]) == ("execsys.scope-audit/1", 3, 1)
+    assert data["comparisons"][2] == {
+        "comparison": fine, "recorded_at": ledger.get(fine).created_at, "label": "causal", "crossed": ["restart"],
+        "unstable_now": [], "unmeasured_now": [], "verdict": "ok", "statement": report.findings[2].statement,
+        "runs": ["run-1", "run-2"]}
+    assert data["comparisons"][0]["unmeasured_now"] == ["hosts"] and data["comparisons"][0]["crossed"] == [
+        "restart", "hosts"]
+    assert data["comparisons"][0]["verdict"] == "needs re-evaluation or a paired control"
+    only_other = audit(ledger, OTHER)
+    assert only_other.checked == 1 and only_other.flagged == []
+
+
+def test_an_axis_unstable_under_either_identity_flags_the_comparison(ledger: Ledger) -> None:
+    both = comparison(ledger, [ID, OTHER], ["session"])
+    probe(ledger, "session", 10, 10)
+    probe(ledger, "session", 4, 10, identity=OTHER)
+    finding = audit(ledger).findings[0]
+    assert finding.comparison == both and finding.unstable_now == ["session"] and finding.unmeasured_now == []
+    assert "(session agreement 4/10 = 0.40, 95% CI 0.17-0.69)" in finding.statement
+
+
+def test_the_machine_of_an_identity_is_read_from_its_hardware() -> None:
+    assert IdentityRef(ID, {"hardware": {"host": "a"}}).host() == "a"
+    assert IdentityRef(ID, {"hardware": {"declared": {"hostname": "b"}, "observed": {"host": "c"}}}).host() == "b"
+    assert IdentityRef(ID, {"hardware": {"declared": {"host": ""}, "observed": {"hostname": "c"}}}).host() == "c"
+    assert IdentityRef(ID, {"hardware": {"declared": {"host": 5}}}).host() is None
+    assert IdentityRef(ID, {}).host() is None
+
+
+def test_scope_options_refuse_what_cannot_be_scoped(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="^--identity is empty: give an identity id, a ledger record id or a lock file$"):
+        ScopeOptions.from_sources(identity="  ")
+    with pytest.raises(UsageError, match=r"^no pinned identity \(looked for eval/execsys.lock.json\): give --lock "):
+        ScopeOptions.from_sources(lock_path=Path("eval/execsys.lock.json"))
+    with pytest.raises(UsageError, match=r"looked for execsys.lock.json\)"):
+        ScopeOptions.from_sources()
+    assert ScopeOptions.from_sources(audit=True).audit is True
+    assert ScopeOptions.from_sources(identity=ID).identity == ID
+
+
+def test_run_scope_speaks_for_a_complete_id_nothing_was_recorded_under(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger.open(path) as opened:
+        probe(opened, "session", 3, 3)
+    events: list = []
+    report = run_scope(ScopeOptions.from_sources(identity=ID, ledger=path), on_event=events.append)
+    assert report.licensed == ["session"] and report.ref is not None and report.ref.id == ID
+    assert [(e.identity, e.source, e.components_known) for e in events] == [(ID, report.ref.source, False)]
+    assert ID in report.ref.source
+    empty = run_scope(ScopeOptions.from_sources(identity=OTHER, ledger=path))
+    assert empty.measured == {} and empty.identity == OTHER
+    with Ledger.open(path) as opened:
+        with pytest.raises(InputError):
+            resolve_identity("abc123", opened)  # a short string must be found, not taken as an id
+        assert resolve_identity(ID, opened).id == ID
+    audited = run_audit(ScopeOptions.from_sources(audit=True, ledger=path), on_event=events.append)
+    assert audited.checked == 0 and len(events) == 1  # no identity given: nothing resolved
