@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,14 +69,16 @@ class GradedCase:
         return {"id": self.id, "prompt": self.prompt, "output": self.output, "expected": self.expected}
 
 
-def load_graded_cases(path: str | os.PathLike[str]) -> list[GradedCase]:
-    """The cases to grade: an lm-eval samples file or an Inspect log (read by the harness adapters),
-    else JSON Lines of ``{id, prompt, output, expected?}`` (the probes' own case checks plus a string
-    ``output``)."""
+def load_graded_cases(path: str | os.PathLike[str], ledger_path: Path | None = None) -> list[GradedCase]:
+    """The cases to grade: an execsys probe (its run or record id: what the model answered on its
+    first pass), an lm-eval samples file or an Inspect log (read by the harness adapters), else JSON
+    Lines of ``{id, prompt, output, expected?}`` (the probes' own case checks plus a string ``output``)."""
     from execsys.harnesses import inspect as inspect_log
     from execsys.harnesses import lm_eval
 
     target = Path(path)
+    if _PROBE_ID.match(str(path)) and not target.exists():
+        return _probe_cases(str(path), ledger_path)
     if lm_eval.SAMPLES_NAME.match(target.name):
         return _harness_cases(target, lm_eval.graded_samples(target))
     if target.suffix == ".eval" or (target.suffix == ".json" and inspect_log.ADAPTER.owns(target)):
@@ -106,6 +109,49 @@ def load_graded_cases(path: str | os.PathLike[str]) -> list[GradedCase]:
         cases.append(GradedCase(case.id, prompt, obj["output"], case.expected))
     if not cases:
         raise InputError(f"cases file {target}: no cases (expected JSON Lines with \"id\", \"prompt\" and \"output\")")
+    return cases
+
+
+_PROBE_ID = re.compile(r"^probe(-run)?-\S+$")
+
+
+def _probe_cases(reference: str, ledger_path: Path | None) -> list[GradedCase]:
+    """What a probe's model answered on its first pass, with the prompts and expectations of the cases
+    file it was given -- so the grader is probed on outputs this execution system really produced.
+    Cases that errored or got no answer there are left out; a cases file that changed since is refused."""
+    from .cases import CaseFile, cases_digest, select
+    from .runner import case_row
+
+    with Ledger.open(ledger_path) as ledger:
+        record = ledger.get(reference)
+        run = record if record.kind == "probe-run" else (
+            ledger.get(record.parent) if record.kind == "probe" and record.parent else None)
+        if run is None or run.kind != "probe-run":
+            raise InputError(f"--cases {reference}: a {record.kind} record, not a probe run or a probe's record "
+                             "(see 'execsys ledger list --kind probe')")
+        parameters = run.body.get("parameters") or {}
+        if parameters.get("axis") == "grader":
+            raise InputError(f"--cases {reference}: a grader probe holds verdicts, not model outputs to grade")
+        cases_file = parameters.get("cases_file")
+        if not cases_file:
+            raise InputError(f"--cases {reference}: that probe was given its cases in memory, not a file: "
+                             "give the cases as JSON Lines with an \"output\" each")
+        try:
+            chosen = select(CaseFile(cases_file), parameters.get("n"), parameters.get("sample_seed"))
+        except InputError as exc:
+            raise InputError(f"--cases {reference}: the probe's cases file: {exc}") from None
+        if cases_digest(chosen) != parameters.get("cases_digest"):
+            raise InputError(f"--cases {reference}: {cases_file} has changed since that probe ran "
+                             "(its cases digest differs): the outputs no longer belong to these prompts")
+        cases: list[GradedCase] = []
+        for case in chosen:
+            row, _retry = case_row(ledger, run.id, 0, case.id)
+            text = row.body.get("text") if row is not None and not row.body.get("error") else None
+            if isinstance(text, str):
+                prompt = case.prompt if case.prompt is not None else json.dumps(case.messages, ensure_ascii=False)
+                cases.append(GradedCase(case.id, prompt, text, case.expected))
+    if not cases:
+        raise InputError(f"--cases {reference}: no case of that probe has an answer on its first pass")
     return cases
 
 
@@ -381,7 +427,7 @@ def run_grader_probe(options: GraderProbeOptions, on_event: OnEvent | None = Non
     ``record=False``: reports the cases graded every time). A resumed run
     whose final record exists returns that record and grades nothing (with ``retry_errored`` and
     errored gradings: grades those again and records a new final, ``final#retry<r>``)."""
-    cases = load_graded_cases(options.cases)
+    cases = load_graded_cases(options.cases, options.ledger_path)
     if options.n is not None:
         cases = cases[: options.n]
     grader = _Grader(options)  # a judge that cannot name its model fails here, before anything is opened

@@ -440,3 +440,48 @@ def test_an_unrecorded_probe_cancelled_reports_the_cases_graded_every_time(tmp_p
     assert seen == [("a", 1), ("b", 1), ("c", 1), ("a", 2)]
     assert (report.m, report.n, report.run, report.record_id) == (1, 1, None, None)
     assert not ledger_path.exists()
+
+
+def test_cases_from_a_probe_grade_what_the_model_answered_on_its_first_pass(cli, tmp_path: Path, ledger_path: Path,
+                                                                           llama_server) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    cases = project / "cases.jsonl"
+    cases.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"2 + {i} =", "max_tokens": 6, "expected": str(2 + i)})
+                             + "\n" for i in range(4)))
+    probe = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases), "--json",
+                cwd=project, timeout=300)
+    assert probe.returncode in (0, 1), probe.stderr
+    run_id = probe.json()["run"]
+    first_pass = {row["body"]["case"]: row["body"]["text"]
+                  for row in cli("ledger", "export", "--kind", "probe-case", "--json", cwd=project).json()
+                  if row["parent"] == run_id and row["body"]["pass"] == 0}
+    assert set(first_pass) == {"q0", "q1", "q2", "q3"}
+
+    # a grader command that writes down what it was given, and grades the answer against the expectation
+    seen = project / "seen.jsonl"
+    (project / "grade.py").write_text(
+        "import json, sys\ncase = json.loads(sys.stdin.read())\n"
+        f"open({str(seen)!r}, 'a').write(json.dumps(case) + '\\n')\n"
+        "print('1' if case['expected'] in case['output'] else '0')\n")
+    (project / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
+    graded = cli("probe", "grader", "--cases", run_id, "--json", cwd=project)
+    assert graded.returncode == 0, graded.stderr
+    assert graded.json()["n"] == 4
+    given = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert {c["id"]: c["output"] for c in given} == first_pass  # both gradings saw the probe's own answers
+    assert {c["id"]: (c["prompt"], c["expected"]) for c in given} == {f"q{i}": (f"2 + {i} =", str(2 + i))
+                                                                      for i in range(4)}
+    # the probe's record id names the same run
+    record_id = probe.json()["id"]
+    again = cli("probe", "grader", "--cases", record_id, "--json", cwd=project)
+    assert again.returncode == 0 and again.json()["n"] == 4
+
+    # a cases file edited since the probe no longer belongs to its answers; a non-probe record is not cases
+    cases.write_text(cases.read_text().replace("2 + 0 =", "2 + 0 = ?"))
+    changed = cli("probe", "grader", "--cases", run_id, cwd=project)
+    assert changed.returncode == 2 and "has changed since that probe ran" in changed.stderr
+    assert len(changed.stderr.strip().splitlines()) == 1
+    case_row_id = cli("ledger", "export", "--kind", "probe-case", "--json", cwd=project).json()[0]["id"]
+    wrong = cli("probe", "grader", "--cases", case_row_id, cwd=project)
+    assert wrong.returncode == 2 and "not a probe run" in wrong.stderr

@@ -30,8 +30,9 @@ axes:
   hosts        one pass per --endpoint (repeat it, one per host); or 'probe merge RECORD...'
   redeploy     a fresh pass against a stored probe record (--baseline RECORD_ID)
   grader       the same outputs graded twice (or --repeats N) by the declared [grader]
-               (cases: {"id", "prompt", "output", "expected"?}, an lm-eval samples_<task>_*.jsonl
-               or an Inspect .eval/.json log; resumable like the other axes)
+               (cases: {"id", "prompt", "output", "expected"?}, an lm-eval samples_<task>_*.jsonl,
+               an Inspect .eval/.json log, or a probe's run/record id: what the model answered on its
+               first pass; resumable like the other axes)
 
 cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "expected"?}.
 prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
@@ -74,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--retries", type=int, default=3, metavar="N", help="retries on 5xx/timeouts/bad bodies (default 3)")
     cases = parser.add_argument_group("cases and comparison")
     cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases); for grader also an "
-                       "lm-eval samples_<task>_*.jsonl or an Inspect .eval/.json log")
+                       "lm-eval samples_<task>_*.jsonl, an Inspect .eval/.json log, or a probe's run or record id")
     cases.add_argument("--n", type=int, metavar="N", help="use the first N cases (or a seeded sample with --sample)")
     cases.add_argument("--sample", type=int, metavar="SEED", help="with --n: a seeded random sample instead of the first N")
     cases.add_argument("--compare", choices=("output", "outcome"), help="headline level (default output; both are reported)")
