@@ -211,7 +211,9 @@ async def scope_scene(pilot) -> None:
     app = pilot.app
     await pilot.press("4")
     screen = app.screen
-    await _settle(pilot, lambda: app.identity_id is not None and "Identity" in str(screen.query_one("#statement", Static).content))
+    # the statement, not its placeholder (which names "the Identity step" too): scope reads the ledger in a worker
+    await _settle(pilot, lambda: app.identity_id is not None and
+                  str(screen.query_one("#statement", Static).content).startswith(f"Identity {app.identity_id[:12]}"))
     screen.query_one("#arm-a", Input).value = "base"
     screen.query_one("#arm-b", Input).value = "tuned"
     screen.set_focus(None)

@@ -25,9 +25,10 @@ from textual.worker import Worker, get_current_worker
 
 from execsys.console import STYLES, SYMBOLS
 
-HAZARD_COLUMN_WIDTH = 19
 CURSOR_MARK = "▸ "
 """Marks the selected hazard's row in text, so the selection shows without colour (NO_COLOR, monochrome)."""
+# the longest hazard id with the cursor mark, so a new hazard's id is never cut
+HAZARD_COLUMN_WIDTH = len(CURSOR_MARK) + max(len(hazard_id) for hazard_id, _title in adapter.hazard_list())
 
 
 class DoctorScreen(StepScreen):

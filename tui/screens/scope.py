@@ -150,6 +150,10 @@ class ScopeScreen(GatedStep):
 
     @on(ScopeComputed)
     def scope_computed(self, message: ScopeComputed) -> None:
+        if message.identity_id != self.app.identity_id:
+            # computed for an identity read before the current one (a thread worker is not stopped by
+            # its successor, so its answer can arrive last): the newer computation draws the screen
+            return
         self._show_runs(message.runs, message.identity_id)
         chart = self.query_one("#chart", RateChart)
         if message.report is None:
