@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import re
 import signal
 import struct
@@ -39,7 +38,7 @@ _UNAME_TO_MACHINE = {
 
 
 def host_elf_machine() -> int | None:
-    return _UNAME_TO_MACHINE.get(platform.machine().lower())
+    return _UNAME_TO_MACHINE.get(os.uname().machine.lower())  # platform.machine()'s answer on POSIX
 
 
 def which_all(name: str, path: str | None = None) -> list[str]:
@@ -224,25 +223,40 @@ def entry_point(path: str) -> EntryPoint | None:
     return EntryPoint(sb.interpreter, match.group(1), match.group(2))
 
 
-# Run by a console script's own interpreter: resolves the entry module (importing its parent
-# packages, not the heavy CLI module itself) and prints ``pip --version``'s format.
-ENTRY_CHECK = (
-    "import sys, os, importlib.util\n"
-    "mod = sys.argv[1]\n"
-    "spec = importlib.util.find_spec(mod)\n"
-    "if spec is None:\n"
-    "    sys.exit('No module named ' + repr(mod))\n"
-    "top = sys.modules.get(mod.split('.')[0]) or __import__(mod.split('.')[0])\n"
-    "version = getattr(top, '__version__', None)\n"
-    "if version is None:\n"
-    "    try:\n"
-    "        from importlib.metadata import version as _v\n"
-    "        version = _v(top.__name__)\n"
-    "    except Exception:\n"
-    "        version = '?'\n"
-    "print('%s %s from %s (python %d.%d)' % (top.__name__, version, os.path.dirname(top.__file__ or '?'),"
-    " sys.version_info[0], sys.version_info[1]))\n"
-)
+# Run by a console script's own interpreter: finds the entry module and its parents on that
+# interpreter's path without running any of them, and prints ``pip --version``'s format. Importing
+# even pip's top package costs a node check more CPU than the rest of the hazard; the version comes
+# from the distribution's ``.dist-info`` name beside the package (else its ``__version__ = ...`` line).
+ENTRY_CHECK = r"""
+import os, re, sys
+from importlib.machinery import PathFinder
+parts = sys.argv[1].split('.')
+search, top = None, None
+for depth in range(1, len(parts) + 1):
+    name = '.'.join(parts[:depth])
+    spec = PathFinder.find_spec(name, search) if depth == 1 or search else None
+    if spec is None:
+        sys.exit('No module named ' + repr(name))
+    top = top or spec
+    search = spec.submodule_search_locations
+package = bool(top.submodule_search_locations)
+where = list(top.submodule_search_locations)[0] if package else os.path.dirname(top.origin or '?')
+norm = lambda n: re.sub(r'[-_.]+', '_', n).lower()
+version = '?'
+try:
+    for entry in os.listdir(os.path.dirname(where) if package else where):
+        stem, _, kind = entry.rpartition('.')
+        if kind == 'dist-info' and '-' in stem and norm(stem.split('-')[0]) == norm(parts[0]):
+            version = stem.split('-')[1]
+            break
+    else:
+        with open(os.path.join(where, '__init__.py') if package else top.origin, errors='replace') as fh:
+            found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", fh.read(65536), re.M)
+        version = found.group(1) if found else '?'
+except (OSError, TypeError):
+    pass
+print('%s %s from %s (python %d.%d)' % (parts[0], version, where, sys.version_info[0], sys.version_info[1]))
+"""
 
 
 def version_invocation(path: str, timeout: float) -> Invocation:

@@ -283,6 +283,38 @@ def test_stub_executables_ok_for_working_programs(tmp_path, monkeypatch):
     assert "engine 1.2.3" in "\n".join(result.evidence)
 
 
+
+def _console_script(bindir: Path, name: str, interpreter: Path, module: str) -> Path:
+    """What pip writes for a ``[project.scripts]`` entry: a shebang and ``from MOD import main``."""
+    return _script(bindir / name, f"#!{interpreter}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                                  f"from {module} import main\nif __name__ == '__main__':\n"
+                                  "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                                  "    sys.exit(main())\n")
+
+
+def test_stub_executables_resolves_a_console_script_in_its_own_interpreter_without_running_it(tmp_path,
+                                                                                               monkeypatch):
+    """A console script is checked by its interpreter finding the entry module (not by starting the
+    tool): the version comes from the distribution's dist-info; an entry module that is gone is named."""
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "evaltool" / "cli").mkdir(parents=True)
+    (site / "evaltool" / "__init__.py").write_text("raise SystemExit('the package ran: it must not')\n")
+    (site / "evaltool" / "cli" / "__init__.py").write_text("")
+    (site / "evaltool" / "cli" / "main.py").write_text("def main():\n    return 0\n")
+    (site / "evaltool-4.5.6.dist-info").mkdir()
+    bindir = tmp_path / "bin"
+    _console_script(bindir, "evaltool", venv / "bin" / "python", "evaltool.cli.main")
+    _console_script(bindir, "gonetool", venv / "bin" / "python", "evaltool.gone.main")
+    _prepend_path(monkeypatch, bindir)
+    ok = run_hazard("stub-executables", DoctorOptions(commands=["evaltool"], timeout=10))
+    assert ok.status == "ok", ok.evidence
+    assert f"evaltool 4.5.6 from {site / 'evaltool'}" in "\n".join(ok.evidence)
+    gone = run_hazard("stub-executables", DoctorOptions(commands=["gonetool"], timeout=10))
+    assert gone.status == "warn", gone.evidence
+    assert "exit 1: No module named 'evaltool.gone' (runs, but --version failed)" in "\n".join(gone.evidence)
+
 # -- unread-env-config -----------------------------------------------------------------------
 
 @pytest.fixture

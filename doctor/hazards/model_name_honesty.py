@@ -15,7 +15,6 @@ it also runs on remote hosts that have nothing but python3.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -60,6 +59,8 @@ def _request(endpoint: str, method: str, path: str, body: dict[str, Any] | None,
              api_key: str | None) -> tuple[int, bytes]:
     """(status, body) of one request, read before ``deadline`` (monotonic) and within ``BODY_LIMIT`` bytes:
     every socket wait is bounded by the time left, so a server trickling its answer cannot outlast it."""
+    import http.client  # here: it pulls in ssl and email, and most node checks declare no endpoint
+
     parts = urlsplit(endpoint)
     connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     timeout = _left(deadline)
