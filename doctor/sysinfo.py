@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -443,7 +442,16 @@ def os_name() -> str:
             return name
     except ImportError:
         pass
-    return f"{platform.system()} {platform.release()}"
+    return f"{_uname().sysname} {_uname().release}"
+
+
+def _uname():
+    """``os.uname()`` (what ``platform`` answers on POSIX, without importing it), else platform's."""
+    if hasattr(os, "uname"):
+        return os.uname()
+    import platform
+
+    return platform.uname()
 
 
 def host_facts() -> dict:
@@ -457,9 +465,9 @@ def host_facts() -> dict:
     return {
         "hostname": socket.gethostname(),
         "os": os_name(),
-        "kernel": platform.release(),
-        "arch": platform.machine(),
-        "python": platform.python_version(),
+        "kernel": _uname().release,
+        "arch": _uname().machine,
+        "python": sys.version.split()[0],  # what platform.python_version() answers
         "python_executable": sys.executable,
         "user": user,
         "virtualization": virtualization(),

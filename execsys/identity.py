@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -570,7 +569,7 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
 def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
         exclude: list[Path] | None = None, require_endpoint: bool = True) -> Identity:
     """Observe the declared system and return its identity (not yet written anywhere)."""
-    from execsys.ledger import now_iso
+    from execsys.clock import now_iso
 
     components = observe_components(decl, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
                                     exclude=exclude)
@@ -625,6 +624,8 @@ def record_identity(identity: Identity, ledger: Ledger) -> str:
     """Append the identity to the ledger (kind ``identity``); returns the record id.
 
     A ledger that turns out to be damaged (a corrupt page) is bad input naming the file, exit 2."""
+    import sqlite3  # here: pinning for facts or a node writes no ledger
+
     try:
         return ledger.append("identity", identity.to_json(), identity=identity.id)
     except sqlite3.DatabaseError as exc:

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from execsys.clock import now_iso
 from execsys.errors import InputError
 from execsys.redact import scrub
 
@@ -69,10 +70,6 @@ def default_path() -> Path:
     from platformdirs import user_data_path
 
     return user_data_path("execsys", appauthor=False) / "ledger.sqlite3"
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass

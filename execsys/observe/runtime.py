@@ -66,13 +66,13 @@ def numerics_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
 
 def engine_version(engine: str | None, process_hint: str | None = None) -> dict[str, Any]:
     """Engine name and version from installed package metadata, else from ``<binary> --version``."""
-    from importlib import metadata
-
     from execsys.proc import run
 
     name = canonical_engine(engine)
     spec = ENGINES.get(name or "", {"packages": [name] if name else [], "binaries": [name] if name else []})
     for package in spec["packages"]:
+        from importlib import metadata  # here: email, csv and zipfile with it, and most pins name no engine
+
         with contextlib.suppress(metadata.PackageNotFoundError):
             return {"name": name, "version": metadata.version(package), "source": f"package metadata ({package})"}
     binaries = ([process_hint] if process_hint else []) + spec["binaries"]
