@@ -2,7 +2,7 @@
 gathering on the same inventory in the same run (target: <= 1.0x), with `ping` beside both as the
 transport floor. The hosts are 32 inventory aliases of one loopback sshd (tests/fixtures/sshd.py).
 
-Run: python benchmarks/bench_ansible.py [--hosts 32] [--forks 8] [--runs 1]
+Run: python benchmarks/bench_ansible.py [--hosts 32] [--forks 8] [--runs 1] [--execsys VENV/bin/execsys]
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=32)
     parser.add_argument("--forks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--execsys", type=Path, default=Path(sys.executable).with_name("execsys"),
+                        help="the execsys console script the hosts run (default: the one beside this "
+                             "interpreter; give a venv's from the README's install to measure what users run)")
     args = parser.parse_args()
     ansible = shutil.which("ansible", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if ansible is None:
         raise SystemExit("benchmark needs ansible-core (pip install ansible-core)")
-    execsys = Path(sys.executable).with_name("execsys")
+    execsys = args.execsys
+    if not execsys.is_file():
+        raise SystemExit(f"no execsys console script at {execsys} (give --execsys PATH)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         server = start_sshd(work / "sshd")

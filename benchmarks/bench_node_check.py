@@ -5,7 +5,11 @@ CPU time is user + system of the process and every program it starts (wait4's ru
 doctor's own probes (`python3 --version`, `git --version`, ...) count. The check runs the way
 slurmd starts it: an empty environment (the default PATH is inspected) in an empty directory.
 
-Run: python benchmarks/bench_node_check.py [--runs 15]
+Run: python benchmarks/bench_node_check.py [--runs 15] [--execsys VENV/bin/execsys]
+
+Measure the install users run (the README's venv): an interpreter whose site-packages carries many
+``.pth`` files (a pyenv or conda base with editable installs) costs 3-4x more just to start; the
+reference is then the same interpreter's ``-c pass``, from the execsys script's shebang.
 """
 
 from __future__ import annotations
@@ -33,10 +37,15 @@ def cpu_of(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--execsys", help="the execsys console script to time (default: beside this interpreter)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cwd:
-        check = [*execsys_argv(), "doctor", "--node-check", "npd"]
-        bare = [sys.executable, "-c", "pass"]
+        if args.execsys:
+            with open(args.execsys, "rb") as fh:
+                interpreter = fh.readline().decode().removeprefix("#!").strip()
+            check, bare = [args.execsys, "doctor", "--node-check", "npd"], [interpreter, "-c", "pass"]
+        else:
+            check, bare = [*execsys_argv(), "doctor", "--node-check", "npd"], [sys.executable, "-c", "pass"]
         cpu_of(check, cwd, {})  # warm the page cache
         ours, ref, walls = [], [], []
         for _ in range(args.runs):  # interleaved: both see the same load

@@ -327,8 +327,34 @@ class Context:
         except OSError:
             pass
         if argv[1:] == ["--version"]:
-            return self.memo(("version", key), lambda: files.version_invocation(path, self.timeout))
+            return self.memo(("version", key), lambda: self._version(path))
         return self.memo(("invoke", key, tuple(argv[1:])), lambda: files.bounded_run(argv, self.timeout))
+
+    def _version(self, path: str) -> files.Invocation:
+        ep = files.entry_point(path)
+        if ep is not None and os.path.exists(ep.interpreter):
+            answer = files.entry_answer(self.python_facts(ep.interpreter), ep, path)
+            if answer is not None:
+                return answer
+        return files.version_invocation(path, self.timeout)
+
+    def python_facts(self, interpreter: str) -> files.Invocation:
+        """One run of ``interpreter`` answering what every hazard asks it (``files.PYTHON_PROBE``): its
+        prefixes and distributions, and where the entry module of each console script it runs is.
+
+        The scripts are the first match on PATH of each command checked (and pip/pip3, which
+        package-prefixes asks) whose shebang names this interpreter; any other one's ``--version``
+        runs on its own."""
+        def run() -> files.Invocation:
+            modules: list[str] = []
+            for name in dict.fromkeys([*self.commands(), "pip", "pip3"]):
+                found = files.which_all(name)
+                ep = files.entry_point(found[0]) if found else None
+                if ep is not None and os.path.abspath(ep.interpreter) == os.path.abspath(interpreter):
+                    modules.append(ep.module)
+            return files.python_facts(interpreter, sorted(set(modules)), self.timeout)
+
+        return self.memo(("python-facts", os.path.abspath(interpreter)), run)
 
     # -- defaults ---------------------------------------------------------
     @property

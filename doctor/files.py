@@ -223,40 +223,108 @@ def entry_point(path: str) -> EntryPoint | None:
     return EntryPoint(sb.interpreter, match.group(1), match.group(2))
 
 
-# Run by a console script's own interpreter: finds the entry module and its parents on that
-# interpreter's path without running any of them, and prints ``pip --version``'s format. Importing
-# even pip's top package costs a node check more CPU than the rest of the hazard; the version comes
-# from the distribution's ``.dist-info`` name beside the package (else its ``__version__ = ...`` line).
-ENTRY_CHECK = r"""
+# Where a console script's entry module is, asked of the script's own interpreter: found on that
+# interpreter's path without running it (importing even pip's top package costs a node check more CPU
+# than the rest of the hazard), in ``pip --version``'s format. The version comes from the
+# distribution's ``.dist-info`` name beside the package, else its ``__version__ = ...`` line.
+_LOCATE = r"""
 import os, re, sys
 from importlib.machinery import PathFinder
-parts = sys.argv[1].split('.')
-search, top = None, None
-for depth in range(1, len(parts) + 1):
-    name = '.'.join(parts[:depth])
-    spec = PathFinder.find_spec(name, search) if depth == 1 or search else None
-    if spec is None:
-        sys.exit('No module named ' + repr(name))
-    top = top or spec
-    search = spec.submodule_search_locations
-package = bool(top.submodule_search_locations)
-where = list(top.submodule_search_locations)[0] if package else os.path.dirname(top.origin or '?')
-norm = lambda n: re.sub(r'[-_.]+', '_', n).lower()
-version = '?'
-try:
-    for entry in os.listdir(os.path.dirname(where) if package else where):
-        stem, _, kind = entry.rpartition('.')
-        if kind == 'dist-info' and '-' in stem and norm(stem.split('-')[0]) == norm(parts[0]):
-            version = stem.split('-')[1]
-            break
-    else:
-        with open(os.path.join(where, '__init__.py') if package else top.origin, errors='replace') as fh:
-            found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", fh.read(65536), re.M)
-        version = found.group(1) if found else '?'
-except (OSError, TypeError):
-    pass
-print('%s %s from %s (python %d.%d)' % (parts[0], version, where, sys.version_info[0], sys.version_info[1]))
+def _norm(name):
+    return re.sub(r'[-_.]+', '_', name).lower()
+def locate(module):
+    parts = module.split('.')
+    search, top = None, None
+    for depth in range(1, len(parts) + 1):
+        name = '.'.join(parts[:depth])
+        spec = PathFinder.find_spec(name, search) if depth == 1 or search else None
+        if spec is None:
+            return 1, 'No module named ' + repr(name)
+        top = top or spec
+        search = spec.submodule_search_locations
+    package = bool(top.submodule_search_locations)
+    where = list(top.submodule_search_locations)[0] if package else os.path.dirname(top.origin or '?')
+    version = '?'
+    try:
+        for entry in os.listdir(os.path.dirname(where) if package else where):
+            stem, _, kind = entry.rpartition('.')
+            if kind == 'dist-info' and '-' in stem and _norm(stem.split('-')[0]) == _norm(parts[0]):
+                version = stem.split('-')[1]
+                break
+        else:
+            with open(os.path.join(where, '__init__.py') if package else top.origin, errors='replace') as fh:
+                found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", fh.read(65536), re.M)
+            version = found.group(1) if found else '?'
+    except (OSError, TypeError):
+        pass
+    return 0, '%s %s from %s (python %d.%d)' % (parts[0], version, where, sys.version_info[0], sys.version_info[1])
 """
+
+ENTRY_CHECK = _LOCATE + """
+code, said = locate(sys.argv[1])
+print(said) if code == 0 else sys.exit(said)
+"""
+
+# Everything the hazards ask one Python, in one start of it (a node check runs every 30-60 s: one
+# interpreter start is a tenth of its budget): its prefixes, sys.path and the distributions on each
+# entry (package-prefixes), and ``locate`` for each console-script module named on argv (their
+# ``--version``). One JSON line.
+PYTHON_PROBE = _LOCATE + r"""
+import json, site
+def dists(entry):
+    out = {}
+    try:
+        names = os.listdir(entry)
+    except OSError:
+        return out
+    for n in names:
+        if n.endswith('.dist-info') or n.endswith('.egg-info'):
+            stem = n.rsplit('.', 1)[0]
+            parts = stem.split('-')
+            name = re.sub(r'[-_.]+', '-', parts[0]).lower()
+            out[name] = parts[1] if len(parts) > 1 else '?'
+    return out
+usersite = site.getusersitepackages() if hasattr(site, 'getusersitepackages') else None
+print(json.dumps({
+    'executable': sys.executable, 'prefix': sys.prefix, 'base_prefix': getattr(sys, 'base_prefix', sys.prefix),
+    'version': '%d.%d.%d' % sys.version_info[:3], 'path': [p for p in sys.path if p],
+    'usersite': usersite, 'user_enabled': bool(site.ENABLE_USER_SITE),
+    'dists': {p: dists(p) for p in sys.path if p and os.path.isdir(p)},
+    'entries': {m: locate(m) for m in sys.argv[1:]},
+}))
+"""
+
+
+def python_facts(interpreter: str, modules: list[str], timeout: float) -> Invocation:
+    """One run of :data:`PYTHON_PROBE` by ``interpreter``, locating ``modules``."""
+    return bounded_run([interpreter, "-c", PYTHON_PROBE, *modules], timeout, keep=4 << 20)
+
+
+def described(facts: Invocation) -> dict | None:
+    """The JSON a :func:`python_facts` run printed (its last line), or None when it printed none."""
+    import json
+
+    try:
+        info = json.loads(facts.output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _argv_of_entry(path: str, ep: EntryPoint) -> list[str]:
+    return [f"{path} (entry point {ep.module}:{ep.function}, resolved by {ep.interpreter})"]
+
+
+def entry_answer(facts: Invocation, ep: EntryPoint, path: str) -> Invocation | None:
+    """A console script's ``--version``, from a :func:`python_facts` run of its interpreter that
+    located its entry module; None when that run did not (the entry check then runs on its own)."""
+    info = described(facts) if facts.ok else None
+    answer = (info or {}).get("entries", {}).get(ep.module)
+    if not (isinstance(answer, list) and len(answer) == 2):
+        return None
+    code, said = answer
+    return Invocation(_argv_of_entry(path, ep), returncode=int(code), output=f"{said}\n",
+                      duration_s=facts.duration_s)
 
 
 def version_invocation(path: str, timeout: float) -> Invocation:
@@ -269,7 +337,7 @@ def version_invocation(path: str, timeout: float) -> Invocation:
     if ep is None or not os.path.exists(ep.interpreter):
         return bounded_run([path, "--version"], timeout)
     inv = bounded_run([ep.interpreter, "-c", ENTRY_CHECK, ep.module], timeout)
-    inv.argv = [f"{path} (entry point {ep.module}:{ep.function}, resolved by {ep.interpreter})"]
+    inv.argv = _argv_of_entry(path, ep)
     return inv
 
 

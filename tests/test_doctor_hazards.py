@@ -315,6 +315,36 @@ def test_stub_executables_resolves_a_console_script_in_its_own_interpreter_witho
     assert gone.status == "warn", gone.evidence
     assert "exit 1: No module named 'evaltool.gone' (runs, but --version failed)" in "\n".join(gone.evidence)
 
+
+def test_one_python_start_answers_package_prefixes_and_every_console_script_it_runs(tmp_path, monkeypatch):
+    """A node check runs every 30-60 s: python3 is started once for its prefixes and for locating
+    pip's entry module, not once per question (each start is a tenth of the check's CPU budget)."""
+    system_python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    starts = tmp_path / "starts.log"
+    bindir = tmp_path / "bin"
+    python3 = _script(bindir / "python3", f"#!/bin/sh\necho \"$1\" >> {starts}\nexec {system_python} \"$@\"\n")
+    _console_script(bindir, "pip", python3, "pip._internal.cli.main")
+    _console_script(bindir, "pip3", python3, "pip._internal.cli.main")
+    _prepend_path(monkeypatch, bindir)
+    from execsys.doctor.runner import run_local
+
+    report = run_local(DoctorOptions(only=["package-prefixes", "stub-executables"], commands=["python3", "pip"],
+                                     timeout=20))
+    by_id = {r.id: r for r in report.hazards}
+    stub, prefixes = by_id["stub-executables"], by_id["package-prefixes"]
+    located = subprocess.run([system_python, "-c", "import pip, os; print(os.path.dirname(pip.__file__))"],
+                             capture_output=True, text=True, timeout=60)
+    if located.returncode != 0:
+        pytest.skip(f"{system_python} has no pip to locate")
+    pip_dir = located.stdout.strip()
+    assert f"pip (entry point pip._internal.cli.main:main, resolved by {python3}): exit 0: pip " in \
+        "\n".join(stub.evidence)
+    assert f"from {pip_dir} (python " in "\n".join(stub.evidence)
+    assert prefixes.status == "ok", prefixes.evidence
+    assert f"installs into {os.path.dirname(pip_dir)}" in "\n".join(prefixes.evidence)
+    # `python3 --version` (does it start at all: no site, no imports) and one run of the probe
+    assert sorted(starts.read_text().splitlines()) == ["--version", "-c"]
+
 # -- unread-env-config -----------------------------------------------------------------------
 
 @pytest.fixture

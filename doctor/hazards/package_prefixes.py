@@ -12,7 +12,6 @@ and reads pip's configuration files and environment -- without importing pip.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -27,30 +26,6 @@ FINDINGS = ("pythonpath-set", "pythonhome-set", "venv-on-conda", "pip-redirected
 FIX = ("Install with the interpreter that runs (`python3 -m pip install ...`), unset PYTHONPATH/PYTHONHOME for "
        "runs, remove user-site copies (`python3 -m pip uninstall --user PKG`) or set PYTHONNOUSERSITE=1, and "
        "remove global pip target/prefix settings.")
-
-PROBE = r"""
-import json, os, re, site, sys
-def dists(entry):
-    out = {}
-    try:
-        names = os.listdir(entry)
-    except OSError:
-        return out
-    for n in names:
-        if n.endswith('.dist-info') or n.endswith('.egg-info'):
-            stem = n.rsplit('.', 1)[0]
-            parts = stem.split('-')
-            name = re.sub(r'[-_.]+', '-', parts[0]).lower()
-            out[name] = parts[1] if len(parts) > 1 else '?'
-    return out
-usersite = site.getusersitepackages() if hasattr(site, 'getusersitepackages') else None
-print(json.dumps({
-    'executable': sys.executable, 'prefix': sys.prefix, 'base_prefix': getattr(sys, 'base_prefix', sys.prefix),
-    'version': '%d.%d.%d' % sys.version_info[:3], 'path': [p for p in sys.path if p],
-    'usersite': usersite, 'user_enabled': bool(site.ENABLE_USER_SITE),
-    'dists': {p: dists(p) for p in sys.path if p and os.path.isdir(p)},
-}))
-"""
 
 _PIP_FROM = re.compile(r"^pip (\S+) from (.+?) \(python ([\d.]+)\)")
 
@@ -117,11 +92,9 @@ def check(ctx) -> HazardResult:
     if not pythons:
         return fold(ID, findings, ok="python3 is not on PATH", quiet="skip", fix=FIX, accept=ctx.accept,
                     summary=lambda top: top[0].text)
-    inv = ctx.memo(("package-probe", pythons[0]),
-                   lambda: files.bounded_run([pythons[0], "-c", PROBE], ctx.timeout, keep=4 << 20))
-    try:
-        info = json.loads(inv.output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    inv = ctx.python_facts(pythons[0])
+    info = files.described(inv)
+    if info is None:
         findings.append(Finding("error", f"python3 did not describe itself: {inv.describe()}", f"{ID}/python3-silent"))
         return fold(ID, findings, ok="", fix="", evidence=evidence, accept=ctx.accept, listed=True)
     prefix = info["prefix"]
