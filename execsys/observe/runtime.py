@@ -241,34 +241,19 @@ def _fingerprint(client: Any, api: str, models: list[str], timeout: float) -> st
 # -- the serving process ----------------------------------------------------------------------------
 
 
-def _local_host(host: str | None) -> bool:
-    import socket
-
-    if not host:
-        return False
-    if host in ("localhost", "127.0.0.1", "::1", "0.0.0.0", "::") or host.startswith("127."):
-        return True
-    with contextlib.suppress(OSError):
-        return host in (socket.gethostname(), socket.getfqdn()) or host in socket.gethostbyname_ex(
-            socket.gethostname())[2]
-    return False
-
-
 def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[str, Any] | None:
     """The process listening on the endpoint's port (or named ``name_hint``): name, exe, flags, numerics env."""
     import psutil
 
+    from execsys.observe.listener import is_local_host, listening_pid
+
     proc = None
     if endpoint:
-        parts = urlsplit(endpoint)
-        if not _local_host(parts.hostname):
+        if not is_local_host(urlsplit(endpoint).hostname):
             return {"note": "endpoint is on another host: its serving process is not observable from here"}
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        pid = listening_pid(endpoint)
         with contextlib.suppress(psutil.Error, OSError):
-            for conn in psutil.net_connections(kind="inet"):
-                if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
-                    proc = psutil.Process(conn.pid)
-                    break
+            proc = psutil.Process(pid) if pid is not None else None
     if proc is None and name_hint:
         for candidate in psutil.process_iter(["name", "cmdline"]):
             cmdline = " ".join(candidate.info.get("cmdline") or [])
@@ -341,7 +326,8 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
     if endpoint and not observed["endpoint"].get("error"):
         _observe_engine_native(observed, declared, endpoint, process)
     if process is not None and (process.get("exe") or process.get("argv")):  # a local process, not a note
-        from execsys.observe.stack import listening_pid, observe_stack
+        from execsys.observe.listener import listening_pid
+        from execsys.observe.stack import observe_stack
 
         observed["stack"] = observe_stack(process, listening_pid(endpoint) if endpoint else None)
     if declared.get("log"):

@@ -83,7 +83,7 @@ def _process_cwd(endpoint: str | None) -> str | None:
     engine reports are relative to it, not to the declaration."""
     import psutil
 
-    from execsys.observe.stack import listening_pid
+    from execsys.observe.listener import listening_pid
 
     pid = listening_pid(endpoint)
     if pid is None:

@@ -133,23 +133,6 @@ def gpu_topology() -> dict[str, Any]:
             pynvml.nvmlShutdown()
 
 
-def listening_pid(endpoint: str | None) -> int | None:
-    """The pid listening on a local endpoint's port, where this user may see it."""
-    from urllib.parse import urlsplit
-
-    import psutil
-
-    if not endpoint:
-        return None
-    parts = urlsplit(endpoint)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    with contextlib.suppress(psutil.Error, OSError):
-        for conn in psutil.net_connections(kind="inet"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
-                return conn.pid
-    return None
-
-
 def observe_stack(process: dict[str, Any] | None, pid: int | None = None) -> dict[str, Any]:
     """The serving interpreter's distributions, torch's build and the container (``runtime.observed.stack``)."""
     from execsys.observe.harness import interpreter_facts, is_python

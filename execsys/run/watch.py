@@ -11,11 +11,9 @@ for the first listed one: a router re-pointing an alias keeps the list and chang
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from execsys.ledger import now_iso
 
@@ -39,9 +37,11 @@ class ServingObserver:
 
     def __call__(self, declared_runtime: dict[str, Any]) -> dict[str, Any]:
         from execsys.identity import observe_runtime
+        from execsys.observe.listener import listener as listener_of
         from execsys.observe.passmemo import Answers, observation_pass
 
-        listener = _listener(declared_runtime.get("endpoint"))
+        # scanned outside the pass: which process listens decides whose answers this tick re-enters
+        listener = listener_of(declared_runtime.get("endpoint"))
         answers = self._answers.setdefault((listener.get("pid"), listener.get("started_at")), Answers())
         with observation_pass(answers):
             observed = observe_runtime(declared_runtime, require_endpoint=False)
@@ -82,25 +82,6 @@ def _flatten(observed: dict[str, Any], listener: dict[str, Any]) -> dict[str, An
         if key in process:
             flat[f"runtime.process.{key}"] = process[key]
     return flat
-
-
-def _listener(endpoint: str | None) -> dict[str, Any]:
-    """pid and start time of the process listening on the endpoint's (local) port."""
-    import psutil
-
-    if not endpoint:
-        return {}
-    parts = urlsplit(endpoint)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and not \
-            (parts.hostname or "").startswith("127."):
-        return {}
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    with contextlib.suppress(psutil.Error, OSError):
-        for conn in psutil.net_connections(kind="inet"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
-                proc = psutil.Process(conn.pid)
-                return {"pid": conn.pid, "started_at": round(proc.create_time(), 2)}
-    return {}
 
 
 def changes(before: dict[str, Any], after: dict[str, Any], at: str) -> list[dict[str, Any]]:
