@@ -442,16 +442,18 @@ def os_name() -> str:
             return name
     except ImportError:
         pass
-    return f"{_uname().sysname} {_uname().release}"
+    return " ".join(_uname()[:2])
 
 
-def _uname():
-    """``os.uname()`` (what ``platform`` answers on POSIX, without importing it), else platform's."""
+def _uname() -> tuple[str, str, str]:
+    """(system, release, machine) from ``os.uname()`` (what ``platform`` answers on POSIX, without
+    importing it), else from platform."""
     if hasattr(os, "uname"):
-        return os.uname()
+        name = os.uname()
+        return name.sysname, name.release, name.machine
     import platform
 
-    return platform.uname()
+    return platform.system(), platform.release(), platform.machine()
 
 
 def host_facts() -> dict:
@@ -465,8 +467,8 @@ def host_facts() -> dict:
     return {
         "hostname": socket.gethostname(),
         "os": os_name(),
-        "kernel": _uname().release,
-        "arch": _uname().machine,
+        "kernel": _uname()[1],
+        "arch": _uname()[2],
         "python": sys.version.split()[0],  # what platform.python_version() answers
         "python_executable": sys.executable,
         "user": user,
