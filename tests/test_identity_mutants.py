@@ -8,9 +8,13 @@ file; the artifact digests are b3sum's.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +34,9 @@ from execsys.identity import (
     field_changes,
     flatten,
     load_lock,
+    observe_runtime,
     pin,
+    sanitize_declared,
     verify,
     write_lock,
 )
@@ -230,3 +236,159 @@ def test_a_lock_that_is_not_an_identity_is_refused_naming_why(pinned: tuple[Path
     assert "the id does not match the components" in problem({**data, "id": "f" * 64})
     assert load_lock(lock).id == identity.id
     assert identity.summary.startswith(f"artifact {identity.observed('artifact')['digest'][:12]} ")
+
+
+# -- what a lock may record of a declaration: sanitize_declared -----------------------------------
+# Each secret below is one that the final scrub alone would miss (a flag's next word, a lowercase
+# variable name, a `pass=` query, user:token in a repo URL), so only the per-component rule hides it.
+
+
+def test_the_runtime_table_loses_its_credentials_and_keeps_the_rest() -> None:
+    table = {"engine": "vllm", "endpoint": "http://eval:hunter2@127.0.0.1:8000/v1?pass=opensesame&x=a",
+             "flags": ["--api-key", "plainvalue", "--ctx-size", 8192],
+             "restart": "restart-engine --api-key plainvalue --now", "ready": "curl http://u:pw@h/health"}
+    assert sanitize_declared("runtime", table) == {
+        "engine": "vllm", "endpoint": "http://eval:<redacted>@127.0.0.1:8000/v1?pass=<redacted>&x=a",
+        "flags": ["--api-key", "<redacted>", "--ctx-size", "8192"],
+        "restart": "restart-engine --api-key <redacted> --now", "ready": "curl http://u:<redacted>@h/health"}
+    assert table["flags"][1] == "plainvalue"  # the declaration itself is left as it was
+    # the same keys in another table are that table's own words, not the runtime's flags
+    assert sanitize_declared("workflow", {"flags": ["--api-key", "plainvalue"], "endpoint": "http://h/v1?pass=x"}) == {
+        "flags": ["--api-key", "plainvalue"], "endpoint": "http://h/v1?pass=x"}
+
+
+def test_environment_variables_are_redacted_by_name_and_recorded_as_text() -> None:
+    assert sanitize_declared("environment", {"variables": {"my_token": "abc", "OMP_NUM_THREADS": 8},
+                                             "source_modules": ["m"]}) == {
+        "variables": {"my_token": "<redacted>", "OMP_NUM_THREADS": "8"}, "source_modules": ["m"]}
+    assert sanitize_declared("workflow", {"variables": {"my_token": "abc", "n": 8}}) == {
+        "variables": {"my_token": "abc", "n": 8}}
+
+
+def test_the_harness_repo_and_commands_lose_their_credentials() -> None:
+    table = {"name": "lm-eval", "repo": "https://ci:ghtoken123@git.example.com/evals.git",
+             "commands": ["python eval.py --api-key plainvalue", "lm_eval --tasks gsm8k"]}
+    assert sanitize_declared("harness", table) == {
+        "name": "lm-eval", "repo": "https://git.example.com/evals.git",
+        "commands": ["python eval.py --api-key <redacted>", "lm_eval --tasks gsm8k"]}
+    assert sanitize_declared("model", {"repo": "https://ci:ghtoken123@git.example.com/m.git", "commands": [1]}) == {
+        "repo": "https://ci:<redacted>@git.example.com/m.git", "commands": [1]}
+
+
+def test_the_grader_command_and_judge_endpoint_lose_their_credentials() -> None:
+    table = {"name": "judge", "command": "python grade.py --api-key plainvalue",
+             "judge": {"endpoint": "http://127.0.0.1:9/v1?pass=opensesame", "model": "m"}}
+    assert sanitize_declared("grader", table) == {
+        "name": "judge", "command": "python grade.py --api-key <redacted>",
+        "judge": {"endpoint": "http://127.0.0.1:9/v1?pass=<redacted>", "model": "m"}}
+    assert sanitize_declared("grader", {"name": "exact-match"}) == {"name": "exact-match"}
+    assert sanitize_declared("grader", {"judge": {"model": "m"}}) == {"judge": {"model": "m"}}
+
+
+def test_each_mcp_server_loses_its_credentials() -> None:
+    table = {"enabled": ["search"], "mcp": [
+        {"name": "web", "url": "http://127.0.0.1:9/mcp?pass=opensesame"},
+        {"name": "local", "command": ["server", "--api-key", "plainvalue", 3]},
+        "not a table"]}
+    assert sanitize_declared("tools", table) == {"enabled": ["search"], "mcp": [
+        {"name": "web", "url": "http://127.0.0.1:9/mcp?pass=<redacted>"},
+        {"name": "local", "command": ["server", "--api-key", "<redacted>", "3"]},
+        "not a table"]}
+    assert table["mcp"][1]["command"][2] == "plainvalue"
+    assert sanitize_declared("workflow", {"mcp": [{"url": "http://h/mcp?pass=x"}]}) == {
+        "mcp": [{"url": "http://h/mcp?pass=x"}]}
+
+
+# -- the engine's version where it runs, not in execsys's own interpreter ---------------------------
+
+NOT_INSTALLED = ("not installed in the serving process's or the harness's interpreter "
+                 "(or neither is visible from here)")
+
+
+def test_a_python_engine_seen_nowhere_it_runs_has_no_version() -> None:
+    """llama-cpp-python is installed in execsys's own interpreter here, which is the observer's, not the
+    system's: without a serving process or a harness interpreter its version is unknown."""
+    from importlib import metadata
+
+    assert metadata.version("llama_cpp_python")  # installed beside execsys, where it must not count
+    assert observe_runtime({"engine": "llama_cpp"}, require_endpoint=False)["engine"] == {
+        "name": "llama-cpp-python", "version": None, "source": NOT_INSTALLED}
+    assert observe_runtime({"engine": "Made-Up-Engine"}, require_endpoint=False)["engine"] == {
+        "name": "made-up-engine", "version": None, "source": NOT_INSTALLED}
+    assert observe_runtime({}, require_endpoint=False)["engine"] == {"name": None, "version": None, "source": None}
+
+
+def _stub(bin_dir: Path, name: str, output: str) -> Path:
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\necho '{output}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_binary_engine_keeps_what_its_binary_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert observe_runtime({"engine": "llama.cpp"}, require_endpoint=False)["engine"] == {
+        "name": "llama.cpp", "version": None,
+        "source": "not found installed here (no package metadata, no binary on PATH)"}
+    # lmdeploy ships a package and a binary: found as a binary, its --version answer stands
+    stub = _stub(tmp_path / "bin", "lmdeploy", "lmdeploy 0.6.1")
+    monkeypatch.setenv("PATH", str(stub.parent))
+    assert observe_runtime({"engine": "lmdeploy"}, require_endpoint=False)["engine"] == {
+        "name": "lmdeploy", "version": "0.6.1", "source": "lmdeploy --version", "binary": str(stub)}
+
+
+@pytest.fixture
+def serving_python() -> Iterator[str]:
+    """A real Python process, found by the marker in its argv as a serving process is ([runtime] process)."""
+    marker = f"execsys-serving-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        yield marker
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_python_engine_is_read_from_the_serving_process_interpreter(serving_python: str) -> None:
+    from importlib import metadata
+
+    engine = observe_runtime({"engine": "llama-cpp-python", "process": serving_python},
+                             require_endpoint=False)["engine"]
+    assert engine == {"name": "llama-cpp-python", "version": metadata.version("llama_cpp_python"),
+                      "source": "package metadata (llama_cpp_python)",
+                      "interpreter": os.path.realpath(sys.executable), "found_in": "the serving process's interpreter"}
+
+
+def test_a_python_engine_is_read_from_the_harness_interpreter(tmp_path: Path) -> None:
+    """An in-process engine: the harness's Python (a non-Python command before it is passed over)."""
+    from importlib import metadata
+
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION + '[runtime]\nengine = "llama-cpp-python"\n'
+                                           f'[harness]\ncommands = ["true", "{sys.executable} -c pass"]\n')
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    assert identity.observed("runtime")["engine"] == {
+        "name": "llama-cpp-python", "version": metadata.version("llama_cpp_python"),
+        "source": "package metadata (llama_cpp_python)", "interpreter": os.path.realpath(sys.executable),
+        "found_in": "the harness's interpreter"}
+
+
+# -- the lock file ----------------------------------------------------------------------------------
+
+
+def test_the_lock_file_holds_every_documented_field(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
+    lock, identity = pinned
+    data = json.loads(lock.read_text())
+    assert data == {"schema": SCHEMA, "id": identity.id, "recorded_at": identity.recorded_at,
+                    "summary": identity.summary, "declaration": identity.declaration,
+                    "components": identity.components, "notes": identity.notes, "observer": identity.observer,
+                    "live": identity.live}
+    assert data["recorded_at"].startswith("20") and data["summary"].startswith("artifact ")
+    assert data["declaration"] == {"path": str(tmp_path / "execsys.toml"), "base_dir": str(tmp_path)}
+    with pytest.raises(InputError) as caught:
+        write_lock(identity, tmp_path)
+    assert str(caught.value) == (f"{tmp_path}: is a directory, not a regular file: refusing to replace it "
+                                 "(cannot write the lock there)")
