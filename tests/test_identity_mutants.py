@@ -392,3 +392,156 @@ def test_the_lock_file_holds_every_documented_field(pinned: tuple[Path, Identity
         write_lock(identity, tmp_path)
     assert str(caught.value) == (f"{tmp_path}: is a directory, not a regular file: refusing to replace it "
                                  "(cannot write the lock there)")
+
+
+# -- a system that declares more than the artifact --------------------------------------------------
+
+RICH = """\
+[artifact]
+path = "model"
+
+[context_policy]
+template = "template.jinja"
+
+[retrieval]
+index = "index.bin"
+corpus = "corpus"
+
+[grader]
+name = "judge"
+
+[grader.judge]
+endpoint = "http://127.0.0.1:9/v1"
+model = "j"
+
+[budget]
+seed = 7
+"""
+JUDGE_DOWN = ("judge: endpoint http://127.0.0.1:9/v1: unreachable (ConnectError: [Errno 111] Connection refused); "
+              "start the server or fix [runtime] endpoint")
+
+
+@pytest.fixture
+def rich(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                   "torch_dtype": "bfloat16"}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    (model / "model.safetensors").write_bytes(b"w" * 10)
+    (tmp_path / "template.jinja").write_text("{{ messages }}\n")
+    (tmp_path / "index.bin").write_bytes(b"index")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("a")
+    (tmp_path / "corpus" / "b.txt").write_text("b")
+    (tmp_path / "execsys.toml").write_text(RICH)
+    return tmp_path
+
+
+@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+def test_every_declared_component_is_observed_and_announced_in_order(rich: Path) -> None:
+    import socket
+
+    events: list = []
+    identity = pin(declaration.load(rich / "execsys.toml"), require_endpoint=False, on_event=events.append)
+    observed = [(e.name, e.index, e.total) for e in events if isinstance(e, ComponentObserved)]
+    order = ["runtime", "artifact", "model", "hardware", "harness", "environment", "grader", "tools", "workflow",
+             "context_policy", "retrieval", "budget"]
+    assert observed == [(name, index, 12) for index, name in enumerate(order, 1)]
+    assert identity.observed("model") == {"from_files": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                                         "dtype": "bfloat16"}}
+    assert identity.observed("artifact")["kind"] == "tree" and identity.observed("artifact")["files"] == 3
+    assert identity.observed("runtime") == {"engine": {"name": None, "version": None, "source": None}}
+    assert identity.observed("hardware")["hostname"] == socket.gethostname()
+    assert identity.observed("harness") == {"git": None, "note": f"{rich} is not inside a git repository"}
+    assert identity.observed("environment")["variables"] == {}
+    template = b3sum(rich / "template.jinja")
+    done = subprocess.run(["b3sum", "--no-names"], input=b"{{ messages }}", capture_output=True, timeout=30,
+                          check=True)
+    assert identity.observed("context_policy") == {
+        "template": {"path": str(rich / "template.jinja"), "kind": "file", "digest": template, "files": 1},
+        "applied_template": {"source": "tokenizer_config.json chat_template",
+                             "digest": done.stdout.decode().strip(), "matches_declared": True}}
+    retrieval = identity.observed("retrieval")
+    assert retrieval["index"] == {"path": str(rich / "index.bin"), "kind": "file", "digest": b3sum(rich / "index.bin"),
+                                  "files": 1}
+    assert (retrieval["corpus"]["path"], retrieval["corpus"]["kind"], retrieval["corpus"]["files"]) == (
+        str(rich / "corpus"), "tree", 2)
+    assert identity.observed("grader") == {"judge": {"endpoint": {"url": "http://127.0.0.1:9/v1",
+                                                                  "error": JUDGE_DOWN.removeprefix("judge: ")}}}
+    assert {name: identity.observed(name) for name in ("tools", "workflow", "budget")} == {
+        "tools": {}, "workflow": {}, "budget": {}}
+
+
+def test_a_judge_that_does_not_answer_leaves_the_grader_unverifiable_and_keeps_declared_moves(rich: Path) -> None:
+    identity = pin(declaration.load(rich / "execsys.toml"), require_endpoint=False)
+    (rich / "index.bin").unlink()
+    (rich / "execsys.toml").write_text(RICH.replace('name = "judge"', 'name = "judge-2"'))
+    report = verify(identity, declaration=declaration.load(rich / "execsys.toml"))
+    grader = report.components["grader"]
+    assert (grader.status, grader.reason) == ("unverifiable", JUDGE_DOWN)
+    assert grader.changes == [{"field": "declared.name", "old": "judge", "new": "judge-2"}]
+    retrieval = report.components["retrieval"]
+    assert retrieval.status == "changed" and retrieval.reason is None
+    assert {"field": "observed.index.note", "old": None, "new": "not found on this machine"} in retrieval.changes
+    assert {"field": "observed.index.digest", "old": b3sum_text(b"index"), "new": None} in retrieval.changes
+    assert report.observed_id is None
+    assert report.sentence == (f"1 changed (retrieval); 1 unverifiable (grader) since {identity.id[:12]} was pinned; "
+                               "re-measure before comparing results across this change")
+    assert [name for name, check in report.components.items() if check.status == "same"] == [
+        name for name in COMPONENTS if name not in ("retrieval", "grader")]
+
+
+def b3sum_text(data: bytes) -> str:
+    done = subprocess.run(["b3sum", "--no-names"], input=data, capture_output=True, timeout=30, check=True)
+    return done.stdout.decode().strip()
+
+
+def test_a_declared_grader_or_tools_move_is_named(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
+    _, identity = pinned
+    (tmp_path / "execsys.toml").write_text(DECLARATION + '[grader]\nname = "fuzzy"\n[tools]\nenabled = ["search"]\n')
+    report = verify(identity, declaration=declaration.load(tmp_path / "execsys.toml"))
+    assert report.components["grader"].to_json() == {
+        "status": "changed", "changes": [{"field": "declared.name", "old": None, "new": "fuzzy"}],
+        "reason": "declared name None → fuzzy"}
+    assert report.components["tools"].to_json() == {
+        "status": "changed", "changes": [{"field": "declared.enabled", "old": None, "new": ["search"]}], "reason": None}
+    assert report.sentence.startswith("2 changed (tools, grader) since ")
+
+
+@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+def test_the_current_declaration_is_compared_as_pin_records_it(tmp_path: Path) -> None:
+    """The pinned declared half is redacted; the current declaration is compared after the same redaction,
+    and its observed changes are kept beside the declared ones."""
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    text = DECLARATION + '[runtime]\nflags = ["--api-key", "plainvalue"]\n'
+    (tmp_path / "execsys.toml").write_text(text)
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    assert identity.declared("runtime") == {"flags": ["--api-key", "<redacted>"]}
+    (tmp_path / "model.bin").write_bytes(b"weightz")
+    report = verify(identity, declaration=declaration.load(tmp_path / "execsys.toml"))
+    assert report.components["runtime"].status == "same"
+    assert report.components["artifact"].changes == [
+        {"field": "observed.digest", "old": identity.observed("artifact")["digest"], "new": b3sum(tmp_path / "model.bin")}]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
+                   capture_output=True, timeout=30)
+
+
+def test_the_lock_being_checked_is_not_an_edit_of_the_harness(tmp_path: Path) -> None:
+    """The lock lives in the harness's repository: rewriting it is not a dirty working tree."""
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    (tmp_path / "execsys.lock.json").write_text("{}\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "eval")
+    lock = tmp_path / "execsys.lock.json"
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False, exclude=[lock])
+    assert identity.observed("harness")["dirty"] is False
+    loaded = load_lock(write_lock(identity, lock))
+    report = verify(loaded)
+    assert report.components["harness"].status == "same", report.components["harness"].changes
+    assert report.verdict == "same-system"
