@@ -545,3 +545,127 @@ def test_the_lock_being_checked_is_not_an_edit_of_the_harness(tmp_path: Path) ->
     report = verify(loaded)
     assert report.components["harness"].status == "same", report.components["harness"].changes
     assert report.verdict == "same-system"
+
+
+# -- what pin says about the system beside the id ---------------------------------------------------
+
+
+def test_pin_notes_every_declared_fact_this_machine_contradicts(tmp_path: Path) -> None:
+    import socket
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                   "torch_dtype": "bfloat16"}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    (model / "model.safetensors").write_bytes(b"w" * 10)
+    (tmp_path / "template.jinja").write_text("{{ other }}\n")
+    mute = _stub(tmp_path / "bin", "python3", "")
+    mute.write_text("#!/bin/sh\nexit 3\n")
+    (tmp_path / "execsys.toml").write_text(
+        '[artifact]\npath = "model"\nquantization = "awq"\nbogus = 1\n'
+        '[context_policy]\ntemplate = "template.jinja"\n'
+        '[hardware]\nhost = "gpu-box-01"\ngpu = "H200"\ngpu_count = 2\n'
+        f'[harness]\ncommands = ["no-such-program-xyz --run", "{mute} -c pass"]\n'
+        '[environment]\nvariables = { EXECSYS_TEST_NEVER_SET = "1" }\n')
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    hardware = identity.observed("hardware")
+    gpus = [gpu.get("name") or "" for gpu in hardware.get("gpus") or []]
+    assert socket.gethostname() != "gpu-box-01"
+    expected = [
+        f"{tmp_path / 'execsys.toml'}:4: unknown key 'artifact.bogus' (ignored)",
+        "declared quantization 'awq' but the files say 'none (bfloat16)' (config.json (no quantization_config))",
+        "declared environment variables that do not hold here: EXECSYS_TEST_NEVER_SET",
+        "harness command 'no-such-program-xyz --run': not found (on PATH, or relative to the declaration)",
+        "the chat template the engine applies (tokenizer_config.json chat_template) is not the declared "
+        "[context_policy] template: a flip no decoding margin explains may be this",
+        f"declared host 'gpu-box-01' but this is {socket.gethostname()!r}",
+    ]
+    if not any("h200" in name.lower() for name in gpus):
+        expected.append(f"declared GPU 'H200' but this host has {', '.join(gpus) or 'no NVIDIA GPU'}")
+    if len(gpus) != 2:
+        expected.append(f"declared 2 GPU(s) but this host has {len(gpus)}")
+    if hardware.get("gpu_note"):
+        expected.append(f"hardware: {hardware['gpu_note']}")
+    interpreter_note = [n for n in identity.notes if n.startswith(f"harness command '{mute} -c pass': ")]
+    assert len(interpreter_note) == 1 and interpreter_note[0].startswith(
+        f"harness command '{mute} -c pass': its interpreter did not describe itself (")
+    assert [n for n in identity.notes if n not in interpreter_note] == expected
+    assert identity.notes.index(interpreter_note[0]) == 4  # in the order of the harness's commands
+
+
+def test_a_system_that_matches_its_declaration_has_no_notes(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16"}))
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    (model / "model.safetensors").write_bytes(b"w" * 10)
+    (tmp_path / "template.jinja").write_text("{{ messages }}\n")
+    os.environ.setdefault("EXECSYS_TEST_ALWAYS_SET", "1")
+    (tmp_path / "execsys.toml").write_text(
+        '[artifact]\npath = "model"\nquantization = "none"\n[context_policy]\ntemplate = "template.jinja"\n'
+        '[environment]\nvariables = { EXECSYS_TEST_ALWAYS_SET = "1" }\n')
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    gpu_note = identity.observed("hardware").get("gpu_note")
+    assert identity.notes == ([f"hardware: {gpu_note}"] if gpu_note else [])
+
+
+# -- a lock whose id was recomputed over wrongly typed fields ----------------------------------------
+
+
+def _relocked(tmp_path: Path, edit) -> str:
+    from execsys.canonical import content_id
+
+    data = json.loads((Path(__file__).parent / "data" / "golden" / "execsys.lock.json").read_text(encoding="utf-8"))
+    edit(data)
+    data["id"] = content_id(data["components"])
+    path = tmp_path / "edited.lock.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as caught:
+        load_lock(path)
+    return str(caught.value).removeprefix(f"{path}: ")
+
+
+def test_a_lock_with_wrongly_typed_fields_is_refused_naming_the_field(tmp_path: Path) -> None:
+    def declared_seed(data: dict) -> None:
+        data["components"]["budget"]["declared"]["seed"] = "seven"
+
+    def size(value: object):
+        return lambda data: data["components"]["artifact"]["observed"].__setitem__("size_bytes", value)
+
+    def top(key: str, value: object):
+        return lambda data: data.__setitem__(key, value)
+
+    def declaration_field(key: str, value: object):
+        return lambda data: data["declaration"].__setitem__(key, value)
+
+    assert _relocked(tmp_path, declared_seed) == "components.budget.declared.seed must be an integer, not str"
+    assert _relocked(tmp_path, size("64")) == "components.artifact.observed.size_bytes must be a int, not str"
+    assert _relocked(tmp_path, size(True)) == "components.artifact.observed.size_bytes must be a int, not bool"
+    assert _relocked(tmp_path, lambda d: d["components"]["hardware"]["observed"].__setitem__("gpus", {})) == (
+        "components.hardware.observed.gpus must be a list, not dict")
+    assert _relocked(tmp_path, top("notes", "x")) == "'notes' must be a list, not str"
+    assert _relocked(tmp_path, top("observer", [])) == "'observer' must be a dict, not list"
+    assert _relocked(tmp_path, top("recorded_at", 5)) == "'recorded_at' must be a str, not int"
+    assert _relocked(tmp_path, top("declaration", "x")) == "'declaration' must be a dict, not str"
+    assert _relocked(tmp_path, declaration_field("path", 5)) == "declaration.path must be a string, not int"
+    assert _relocked(tmp_path, declaration_field("base_dir", [])) == "declaration.base_dir must be a string, not list"
+
+
+def test_a_lock_reads_back_what_was_written(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
+    lock, identity = pinned
+    loaded = load_lock(lock)
+    assert (loaded.id, loaded.recorded_at, loaded.schema, loaded.source) == (
+        identity.id, identity.recorded_at, SCHEMA, str(lock))
+    assert (loaded.components, loaded.declaration, loaded.notes, loaded.observer, loaded.live) == (
+        identity.components, identity.declaration, identity.notes, identity.observer, identity.live)
+    data = json.loads(lock.read_text())
+    for key in ("recorded_at", "declaration", "notes", "observer", "live"):
+        del data[key]
+    bare = tmp_path / "bare.lock.json"
+    bare.write_text(json.dumps(data))
+    loaded = load_lock(bare)
+    assert (loaded.recorded_at, loaded.declaration, loaded.notes, loaded.observer, loaded.live) == ("", {}, [], {}, {})
+    data["live"] = ["not", "a", "table"]
+    bare.write_text(json.dumps(data))
+    assert load_lock(bare).live == {}
