@@ -669,3 +669,122 @@ def test_a_lock_reads_back_what_was_written(pinned: tuple[Path, Identity], tmp_p
     data["live"] = ["not", "a", "table"]
     bare.write_text(json.dumps(data))
     assert load_lock(bare).live == {}
+
+
+# -- the pin and verify operations, and finding an identity by reference -----------------------------
+
+
+def test_run_pin_records_in_the_ledger_then_writes_the_lock_beside_the_declaration(tmp_path: Path) -> None:
+    from execsys.identity import IdentityRecorded, PinOptions, run_pin
+    from execsys.ledger import Ledger
+
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    ledger_path = tmp_path / "ledger.db"
+    options = PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), ledger=ledger_path)
+    assert (options.lock_path, options.ledger_path, options.record, options.require_endpoint, options.previous) == (
+        tmp_path / "execsys.lock.json", ledger_path, True, True, None)
+    events: list = []
+    report = run_pin(options, on_event=events.append)
+    lock = tmp_path / "execsys.lock.json"
+    assert report.lock_path == lock and report.diff is None and report.to_json() == report.identity.to_json()
+    assert load_lock(lock).id == report.identity.id
+    assert [e for e in events if isinstance(e, IdentityRecorded)] == [
+        IdentityRecorded(report.identity.id, str(report.record_id), str(lock))]
+    assert [e.name for e in events if isinstance(e, ComponentObserved)][0] == "runtime"
+    with Ledger.open(ledger_path) as ledger:
+        record = ledger.get(str(report.record_id))
+        assert (record.kind, record.identity, record.body["id"]) == ("identity", report.identity.id, report.identity.id)
+    # the lock is left out of the harness's own observation, and a re-pin says what moved
+    (tmp_path / "execsys.toml").write_text(DECLARATION.replace("seed = 7", "seed = 8"))
+    again = run_pin(PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), load_lock(lock),
+                                            ledger=ledger_path))
+    assert again.diff is not None and again.diff.moved == ["budget"] and again.diff.sentence == "isolates budget"
+    assert load_lock(lock).id == again.identity.id != report.identity.id
+
+
+def test_run_pin_without_recording_writes_nothing(tmp_path: Path) -> None:
+    from execsys.identity import PinOptions, run_pin
+
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    options = PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), ledger=tmp_path / "ledger.db",
+                                      record=False, lock_path=str(tmp_path / "other.lock.json"))
+    assert (options.record, options.require_endpoint, options.lock_path) == (False, False, tmp_path / "other.lock.json")
+    report = run_pin(options)
+    assert (report.lock_path, report.record_id) == (None, None) and report.identity.id
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["execsys.toml", "model.bin"]
+
+
+def test_pin_options_refuse_bad_paths_in_one_line(tmp_path: Path) -> None:
+    from execsys.identity import PinOptions
+
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    decl = declaration.load(tmp_path / "execsys.toml")
+    with pytest.raises(InputError) as caught:
+        PinOptions.from_sources(decl, lock_path=" ")
+    assert str(caught.value) == "the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration"
+    with pytest.raises(InputError) as caught:
+        PinOptions.from_sources(decl, lock_path=tmp_path)
+    assert str(caught.value) == f"{tmp_path}: cannot write the lock (is a directory)"
+    with pytest.raises(InputError) as caught:
+        PinOptions.from_sources(decl, engine_log="")
+    assert str(caught.value) == "--engine-log is empty: give the engine's log file"
+    options = PinOptions.from_sources(decl, engine_log="engine.log", require_endpoint=False)
+    assert options.declaration.component("runtime")["log"] == os.path.abspath("engine.log")
+    assert options.declaration.path == decl.path and options.require_endpoint is False
+    assert options.declaration.component("budget") == decl.component("budget")
+
+
+def test_verify_options_use_the_pinned_declaration_while_it_exists(pinned: tuple[Path, Identity],
+                                                                   tmp_path: Path) -> None:
+    from execsys.identity import VerifyOptions, run_verify
+
+    lock, identity = pinned
+    with pytest.raises(InputError) as caught:
+        VerifyOptions.from_sources(None, None, lock_path="elsewhere.lock.json")
+    assert str(caught.value) == "elsewhere.lock.json: no such lock file (create one with 'execsys pin')"
+    with pytest.raises(InputError) as caught:
+        VerifyOptions.from_sources(None, None)
+    assert str(caught.value) == "execsys.lock.json: no such lock file (create one with 'execsys pin')"
+    (tmp_path / "execsys.toml").write_text(DECLARATION.replace("seed = 7", "seed = 9"))
+    options = VerifyOptions.from_sources(None, identity)
+    assert options.lock is identity and options.declaration is not None
+    assert options.declaration.component("budget")["seed"] == 9
+    report = run_verify(options)
+    assert report.components["budget"].changes == [{"field": "declared.seed", "old": 7, "new": 9}]
+    (tmp_path / "execsys.toml").unlink()
+    assert VerifyOptions.from_sources(None, identity).declaration is None
+
+
+def test_an_identity_is_found_by_lock_record_or_id_prefix(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
+    from execsys.identity import load_identity_ref, record_identity
+    from execsys.ledger import Ledger
+
+    lock, identity = pinned
+    assert load_identity_ref(str(lock)).id == identity.id
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        record_id = record_identity(identity, ledger)
+        by_record = load_identity_ref(record_id, ledger)
+        assert (by_record.id, by_record.source) == (identity.id, f"ledger record {record_id}")
+        assert load_identity_ref(identity.id[:10], ledger).id == identity.id
+        # a probe taken under an identity the ledger has no record of is known by its id alone
+        probe = ledger.append("probe", {"axis": "restart"}, identity="ab" * 32)
+        known = load_identity_ref(probe, ledger)
+        assert (known.id, known.components) == ("ab" * 32, {})
+        assert known.notes == [f"known only by its id from ledger record {probe}: the ledger holds no identity "
+                               "record for it"]
+        assert load_identity_ref("abab", ledger).id == "ab" * 32
+        under = ledger.append("probe", {"axis": "restart"}, identity=identity.id)
+        assert load_identity_ref(under, ledger).components == identity.components
+        note = ledger.append("note", {"text": "x"})
+        with pytest.raises(InputError) as caught:
+            load_identity_ref(note, ledger)
+        assert str(caught.value) == f"ledger record {note} is a note record and carries no identity"
+        with pytest.raises(InputError) as caught:
+            load_identity_ref("zz", ledger)
+        assert str(caught.value) == (f"'zz' is neither a lock file nor an identity in the ledger {ledger.path} "
+                                     "(see 'execsys ledger list --kind identity')")
+        with pytest.raises(InputError) as caught:
+            load_identity_ref(str(tmp_path / "missing.json"), ledger)
+        assert "no such lock file" in str(caught.value)
