@@ -788,3 +788,23 @@ def test_an_identity_is_found_by_lock_record_or_id_prefix(pinned: tuple[Path, Id
         with pytest.raises(InputError) as caught:
             load_identity_ref(str(tmp_path / "missing.json"), ledger)
         assert "no such lock file" in str(caught.value)
+
+
+def test_runtime_files_resolve_beside_the_declaration_and_shells_the_harness_uses_are_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "eval"
+    project.mkdir()
+    (project / "model.bin").write_bytes(b"weights")
+    (project / "engine.env").write_text("NVIDIA_TF32_OVERRIDE=0\nHF_TOKEN=hf_secretsecretsecret\n")
+    (project / "engine.log").write_text("loading weights\n")
+    (project / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n[runtime]\nengine = "vllm"\n'
+                                          'env_file = "engine.env"\nlog = "engine.log"\n'
+                                          '[harness]\ncommands = ["echo hi | cat", "true"]\n')
+    monkeypatch.chdir(tmp_path)  # pinned from elsewhere: the declaration's own directory still counts
+    identity = pin(declaration.load(project / "execsys.toml"), require_endpoint=False)
+    runtime = identity.observed("runtime")
+    assert runtime["env_file_numerics"] == {"NVIDIA_TF32_OVERRIDE": "0"}
+    assert runtime["kernels"] == {"log": str(project / "engine.log"), "found": []}
+    assert identity.declared("runtime")["env_file"] == "engine.env"  # declared as written
+    shells = identity.observed("environment")["shells"]
+    assert [(s["program"], s["because"]) for s in shells] == [("sh", "harness command 'echo hi | cat' runs through it")]
