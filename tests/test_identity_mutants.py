@@ -808,3 +808,27 @@ def test_runtime_files_resolve_beside_the_declaration_and_shells_the_harness_use
     assert identity.declared("runtime")["env_file"] == "engine.env"  # declared as written
     shells = identity.observed("environment")["shells"]
     assert [(s["program"], s["because"]) for s in shells] == [("sh", "harness command 'echo hi | cat' runs through it")]
+
+
+def test_an_engine_served_from_a_venv_is_read_from_that_venv(tmp_path: Path) -> None:
+    """/proc/<pid>/exe of a venv's python is the base interpreter; the venv's own packages are what serve.
+    A real venv holding a distribution the base interpreter lacks, and a real process started from it."""
+    import venv
+
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    python = env / "bin" / "python"
+    site = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    dist = Path(site) / "execsys_venv_probe-9.9.9.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: execsys-venv-probe\nVersion: 9.9.9\n")
+    marker = f"execsys-serving-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([str(python), "-c", "import time; time.sleep(60)", marker])
+    try:
+        engine = observe_runtime({"engine": "execsys-venv-probe", "process": marker}, require_endpoint=False)["engine"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert engine == {"name": "execsys-venv-probe", "version": "9.9.9", "source": "package metadata (execsys-venv-probe)",
+                      "interpreter": os.path.realpath(python), "found_in": "the serving process's interpreter"}
