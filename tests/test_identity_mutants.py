@@ -483,8 +483,11 @@ def test_a_judge_that_does_not_answer_leaves_the_grader_unverifiable_and_keeps_d
     assert grader.changes == [{"field": "declared.name", "old": "judge", "new": "judge-2"}]
     retrieval = report.components["retrieval"]
     assert retrieval.status == "changed" and retrieval.reason is None
-    assert {"field": "observed.index.note", "old": None, "new": "not found on this machine"} in retrieval.changes
-    assert {"field": "observed.index.digest", "old": b3sum_text(b"index"), "new": None} in retrieval.changes
+    assert retrieval.changes == [
+        {"field": "observed.index.digest", "old": b3sum_text(b"index"), "new": None},
+        {"field": "observed.index.files", "old": 1, "new": None},
+        {"field": "observed.index.kind", "old": "file", "new": None},
+        {"field": "observed.index.note", "old": None, "new": "not found on this machine"}]
     assert report.observed_id is None
     assert report.sentence == (f"1 changed (retrieval); 1 unverifiable (grader) since {identity.id[:12]} was pinned; "
                                "re-measure before comparing results across this change")
@@ -832,3 +835,20 @@ def test_an_engine_served_from_a_venv_is_read_from_that_venv(tmp_path: Path) -> 
         proc.wait(timeout=10)
     assert engine == {"name": "execsys-venv-probe", "version": "9.9.9", "source": "package metadata (execsys-venv-probe)",
                       "interpreter": os.path.realpath(python), "found_in": "the serving process's interpreter"}
+
+
+def test_the_runtime_alone_is_reobserved_as_pin_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """observe_runtime is what the probes' restart axis calls between restarts."""
+    with pytest.raises(InputError) as caught:
+        observe_runtime({"endpoint": "http://127.0.0.1:9/v1"})  # an endpoint is required unless told otherwise
+    assert str(caught.value).startswith("endpoint http://127.0.0.1:9/v1: unreachable")
+    with pytest.raises(InputError):
+        observe_runtime({"endpoint": "http://127.0.0.1:9/v1"}, require_endpoint=True)
+    down = observe_runtime({"endpoint": "http://127.0.0.1:9/v1"}, require_endpoint=False)
+    assert down["endpoint"]["url"] == "http://127.0.0.1:9/v1" and "unreachable" in down["endpoint"]["error"]
+    (tmp_path / "engine.env").write_text("NVIDIA_TF32_OVERRIDE=0\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    observed = observe_runtime({"env_file": "engine.env"}, require_endpoint=False, base_dir=tmp_path)
+    assert observed["env_file_numerics"] == {"NVIDIA_TF32_OVERRIDE": "0"}
