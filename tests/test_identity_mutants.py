@@ -852,3 +852,36 @@ def test_the_runtime_alone_is_reobserved_as_pin_records_it(tmp_path: Path, monke
     monkeypatch.chdir(elsewhere)
     observed = observe_runtime({"env_file": "engine.env"}, require_endpoint=False, base_dir=tmp_path)
     assert observed["env_file_numerics"] == {"NVIDIA_TF32_OVERRIDE": "0"}
+
+
+def test_what_could_not_be_observed_is_unknown_not_changed(rich: Path) -> None:
+    """An unverifiable component keeps only the changes that could be seen: its declared ones."""
+    decl = declaration.load(rich / "execsys.toml")
+    identity = pin(decl, require_endpoint=False)
+    shutil.rmtree(rich / "model")
+    (rich / "execsys.toml").write_text(RICH.replace('path = "model"', 'path = "model"\nquantization = "awq"'))
+    report = verify(identity, declaration=declaration.load(rich / "execsys.toml"))
+    artifact, model = report.components["artifact"], report.components["model"]
+    assert (artifact.status, model.status) == ("unverifiable", "unverifiable")
+    assert artifact.changes == [{"field": "declared.quantization", "old": None, "new": "awq"}]
+    assert model.changes == [] and model.reason == "the artifact's files cannot be read"
+    assert artifact.reason is not None and artifact.reason.startswith("cannot re-hash the artifact: ")
+
+
+def test_an_endpoint_or_judge_that_answered_when_pinned_and_is_down_now_is_unknown(tmp_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    text = (DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n'
+            '[grader]\nname = "judge"\n[grader.judge]\nendpoint = "http://127.0.0.1:9/v1"\nmodel = "j"\n')
+    (tmp_path / "execsys.toml").write_text(text)
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    # as the lock read when both answered at pin time
+    identity.components["runtime"]["observed"]["endpoint"] = {"url": "http://127.0.0.1:9/v1", "models": ["m"]}
+    identity.components["grader"]["observed"]["judge"] = {"completion": {"model": "j-2026-05"}}
+    (tmp_path / "execsys.toml").write_text(text.replace('model = "j"', 'model = "k"').replace(
+        '[runtime]\n', '[runtime]\nversion = "b4567"\n'))
+    report = verify(identity, declaration=declaration.load(tmp_path / "execsys.toml"))
+    runtime, grader = report.components["runtime"], report.components["grader"]
+    assert (runtime.status, grader.status) == ("unverifiable", "unverifiable")
+    assert runtime.changes == [{"field": "declared.version", "old": None, "new": "b4567"}]
+    assert grader.changes == [{"field": "declared.judge.model", "old": "j", "new": "k"}]
+    assert grader.reason is not None and grader.reason.startswith("judge: endpoint http://127.0.0.1:9/v1: unreachable")
