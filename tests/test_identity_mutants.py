@@ -271,6 +271,7 @@ def test_the_harness_repo_and_commands_lose_their_credentials() -> None:
     assert sanitize_declared("harness", table) == {
         "name": "lm-eval", "repo": "https://git.example.com/evals.git",
         "commands": ["python eval.py --api-key <redacted>", "lm_eval --tasks gsm8k"]}
+    assert sanitize_declared("harness", {"commands": ["lm_eval", 2]}) == {"commands": ["lm_eval", "2"]}
     assert sanitize_declared("model", {"repo": "https://ci:ghtoken123@git.example.com/m.git", "commands": [1]}) == {
         "repo": "https://ci:<redacted>@git.example.com/m.git", "commands": [1]}
 
@@ -885,3 +886,16 @@ def test_an_endpoint_or_judge_that_answered_when_pinned_and_is_down_now_is_unkno
     assert runtime.changes == [{"field": "declared.version", "old": None, "new": "b4567"}]
     assert grader.changes == [{"field": "declared.judge.model", "old": "j", "new": "k"}]
     assert grader.reason is not None and grader.reason.startswith("judge: endpoint http://127.0.0.1:9/v1: unreachable")
+
+
+def test_each_component_check_is_announced_with_its_verdict(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
+    _, identity = pinned
+    (tmp_path / "execsys.toml").write_text(DECLARATION.replace("seed = 7", "seed = 8"))
+    (tmp_path / "model.bin").unlink()
+    events: list = []
+    verify(identity, on_event=events.append, declaration=declaration.load(tmp_path / "execsys.toml"))
+    checked = {e.name: e for e in events if isinstance(e, ComponentChecked)}
+    assert checked["budget"] == ComponentChecked("budget", "changed", 1, None)
+    assert checked["harness"] == ComponentChecked("harness", "same", 0, None)
+    assert (checked["model"].status, checked["model"].changes, checked["model"].reason) == (
+        "unverifiable", 0, "the artifact's files cannot be read")
