@@ -899,3 +899,24 @@ def test_each_component_check_is_announced_with_its_verdict(pinned: tuple[Path, 
     assert checked["harness"] == ComponentChecked("harness", "same", 0, None)
     assert (checked["model"].status, checked["model"].changes, checked["model"].reason) == (
         "unverifiable", 0, "the artifact's files cannot be read")
+
+
+def test_a_serving_process_started_through_path_is_read_from_its_binary(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """argv[0] 'python3' (found through the process's PATH) says nothing here: /proc/<pid>/exe is asked,
+    never a file of that name in execsys's own working directory."""
+    from importlib import metadata
+
+    decoy = _stub(tmp_path, "python3", "")
+    decoy.write_text("#!/bin/sh\nexit 3\n")
+    monkeypatch.chdir(tmp_path)
+    marker = f"execsys-serving-{uuid.uuid4().hex}"
+    proc = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", marker], executable=sys.executable)
+    try:
+        engine = observe_runtime({"engine": "llama-cpp-python", "process": marker}, require_endpoint=False)["engine"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert engine == {"name": "llama-cpp-python", "version": metadata.version("llama_cpp_python"),
+                      "source": "package metadata (llama_cpp_python)",
+                      "interpreter": os.path.realpath(sys.executable), "found_in": "the serving process's interpreter"}
