@@ -920,3 +920,14 @@ def test_a_serving_process_started_through_path_is_read_from_its_binary(tmp_path
     assert engine == {"name": "llama-cpp-python", "version": metadata.version("llama_cpp_python"),
                       "source": "package metadata (llama_cpp_python)",
                       "interpreter": os.path.realpath(sys.executable), "found_in": "the serving process's interpreter"}
+
+
+def test_a_retrieval_corpus_that_cannot_be_hashed_is_unverifiable_at_verify_and_refused_at_pin(rich: Path) -> None:
+    identity = pin(declaration.load(rich / "execsys.toml"), require_endpoint=False)
+    (rich / "corpus" / "gone").symlink_to(rich / "nowhere")
+    report = verify(identity)
+    retrieval = report.components["retrieval"]
+    assert retrieval.status == "unverifiable"
+    assert retrieval.reason is not None and retrieval.reason.startswith(f"{rich / 'corpus' / 'gone'}: dangling symlink")
+    with pytest.raises(InputError, match="dangling symlink"):
+        pin(declaration.load(rich / "execsys.toml"), require_endpoint=False)
