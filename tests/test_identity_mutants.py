@@ -931,3 +931,21 @@ def test_a_retrieval_corpus_that_cannot_be_hashed_is_unverifiable_at_verify_and_
     assert retrieval.reason is not None and retrieval.reason.startswith(f"{rich / 'corpus' / 'gone'}: dangling symlink")
     with pytest.raises(InputError, match="dangling symlink"):
         pin(declaration.load(rich / "execsys.toml"), require_endpoint=False)
+
+
+@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+def test_pin_refuses_an_endpoint_that_does_not_answer_and_reads_grader_files_beside_the_declaration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "eval"
+    project.mkdir()
+    (project / "model.bin").write_bytes(b"weights")
+    (project / "judge.txt").write_text("Grade: {answer}\n")
+    (project / "execsys.toml").write_text(DECLARATION + '[grader]\nname = "j"\n[grader.judge]\nprompt = "judge.txt"\n')
+    monkeypatch.chdir(tmp_path)
+    identity = pin(declaration.load(project / "execsys.toml"))
+    assert identity.observed("grader") == {"judge": {"prompt": {"path": str(project / "judge.txt"),
+                                                                "digest": b3sum(project / "judge.txt")}}}
+    (project / "execsys.toml").write_text(DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
+    with pytest.raises(InputError) as caught:
+        pin(declaration.load(project / "execsys.toml"))
+    assert str(caught.value).startswith("endpoint http://127.0.0.1:9/v1: unreachable")
