@@ -949,3 +949,20 @@ def test_pin_refuses_an_endpoint_that_does_not_answer_and_reads_grader_files_bes
     with pytest.raises(InputError) as caught:
         pin(declaration.load(project / "execsys.toml"))
     assert str(caught.value).startswith("endpoint http://127.0.0.1:9/v1: unreachable")
+
+
+def test_pin_reads_the_engine_from_the_serving_process_and_refuses_a_judge_that_does_not_answer(
+        tmp_path: Path, serving_python: str) -> None:
+    from importlib import metadata
+
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION + f'[runtime]\nengine = "llama-cpp-python"\n'
+                                           f'process = "{serving_python}"\n')
+    engine = pin(declaration.load(tmp_path / "execsys.toml")).observed("runtime")["engine"]
+    assert (engine["version"], engine["found_in"]) == (metadata.version("llama_cpp_python"),
+                                                       "the serving process's interpreter")
+    (tmp_path / "execsys.toml").write_text(DECLARATION + '[grader]\nname = "j"\n[grader.judge]\n'
+                                           'endpoint = "http://127.0.0.1:9/v1"\nmodel = "j"\n')
+    with pytest.raises(InputError) as caught:
+        pin(declaration.load(tmp_path / "execsys.toml"))
+    assert str(caught.value).startswith("[grader.judge] endpoint http://127.0.0.1:9/v1: unreachable")
