@@ -966,3 +966,35 @@ def test_pin_reads_the_engine_from_the_serving_process_and_refuses_a_judge_that_
     with pytest.raises(InputError) as caught:
         pin(declaration.load(tmp_path / "execsys.toml"))
     assert str(caught.value).startswith("[grader.judge] endpoint http://127.0.0.1:9/v1: unreachable")
+
+
+def test_a_lock_is_read_whole_or_refused_in_one_line(tmp_path: Path) -> None:
+    golden = json.loads((Path(__file__).parent / "data" / "golden" / "execsys.lock.json").read_text(encoding="utf-8"))
+    older = tmp_path / "older.lock.json"
+    older.write_text(json.dumps({**golden, "schema": "execsys.identity/1", "live": {"engine": {"uptime_s": 5}}}))
+    loaded = load_lock(older)
+    assert (loaded.schema, loaded.schema_version, loaded.live) == ("execsys.identity/1", 1, {"engine": {"uptime_s": 5}})
+    binary = tmp_path / "binary.lock.json"
+    binary.write_bytes(b"\xff{}")
+    with pytest.raises(InputError) as caught:
+        load_lock(binary)
+    assert str(caught.value) == (f"{binary}: cannot read ('utf-8' codec can't decode byte 0xff in position 0: "
+                                 "invalid start byte)")
+    with pytest.raises(InputError) as caught:
+        load_lock(tmp_path)
+    assert str(caught.value) == f"lock {tmp_path}: is a directory, not a regular file"
+
+    def problem(body: object) -> str:
+        path = tmp_path / "bad.lock.json"
+        path.write_text(json.dumps(body))
+        with pytest.raises(InputError) as caught:
+            load_lock(path)
+        return str(caught.value).removeprefix(f"{path}: ")
+
+    assert problem({**golden, "schema": "execsys.identity/9"}) == (
+        "identity schema 'execsys.identity/9' is not understood (this execsys reads execsys.identity/2); "
+        "re-pin with 'execsys pin' or upgrade execsys")
+    assert problem({**golden, "id": "f" * 64}) == ("the id does not match the components it claims to identify "
+                                                   "(edited by hand?); re-pin with 'execsys pin'")
+    assert problem({**golden, "components": {**golden["components"], "tools": []}}) == (
+        "component 'tools' must be {\"declared\": {...}, \"observed\": {...}}")
