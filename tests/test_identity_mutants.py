@@ -571,7 +571,7 @@ def test_pin_notes_every_declared_fact_this_machine_contradicts(tmp_path: Path) 
         '[context_policy]\ntemplate = "template.jinja"\n'
         '[hardware]\nhost = "gpu-box-01"\ngpu = "H200"\ngpu_count = 2\n'
         f'[harness]\ncommands = ["no-such-program-xyz --run", "{mute} -c pass"]\n'
-        '[environment]\nvariables = { EXECSYS_TEST_NEVER_SET = "1" }\n')
+        '[environment]\nvariables = { EXECSYS_TEST_NEVER_SET = "1", EXECSYS_TEST_NEVER_SET_2 = "1" }\n')
     identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
     hardware = identity.observed("hardware")
     gpus = [gpu.get("name") or "" for gpu in hardware.get("gpus") or []]
@@ -579,7 +579,7 @@ def test_pin_notes_every_declared_fact_this_machine_contradicts(tmp_path: Path) 
     expected = [
         f"{tmp_path / 'execsys.toml'}:4: unknown key 'artifact.bogus' (ignored)",
         "declared quantization 'awq' but the files say 'none (bfloat16)' (config.json (no quantization_config))",
-        "declared environment variables that do not hold here: EXECSYS_TEST_NEVER_SET",
+        "declared environment variables that do not hold here: EXECSYS_TEST_NEVER_SET, EXECSYS_TEST_NEVER_SET_2",
         "harness command 'no-such-program-xyz --run': not found (on PATH, or relative to the declaration)",
         "the chat template the engine applies (tokenizer_config.json chat_template) is not the declared "
         "[context_policy] template: a flip no decoding margin explains may be this",
