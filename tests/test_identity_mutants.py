@@ -998,3 +998,15 @@ def test_a_lock_is_read_whole_or_refused_in_one_line(tmp_path: Path) -> None:
                                                    "(edited by hand?); re-pin with 'execsys pin'")
     assert problem({**golden, "components": {**golden["components"], "tools": []}}) == (
         "component 'tools' must be {\"declared\": {...}, \"observed\": {...}}")
+
+
+def test_a_lock_that_is_not_json_is_refused_naming_the_file(tmp_path: Path) -> None:
+    lock = tmp_path / "execsys.lock.json"
+    lock.write_text("{")
+    with pytest.raises(InputError) as caught:
+        load_lock(lock)
+    assert str(caught.value).startswith(f"{lock}: not valid JSON (Expecting property name enclosed in double quotes")
+    lock.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(InputError) as caught:
+        load_lock(lock)
+    assert str(caught.value) == f"{lock}: nested too deeply to be a lock"
