@@ -305,9 +305,15 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     if not packages or str(engine.get("source") or "").endswith("--version"):
         return engine  # a binary engine (llama.cpp, ollama): found through PATH, as the launcher finds it
     candidates: list[tuple[str, str]] = []
-    exe = (process or {}).get("exe")
-    if isinstance(exe, str) and exe and is_python(exe):
-        candidates.append((exe, "the serving process's interpreter"))
+    # /proc/<pid>/exe is the resolved binary: a venv's python resolves to the base interpreter, whose
+    # packages are not the venv's. The path it was started by (argv[0], the shebang's interpreter for a
+    # console script such as `vllm`) is the venv's own, so it is asked first.
+    argv = (process or {}).get("argv") or []
+    started_as = argv[0] if isinstance(argv, list) and argv and isinstance(argv[0], str) else ""
+    for exe in (started_as if os.path.isabs(started_as) else "", (process or {}).get("exe")):
+        if isinstance(exe, str) and exe and is_python(exe) and os.path.exists(exe):
+            candidates.append((exe, "the serving process's interpreter"))
+            break
     for command in harness.get("commands") or []:
         interpreter = command.get("interpreter") or {}
         if interpreter.get("executable") and not interpreter.get("note"):
