@@ -459,3 +459,66 @@ def test_a_measure_without_a_rate_or_interval_reads_as_such() -> None:
     assert empty.to_json() == {"m": 0, "n": 0, "agreement_rate": None, "ci95": None, "record": "probe-1",
                                "records": ["probe-1"]}
     assert AxisMeasure("session", 3, 4, 0.75, (0.3, 0.95), "p", ["p"]).figure() == "3/4 = 0.75, 95% CI 0.30-0.95"
+
+
+def test_a_resumed_probe_counts_once_as_its_newest_record(ledger: Ledger) -> None:
+    run = ledger.append("probe-run", {"schema": "execsys.probe-run/1", "parameters": {"axis": "restart"}})
+    body = {"schema": "execsys.probe/1", "axis": "restart", "identity": ID, "scope": {}}
+    ledger.append("probe", {**body, "m": 3, "n": 5}, identity=ID, parent=run, key="final")
+    probe(ledger, "grader", 1, 1)  # not a boundary axis: skipped, and what follows still counts
+    plain = probe(ledger, "restart", 2, 2)
+    retried = ledger.append("probe", {**body, "m": 4, "n": 5}, identity=ID, parent=run, key="final~retry1")
+    # an interrupted further retry left a case row under the run, and no newer record
+    ledger.append("probe-case", {"case": "c1", "pass": 0}, parent=run, key="0:c1")
+    restart = compute_scope(ledger, ID).measured["restart"]
+    assert (restart.axis, restart.m, restart.n, restart.records, restart.record) == (
+        "restart", 6, 7, [retried, plain], plain)
+
+
+def test_whose_probe_it_is_comes_from_the_record_or_its_body(ledger: Ledger) -> None:
+    by_body = ledger.append("probe", {"axis": "session", "m": 2, "n": 2, "identity": {"id": ID}})
+    by_record = ledger.append("probe", {"axis": "session", "m": 3, "n": 3}, identity=ID)  # no scope, no body id
+    empty = probe(ledger, "session", 0, 0)  # every case errored: listed, counts nothing
+    ledger.append("probe", {"axis": "grader", "m": 1, "n": 2, "identity": ID})  # the grader's, by its body
+    report = compute_scope(ledger, ID)
+    assert report.measured["session"].records == [by_body, by_record, empty]
+    assert (report.measured["session"].m, report.measured["session"].n) == (5, 5)
+    assert report.grader is not None and (report.grader["m"], report.grader["n"]) == (1, 2)
+    assert report.statement == (
+        "Identity 111111111111: comparable within one session (session agreement 5/5 = 1.00, 95% CI 0.57-1.00). "
+        "Not licensed (never probed under this identity): restart, concurrency, hosts, redeploy. "
+        "Grader: verdicts agree 1/2 (0.50) across repeats: a 50-point difference is within grader noise.")
+
+
+def test_an_axis_that_measured_nothing_leaves_the_wider_ones_measured(ledger: Ledger) -> None:
+    probe(ledger, "session", 0, 0)
+    probe(ledger, "restart", 3, 3)
+    report = compute_scope(ledger, ID)
+    assert list(report.measured) == ["restart"] and report.licence == "restart"
+    assert report.unmeasured == ["session", "concurrency", "hosts", "redeploy"]
+
+
+def test_the_audit_names_every_unstable_axis_and_an_unlabelled_comparison(ledger: Ledger) -> None:
+    body = {"identities": [ID, OTHER], "crossed": ["session", "restart"], "paired_control": False}
+    unlabelled = ledger.append("comparison", body, identity=ID)
+    probe(ledger, "session", 1, 2)
+    probe(ledger, "restart", 2, 4)
+    probe(ledger, "session", 3, 4, identity=OTHER)
+    finding = audit(ledger).findings[0]
+    assert (finding.label, finding.unstable_now, finding.unmeasured_now) == ("", ["session", "restart"], [])
+    assert finding.statement == (
+        f"Comparison {unlabelled} (unlabelled) crossed session, restart, since found unstable (session agreement "
+        "1/2 = 0.50, 95% CI 0.09-0.91; session agreement 3/4 = 0.75, 95% CI 0.30-0.95; restart agreement "
+        "2/4 = 0.50, 95% CI 0.15-0.85): needs re-evaluation or a paired control.")
+
+
+def test_merging_keeps_the_text_around_the_section_as_written() -> None:
+    # two trailing spaces are a Markdown line break; a closing "X" is text, not a newline
+    assert merge_contract("# Plan\nends with a break  \n", "## Comparability\n\nnew\n") == (
+        "# Plan\nends with a break  \n\n## Comparability\n\nnew\n")
+    assert merge_contract("# Plan\nsee appendix X\n", "## Comparability\n") == (
+        "# Plan\nsee appendix X\n\n## Comparability\n")
+    assert merge_contract("# Plan\n## Comparability\n## Results\nkept\n", "## Comparability\n\nnew  \n") == (
+        "# Plan\n## Comparability\n\nnew  \n\n## Results\nkept\n")
+    assert merge_contract("## Comparability\nold\n## Next\n", "## Comparability\nsee X\n") == (
+        "## Comparability\nsee X\n\n## Next\n")
