@@ -472,3 +472,154 @@ def test_a_run_reference_that_names_no_result_is_one_line(tmp_path: Path, ledger
     assert problem(imposter) == f"{imposter}: ledger record {imposter} is a doctor record, not a run"
     empty = run_record(ledger, "run", [], None)
     assert problem(empty) == f"{empty}: name one result of the run as {empty}:PATH (its results: none)"
+
+
+def test_the_comparison_record_holds_every_field(tmp_path: Path, locks, ledger: Ledger) -> None:
+    a = load_result(str(write_result(tmp_path / "a.json", locks["base"][0], OUT_A)), ledger)
+    b = load_result(str(write_result(tmp_path / "b.json", locks["runtime"][0], OUT_B)), ledger)
+    assert (a.ref, b.ref) == (str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    result = compare(a, b, ledger, ["runtime"])
+    assert set(result.scopes) == {locks["base"][1], locks["runtime"][1]}
+    assert all(scope.identity == ident and scope.licence is None for ident, scope in result.scopes.items())
+    assert result.record is not None and ledger.get(result.record).body == {
+        "schema": "execsys.comparison/1", "record": None, "a": a.to_json(), "b": b.to_json(),
+        "identities": sorted([locks["base"][1], locks["runtime"][1]]), "moved": ["runtime"],
+        "changes": {"runtime": [{"field": "declared.version", "old": "0.10.0", "new": "0.11.0"}]},
+        "intervention": ["runtime"], "crossed": [], "label": "causal", "reasons": [], "statement": result.statement,
+        "paired": result.paired, "paired_control": False}
+    assert result.to_json() == {**ledger.get(result.record).body, "record": result.record}
+
+
+def test_lists_in_the_reasons_and_the_sentence_are_comma_separated(tmp_path: Path, locks, ledger: Ledger) -> None:
+    three = tmp_path / "three.lock.json"
+    write_lock(three, **{**BASE, "runtime": {"engine": "vllm", "version": "0.11.0"}, "hardware": {"host": "gpu2"},
+                         "model": {"name": "m2"}})
+    a = load_result(str(write_result(tmp_path / "a.json", locks["base"][0], OUT_A)), ledger)
+    b = load_result(str(write_result(tmp_path / "b.json", locks["both"][0], OUT_B)), ledger)
+    c = load_result(str(write_result(tmp_path / "c.json", three, OUT_B)), ledger)
+    assert compare(a, b, ledger, ["budget", "tools"], record=False).reasons == [
+        "the declared intervention (budget, tools) did not move; runtime, hardware moved instead"]
+    assert compare(a, c, ledger, ["runtime"], record=False).reasons == [
+        "more than the declared intervention moved: model, hardware"]
+    assert compare(a, a, ledger, ["runtime", "budget"], record=False).reasons == [
+        "the declared intervention (runtime, budget) did not move"]
+    both = compare(a, b, ledger, ["runtime", "hardware"], record=False)
+    assert both.statement.startswith("Causal, inside one session: changing runtime, hardware moved the rate by -0.500 ")
+    descriptive = compare(a, c, ledger, ["budget"], record=False)
+    assert descriptive.statement == (
+        f"Descriptive only: A ({a.ref}) 0.750 over 12 cases, B ({c.ref}) 0.250 over 12 cases. No causal claim: the "
+        "declared intervention (budget) did not move; model, runtime, hardware moved instead.")
+    assert compare(a, c, ledger, record=False).statement.endswith(
+        "No causal claim: no intervention declared (give --intervention COMPONENT); moved: model, runtime, hardware.")
+
+
+def test_licensed_restart_and_hosts_are_both_named(tmp_path: Path, locks, ledger: Ledger) -> None:
+    (base_lock, base), (runtime_lock, runtime) = locks["base"], locks["runtime"]
+    a = load_result(str(write_result(tmp_path / "a.json", base_lock, OUT_A, session="s1", host="gpu1")), ledger)
+    b = load_result(str(write_result(tmp_path / "b.json", runtime_lock, OUT_B, session="s2", host="gpu2")), ledger)
+    for ident in (base, runtime):
+        probe(ledger, ident, "restart", 10, 10)
+        probe(ledger, ident, "hosts", 10, 10)
+    result = compare(a, b, ledger, ["runtime"], record=False)
+    assert result.label == "causal" and result.statement.startswith(
+        "Causal, across restart, hosts (licensed at agreement 1.0): changing runtime moved the rate by -0.500 ")
+
+
+def test_hosts_are_crossed_only_when_a_named_machine_differs() -> None:
+    from execsys.compare import crossed_axes
+    from execsys.scope import IdentityRef
+
+    def result(session: str | None, host: str | None) -> Result:
+        return Result("r", IdentityRef("i"), {}, session=session, host=host)
+
+    assert crossed_axes(result("s1", "gpu1"), result("s2", "gpu1")) == ["restart"]
+    assert crossed_axes(result("s1", "gpu1"), result("s2", None)) == ["restart", "hosts"]
+    assert crossed_axes(result("s1", None), result("s2", "gpu1")) == ["restart", "hosts"]
+    assert crossed_axes(result("s1", None), result("s2", "")) == ["restart"]
+    assert crossed_axes(result("s1", "gpu1"), result("s1", "gpu2")) == []
+
+
+def test_a_scored_result_against_answers_and_results_that_share_no_case(tmp_path: Path, locks,
+                                                                         ledger: Ledger) -> None:
+    (base_lock, _), (runtime_lock, _) = locks["base"], locks["runtime"]
+    scored = load_result(str(write_result(tmp_path / "a.json", base_lock, {"c1": True, "c2": False})), ledger)
+    answers = load_result(str(write_result(tmp_path / "b.json", runtime_lock, {"c1": "42", "c2": False})), ledger)
+    mixed = compare(scored, answers, ledger, ["runtime"], record=False)
+    assert mixed.paired == {"kind": "agreement", "n": 2, "agree": 1, "agreement_rate": 0.5}
+    assert mixed.statement == (f"Causal, inside one session: changing runtime is the only difference between the two "
+                               f"runs. A ({scored.ref}) and B ({answers.ref}): outcomes agree on 1/2 shared cases.")
+    elsewhere = load_result(str(write_result(tmp_path / "c.json", runtime_lock, {"d1": "x"})), ledger)
+    assert compare(answers, elsewhere, ledger, record=False).paired == {
+        "kind": "agreement", "n": 0, "agree": 0, "agreement_rate": None}
+    disjoint = load_result(str(write_result(tmp_path / "d.json", runtime_lock, {"d1": True, "d2": True})), ledger)
+    apart = compare(scored, disjoint, ledger, ["runtime"], record=False)
+    assert apart.paired == {"kind": "paired", "n": 0, "b": 0, "c": 0, "rate_a": None, "rate_b": None,
+                            "difference": None, "ci95": None, "mcnemar_p": 1.0, "only_in_a": 2, "only_in_b": 2}
+    assert apart.statement == (f"Causal, inside one session: changing runtime is the only difference between the two "
+                               f"runs. A ({scored.ref}) 0.500 over 2 cases, B ({disjoint.ref}) 1.000 over 2 cases.")
+
+
+def test_one_side_without_a_pinned_identity_is_named_alone(tmp_path: Path, locks, ledger: Ledger) -> None:
+    pinned = load_result(str(write_result(tmp_path / "a.json", locks["base"][0], OUT_A)), ledger)
+    unrecorded = load_result(str(lm_eval_output(tmp_path / "lm")), ledger)
+    result = compare(pinned, unrecorded, ledger, ["runtime"], record=False)
+    assert (result.moved, result.changes) == (None, {})
+    assert result.reasons[0] == f"the components that moved cannot be named: {unrecorded.ref} has no pinned identity record"
+    # the same identity known by its id alone: nothing moved
+    short = [load_result(str(lm_eval_output(tmp_path / side, embedded={"identity": "deadbeef0123"})), ledger)
+             for side in ("x", "y")]
+    same = compare(*short, ledger, record=False)
+    assert (same.moved, same.changes) == ([], {})
+    assert same.reasons[0] == "no intervention declared (give --intervention COMPONENT); no component moved"
+
+
+def test_results_named_by_a_ledger_record_carry_its_identity(tmp_path: Path, locks, ledger: Ledger,
+                                                             no_default_ledger) -> None:
+    from execsys.scope import IdentityRef
+
+    base_lock, base = locks["base"]
+    components = known(ledger, base_lock)
+    outcomes = {f"q{i}": {"A": {"correct": OUT_A[f"q{i}"]}, "B": {"correct": OUT_B[f"q{i}"]}} for i in range(3)}
+    by_body = ledger.append("plan-run", {"arms": {"A": {}, "B": {}}, "outcomes": outcomes, "identity": base})
+    arm = load_result(f"{by_body}:A", ledger)
+    assert (arm.ref, arm.identity.id, arm.identity.components, arm.session) == (f"{by_body}:A", base, components, by_body)
+    by_record = ledger.append("plan-run", {"arms": {"A": {}, "B": {}}, "outcomes": outcomes}, identity=base)
+    assert load_result(f"{by_record}:B", ledger).identity.components == components
+    unpinned = ledger.append("plan-run", {"arms": {"A": {}, "B": {}}, "outcomes": outcomes})
+    assert load_result(f"{unpinned}:A", ledger).identity == IdentityRef(f"unpinned:{unpinned}", {}, f"unpinned:{unpinned}")
+    cases = [{"id": "c1", "passes": [{"digest": "d1", "outcome": "7"}, {"digest": "d2", "outcome": "8"}]}]
+    record = ledger.append("probe", {"axis": "session", "m": 1, "n": 1, "cases": cases}, identity=base)
+    second = load_result(f"{record}:1", ledger)
+    assert (second.ref, second.identity.id, second.identity.components, second.outcomes) == (
+        f"{record}:1", base, components, {"c1": "8"})
+    assert load_result(f"{record}:2", ledger).outcomes == {}  # past the last pass: nothing to compare
+    # a result file naming its identity by id, known from the ledger
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"identity": base, "session": "s1", "outcomes": {"c1": True}}))
+    got = load_result(str(plain), ledger)
+    assert (got.ref, got.identity.id, got.identity.components) == (str(plain), base, components)
+
+
+def test_a_result_file_that_is_not_one_is_one_line(tmp_path: Path, ledger: Ledger) -> None:
+    def problem(path: Path) -> str:
+        with pytest.raises(InputError) as caught:
+            load_result(str(path), ledger)
+        return str(caught.value)
+
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"identity": 5, "outcomes": {"a": 1}}))
+    assert problem(odd) == f"{odd}: 'identity' (a lock path, ledger id or identity id) is required"
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as fh:
+        fh.truncate((256 << 20) + 1)  # sparse: nothing is written
+    assert problem(huge) == f"result file {huge}: {(256 << 20) + 1} bytes, more than a result file may have (256 MiB)"
+
+
+def test_a_paired_run_whose_arm_errored_on_every_case_shares_no_case(ledger: Ledger) -> None:
+    outcomes = {f"q{i}": {"A": {"correct": True}, "B": {"error": "timeout"}} for i in range(3)}
+    run = ledger.append("plan-run", {"arms": {"A": {}, "B": {}}, "outcomes": outcomes, "checks": []})
+    result = compare(load_result(f"{run}:A", ledger), load_result(f"{run}:B", ledger), ledger, record=False)
+    assert result.paired is not None and (result.paired["n"], result.paired["only_in_a"]) == (0, 3)
+    assert result.statement == (
+        "Causal, inside one contemporaneous paired run: the two arms differ only in what the paired run set them "
+        f"apart by. A ({run}:A) and B ({run}:B): outcomes agree on 0/0 shared cases.")
