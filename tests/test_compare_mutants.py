@@ -513,7 +513,7 @@ def test_lists_in_the_reasons_and_the_sentence_are_comma_separated(tmp_path: Pat
         "No causal claim: no intervention declared (give --intervention COMPONENT); moved: model, runtime, hardware.")
 
 
-def test_licensed_restart_and_hosts_are_both_named(tmp_path: Path, locks, ledger: Ledger) -> None:
+def test_a_licensed_restart_and_machine_boundary_are_both_named(tmp_path: Path, locks, ledger: Ledger) -> None:
     (base_lock, base), (runtime_lock, runtime) = locks["base"], locks["runtime"]
     a = load_result(str(write_result(tmp_path / "a.json", base_lock, OUT_A, session="s1", host="gpu1")), ledger)
     b = load_result(str(write_result(tmp_path / "b.json", runtime_lock, OUT_B, session="s2", host="gpu2")), ledger)
@@ -525,7 +525,7 @@ def test_licensed_restart_and_hosts_are_both_named(tmp_path: Path, locks, ledger
         "Causal, across restart, hosts (licensed at agreement 1.0): changing runtime moved the rate by -0.500 ")
 
 
-def test_hosts_are_crossed_only_when_a_named_machine_differs() -> None:
+def test_machines_are_crossed_only_when_a_named_one_differs() -> None:
     from execsys.compare import crossed_axes
     from execsys.scope import IdentityRef
 
@@ -623,3 +623,32 @@ def test_a_paired_run_whose_arm_errored_on_every_case_shares_no_case(ledger: Led
     assert result.statement == (
         "Causal, inside one contemporaneous paired run: the two arms differ only in what the paired run set them "
         f"apart by. A ({run}:A) and B ({run}:B): outcomes agree on 0/0 shared cases.")
+
+
+def test_a_large_probe_pass_is_read_from_its_result_rows(ledger: Ledger) -> None:
+    run = ledger.append("probe-run", {"schema": "execsys.probe-run/1", "parameters": {"axis": "session"}})
+    ledger.append_many("probe-result", [
+        ({"id": "c1", "passes": [{"digest": "d1", "outcome": "7"}, {"digest": "d2", "outcome": "8"}]}, run, "c1"),
+        ({"id": "c2", "passes": [{"digest": "d3", "outcome": "5"}, {"error": "HTTP 500"}]}, run, "c2"),
+    ])
+    record = ledger.append("probe", {"axis": "session", "m": 1, "n": 2, "errored": 0, "cases_in_ledger": True,
+                                     "run": run})
+    assert load_result(f"{record}:1", ledger).outcomes == {"c1": "8"}
+    assert load_result(f"{record}:0", ledger).outcomes == {"c1": "7", "c2": "5"}
+
+
+def test_every_reason_is_in_the_sentence_and_every_changed_component_in_the_effect(tmp_path: Path, locks,
+                                                                                   ledger: Ledger) -> None:
+    (base_lock, base), (both_lock, both) = locks["base"], locks["both"]
+    a = load_result(str(write_result(tmp_path / "a.json", base_lock, {"c1": "42", "c2": "x"}, session="s1")), ledger)
+    b = load_result(str(write_result(tmp_path / "b.json", both_lock, {"c1": "42", "c2": "y"}, session="s2")), ledger)
+    descriptive = compare(a, b, ledger, ["runtime"], record=False)
+    assert descriptive.statement == (
+        f"Descriptive only: A ({a.ref}) and B ({b.ref}): outcomes agree on 1/2 shared cases. No causal claim: more "
+        f"than the declared intervention moved: hardware; different sessions and restart was never probed under "
+        f"identity {base[:12]}; different sessions and restart was never probed under identity {both[:12]}.")
+    same_session = load_result(str(write_result(tmp_path / "c.json", both_lock, {"c1": "42", "c2": "y"})), ledger)
+    a_first = load_result(str(write_result(tmp_path / "d.json", base_lock, {"c1": "42", "c2": "x"})), ledger)
+    causal = compare(a_first, same_session, ledger, ["runtime", "hardware"], record=False)
+    assert causal.statement.startswith(
+        "Causal, inside one session: changing runtime, hardware is the only difference between the two runs. ")
