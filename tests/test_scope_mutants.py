@@ -210,7 +210,7 @@ def test_a_contract_with_every_axis_licensed_needs_no_paired_control(ledger: Led
     probe(ledger, "session", 1, 2, identity=OTHER)
     report = compute_scope(ledger, ID)
     text = contract_markdown(report, None)
-    assert "- None: every probe axis was measured with agreement 1.0 under this identity." in text
+    assert "\n- None: every probe axis was measured with agreement 1.0 under this identity.\n" in text
     assert "Probe records under other identities (1) were not counted." in text
 
 
