@@ -385,7 +385,8 @@ def _statement(a: Result, b: Result, paired: dict[str, Any] | None, label: str, 
         numbers = f"A ({a.ref}) {ra:.3f} over {len(a.outcomes)} cases, B ({b.ref}) {rb:.3f} over {len(b.outcomes)} cases"
     else:
         agree = paired or {}
-        numbers = (f"A ({a.ref}) and B ({b.ref}): outcomes agree on {agree.get('agree')}/{agree.get('n')} shared cases")
+        # a paired count with a side that has no scored case (every case of an arm errored) shares none
+        numbers = (f"A ({a.ref}) and B ({b.ref}): outcomes agree on {agree.get('agree', 0)}/{agree.get('n')} shared cases")
     if label == "descriptive":
         return f"Descriptive only: {numbers}. No causal claim: " + "; ".join(reasons) + "."
     where = ("inside one contemporaneous paired run" if paired_control else

@@ -8,6 +8,8 @@ sentence a user reads, written out by hand from the records seeded.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -208,7 +210,7 @@ def test_a_contract_with_every_axis_licensed_needs_no_paired_control(ledger: Led
     probe(ledger, "session", 1, 2, identity=OTHER)
     report = compute_scope(ledger, ID)
     text = contract_markdown(report, None)
-    assert "- None: every probe axis was measured with agreement 1.0 under this identity." in text
+    assert "\n- None: every probe axis was measured with agreement 1.0 under this identity.\n" in text
     assert "Probe records under other identities (1) were not counted." in text
 
 
@@ -305,3 +307,218 @@ def test_run_scope_speaks_for_a_complete_id_nothing_was_recorded_under(tmp_path:
         assert resolve_identity(ID, opened).id == ID
     audited = run_audit(ScopeOptions.from_sources(audit=True, ledger=path), on_event=events.append)
     assert audited.checked == 0 and len(events) == 1  # no identity given: nothing resolved
+
+
+def write_lock(path: Path, declared: dict, observed: dict) -> str:
+    from execsys import COMPONENTS
+    from execsys.canonical import content_id
+    from execsys.identity import SCHEMA
+
+    components = {name: {"declared": declared.get(name, {}), "observed": observed.get(name, {})} for name in COMPONENTS}
+    ident = content_id(components)
+    path.write_text(json.dumps({"schema": SCHEMA, "id": ident, "recorded_at": "2026-12-01T00:00:00Z",
+                                "declaration": {}, "components": components, "notes": []}))
+    return ident
+
+
+def test_the_whole_contract_section_of_a_pinned_identity(tmp_path: Path) -> None:
+    from execsys.identity import load_lock
+
+    lock = tmp_path / "execsys.lock.json"
+    ident = write_lock(lock, declared={
+        "model": {"name": "llama", "revision": "abc", "extra": {"x": 1}, "note": ""},
+        "runtime": {"engine": "vllm", "version": "0.9.0"},
+        "hardware": {"host": "a|b"},
+        "harness": {"zeta": {"a": 1}, "argv": ["lm_eval", "--tasks", "x"]},  # nothing flat: its JSON, keys sorted
+        "context_policy": {"template": "t" * 200},
+        "retrieval": {"indexes": ["i" * 150]},
+    }, observed={"runtime": {"version": "0.10.0", "python": "3.11"}, "tools": {"notes": "line1\nline2"}})
+    with Ledger.open(tmp_path / "ledger.sqlite3") as ledger:
+        session = probe(ledger, "session", 5, 5, identity=ident)
+        restart = probe(ledger, "restart", 3, 5, identity=ident)
+        probe(ledger, "grader", 2, 5, identity=ident)
+        probe(ledger, "session", 1, 2, identity=OTHER)
+        report = compute_scope(ledger, ident, host="gpu1")
+    assert report.grader is not None and report.grader["agreement_rate"] == 0.4
+    text = contract_markdown(report, load_lock(lock))
+    computed = re.search(r"^- Scope computed: (\S+) by execsys from the ledger's probe records$", text, re.M)
+    assert computed is not None and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", computed.group(1))
+    control = "Run both arms inside one window (`execsys plan new ... --design abba`) or report the comparison as descriptive."
+    assert text == "\n".join([
+        "## Comparability",
+        "",
+        f"- Identity: `{ident}`",
+        f"- Scope computed: {computed.group(1)} by execsys from the ledger's probe records",
+        "",
+        "### Scope statement",
+        "",
+        report.statement,
+        "",
+        "### Pinned components",
+        "",
+        "| component | pinned as |",
+        "|---|---|",
+        "| model | name=llama, revision=abc |",
+        "| artifact | (not declared) |",
+        "| runtime | engine=vllm, version=0.10.0, python=3.11 |",  # the observed version over the declared
+        "| hardware | host=a\\|b |",
+        '| harness | {"argv": ["lm_eval", "--tasks", "x"], "zeta": {"a": 1}} |',
+        "| context_policy | template=" + "t" * 151 + " |",
+        '| retrieval | {"indexes": ["' + "i" * 106 + " |",
+        "| tools | notes=line1 line2 |",
+        "| workflow | (not declared) |",
+        "| budget | (not declared) |",
+        "| grader | (not declared) |",
+        "| environment | (not declared) |",
+        "",
+        "### Boundaries measured",
+        "",
+        "| axis | agreement | m/n | 95% CI | verdict | record |",
+        "|---|---|---|---|---|---|",
+        f"| session | 1.00 | 5/5 | 0.57-1.00 | licensed | `{session}` |",
+        f"| restart | 0.60 | 3/5 | 0.23-0.88 | unstable: paired control required | `{restart}` |",
+        "| concurrency | - | - | - | not probed: unlicensed | - |",
+        "| hosts | - | - | - | not probed: unlicensed | - |",
+        "| redeploy | - | - | - | not probed: unlicensed | - |",
+        "",
+        "Grader: verdicts agree 2/5 (0.40) across repeats: a 60-point difference is within grader noise "
+        "(`execsys probe grader`).",
+        "",
+        "### Claims that need a contemporaneous paired control",
+        "",
+        f"- Any causal claim crossing **restart**: unstable (3/5 = 0.60, 95% CI 0.23-0.88). {control}",
+        f"- Any causal claim crossing **concurrency**: never probed under this identity. {control}",
+        f"- Any causal claim crossing **hosts**: never probed under this identity. {control}",
+        f"- Any causal claim crossing **redeploy**: never probed under this identity. {control}",
+        "",
+        "Probe records under other identities (1) were not counted.",
+    ]) + "\n"
+    # components known only as observed, or as a bare value, are summarised as well
+    table = contract_markdown(report, IdentityRef(ident, {"model": {"observed": {"name": "m"}}, "grader": "judge " * 40}))
+    assert "\n| model | name=m |\n" in table and f"\n| grader | {('judge ' * 40)[:160]} |\n" in table
+    assert "### Pinned components" not in contract_markdown(report, "an identity without components")
+
+
+def test_scope_and_audit_resolve_a_record_in_the_ledger_they_were_given(tmp_path: Path, monkeypatch) -> None:
+    from execsys.identity import load_lock
+    from execsys.scope import IdentityResolved
+
+    monkeypatch.setenv("EXECSYS_LEDGER", str(tmp_path / "default.sqlite3"))  # empty: found only in the one given
+    lock = tmp_path / "execsys.lock.json"
+    ident = write_lock(lock, {"hardware": {"host": "gpu3"}}, {})
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger.open(path) as ledger:
+        pinned = ledger.append("identity", json.loads(lock.read_text()), identity=ident)
+        probe(ledger, "session", 4, 4, identity=ident)
+        mine = comparison(ledger, [ident], ["restart"])
+        comparison(ledger, [OTHER], ["restart"])
+        by_id = resolve_identity(ident, ledger)
+        assert (by_id.id, by_id.source, by_id.host()) == (ident, f"ledger record {pinned}", "gpu3")
+        assert by_id.identity is not None and by_id.identity.id == ident
+        from_lock = resolve_identity(str(lock), ledger)
+        assert (from_lock.source, from_lock.identity.id if from_lock.identity else None) == (str(lock), ident)
+        unknown = "3" * 64  # complete, and nothing recorded under it
+        assert resolve_identity(unknown, ledger) == IdentityRef(unknown, {}, unknown)
+    events: list = []
+    report = run_scope(ScopeOptions.from_sources(identity=mine, ledger=path), on_event=events.append)
+    assert (report.identity, report.host, report.licensed) == (ident, "gpu3", ["session"])
+    assert events == [IdentityResolved(ident, f"ledger record {pinned}", True)]
+    events.clear()
+    audited = run_audit(ScopeOptions.from_sources(identity=mine, audit=True, ledger=path), on_event=events.append)
+    assert audited.checked == 1 and [f.comparison for f in audited.findings] == [mine]
+    assert events == [IdentityResolved(ident, f"ledger record {pinned}", True)]
+    assert run_audit(ScopeOptions.from_sources(audit=True, ledger=path)).checked == 2
+    pinned_lock = load_lock(lock)
+    from_options = run_scope(ScopeOptions.from_sources(lock=pinned_lock, ledger=path))
+    assert from_options.ref is not None and from_options.ref.identity is pinned_lock
+    assert (from_options.ref.id, from_options.ref.source, from_options.host) == (ident, str(lock), "gpu3")
+    with pytest.raises(UsageError) as caught:
+        run_scope(ScopeOptions(ledger=path))
+    assert str(caught.value) == "scope needs an identity: give --lock FILE or --identity ID"
+
+
+def test_scope_options_layer_the_identity_over_the_lock(tmp_path: Path) -> None:
+    from execsys.identity import load_lock
+
+    lock = tmp_path / "execsys.lock.json"
+    write_lock(lock, {}, {})
+    pinned = load_lock(lock)
+    assert ScopeOptions.from_sources(lock=pinned, identity=ID) == ScopeOptions(identity=ID, lock=None)
+    assert ScopeOptions.from_sources(lock=pinned, ledger="l.sqlite3") == ScopeOptions(lock=pinned, ledger="l.sqlite3")
+    with pytest.raises(UsageError) as caught:
+        ScopeOptions.from_sources(lock_path=Path("eval/execsys.lock.json"))
+    assert str(caught.value) == ("no pinned identity (looked for eval/execsys.lock.json): give --lock FILE or "
+                                 "--identity ID, or pin one with 'execsys pin'")
+
+
+def test_a_measure_without_a_rate_or_interval_reads_as_such() -> None:
+    from execsys.scope import AxisMeasure
+
+    empty = AxisMeasure("session", 0, 0, None, None, "probe-1", ["probe-1"])
+    assert empty.figure() == "0/0 = n/a" and not empty.stable
+    assert empty.to_json() == {"m": 0, "n": 0, "agreement_rate": None, "ci95": None, "record": "probe-1",
+                               "records": ["probe-1"]}
+    assert AxisMeasure("session", 3, 4, 0.75, (0.3, 0.95), "p", ["p"]).figure() == "3/4 = 0.75, 95% CI 0.30-0.95"
+
+
+def test_a_resumed_probe_counts_once_as_its_newest_record(ledger: Ledger) -> None:
+    run = ledger.append("probe-run", {"schema": "execsys.probe-run/1", "parameters": {"axis": "restart"}})
+    body = {"schema": "execsys.probe/1", "axis": "restart", "identity": ID, "scope": {}}
+    ledger.append("probe", {**body, "m": 3, "n": 5}, identity=ID, parent=run, key="final")
+    probe(ledger, "grader", 1, 1)  # not a boundary axis: skipped, and what follows still counts
+    plain = probe(ledger, "restart", 2, 2)
+    retried = ledger.append("probe", {**body, "m": 4, "n": 5}, identity=ID, parent=run, key="final~retry1")
+    # an interrupted further retry left a case row under the run, and no newer record
+    ledger.append("probe-case", {"case": "c1", "pass": 0}, parent=run, key="0:c1")
+    restart = compute_scope(ledger, ID).measured["restart"]
+    assert (restart.axis, restart.m, restart.n, restart.records, restart.record) == (
+        "restart", 6, 7, [retried, plain], plain)
+
+
+def test_whose_probe_it_is_comes_from_the_record_or_its_body(ledger: Ledger) -> None:
+    by_body = ledger.append("probe", {"axis": "session", "m": 2, "n": 2, "identity": {"id": ID}})
+    by_record = ledger.append("probe", {"axis": "session", "m": 3, "n": 3}, identity=ID)  # no scope, no body id
+    empty = probe(ledger, "session", 0, 0)  # every case errored: listed, counts nothing
+    ledger.append("probe", {"axis": "grader", "m": 1, "n": 2, "identity": ID})  # the grader's, by its body
+    report = compute_scope(ledger, ID)
+    assert report.measured["session"].records == [by_body, by_record, empty]
+    assert (report.measured["session"].m, report.measured["session"].n) == (5, 5)
+    assert report.grader is not None and (report.grader["m"], report.grader["n"]) == (1, 2)
+    assert report.statement == (
+        "Identity 111111111111: comparable within one session (session agreement 5/5 = 1.00, 95% CI 0.57-1.00). "
+        "Not licensed (never probed under this identity): restart, concurrency, hosts, redeploy. "
+        "Grader: verdicts agree 1/2 (0.50) across repeats: a 50-point difference is within grader noise.")
+
+
+def test_an_axis_that_measured_nothing_leaves_the_wider_ones_measured(ledger: Ledger) -> None:
+    probe(ledger, "session", 0, 0)
+    probe(ledger, "restart", 3, 3)
+    report = compute_scope(ledger, ID)
+    assert list(report.measured) == ["restart"] and report.licence == "restart"
+    assert report.unmeasured == ["session", "concurrency", "hosts", "redeploy"]
+
+
+def test_the_audit_names_every_unstable_axis_and_an_unlabelled_comparison(ledger: Ledger) -> None:
+    body = {"identities": [ID, OTHER], "crossed": ["session", "restart"], "paired_control": False}
+    unlabelled = ledger.append("comparison", body, identity=ID)
+    probe(ledger, "session", 1, 2)
+    probe(ledger, "restart", 2, 4)
+    probe(ledger, "session", 3, 4, identity=OTHER)
+    finding = audit(ledger).findings[0]
+    assert (finding.label, finding.unstable_now, finding.unmeasured_now) == ("", ["session", "restart"], [])
+    assert finding.statement == (
+        f"Comparison {unlabelled} (unlabelled) crossed session, restart, since found unstable (session agreement "
+        "1/2 = 0.50, 95% CI 0.09-0.91; session agreement 3/4 = 0.75, 95% CI 0.30-0.95; restart agreement "
+        "2/4 = 0.50, 95% CI 0.15-0.85): needs re-evaluation or a paired control.")
+
+
+def test_merging_keeps_the_text_around_the_section_as_written() -> None:
+    # two trailing spaces are a Markdown line break; a closing "X" is text, not a newline
+    assert merge_contract("# Plan\nends with a break  \n", "## Comparability\n\nnew\n") == (
+        "# Plan\nends with a break  \n\n## Comparability\n\nnew\n")
+    assert merge_contract("# Plan\nsee appendix X\n", "## Comparability\n") == (
+        "# Plan\nsee appendix X\n\n## Comparability\n")
+    assert merge_contract("# Plan\n## Comparability\n## Results\nkept\n", "## Comparability\n\nnew  \n") == (
+        "# Plan\n## Comparability\n\nnew  \n\n## Results\nkept\n")
+    assert merge_contract("## Comparability\nold\n## Next\n", "## Comparability\nsee X\n") == (
+        "## Comparability\nsee X\n\n## Next\n")
