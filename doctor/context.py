@@ -57,6 +57,9 @@ class DoctorOptions:
     endpoint: str | None = None  # [runtime] endpoint as declared (model-name-honesty asks it)
     api_key_env: str | None = None
     config_path: str | None = None
+    # binary-aliasing asks the operator's interactive shell (bash -i sources the rc files) for aliases
+    # and functions; a node check runs under a daemon, where no interactive shell ever runs
+    shell_aliases: bool = True
 
     accept: list[str] = field(default_factory=list)
 

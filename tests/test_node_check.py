@@ -110,6 +110,33 @@ def test_env_from_a_file_and_proc_environ_copies(tmp_path, planted):
     assert proc.returncode == 0 and proc.stdout.startswith("ok: ")
 
 
+def test_a_node_check_never_starts_an_interactive_shell(tmp_path):
+    """A daemon runs no interactive shell, so an alias shadows nothing it starts; and `bash -i` would
+    source the rc files (here one that leaves a trace) on every check. The doctor itself still asks."""
+    tool = tmp_path / "tools" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho 'mytool 1.0'\n")
+    tool.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    sourced = tmp_path / "bashrc-was-sourced"
+    (home / ".bashrc").write_text(f"alias mytool='echo not the binary'\ntouch {sourced}\n")
+    env = {"HOME": str(home), "SHELL": "/bin/bash", "PATH": f"{tool.parent}:{CLEAN_PATH}"}
+    proc = daemon_run("doctor", "--node-check", "npd", "--cmd", "mytool", "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    aliasing = next(h for h in json.loads(proc.stdout)["doctor"]["hazards"] if h["id"] == "binary-aliasing")
+    assert aliasing["status"] == "ok", aliasing
+    assert "shell aliases not checked: a node check runs under a daemon" in "\n".join(aliasing["evidence"])
+    assert not sourced.exists()
+    # the doctor, from an operator's bash, does ask that shell (and finds the alias)
+    doctor = subprocess.run(["bash", "-c", f"{sys.executable} -m execsys doctor --json --only binary-aliasing "
+                                           f"--cmd mytool; exit $?"],
+                            env={**env, "EXECSYS_LEDGER": str(tmp_path / "ledger.sqlite3")},
+                            capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert json.loads(doctor.stdout)["hazards"][0]["summary"] == \
+        "mytool: a shell alias shadows the binary in interactive shells"
+    assert sourced.exists()
+
 def test_an_empty_path_is_never_ok(tmp_path):
     envfile = tmp_path / "empty.env"
     envfile.write_text("PATH=\nHOME=/root\n")

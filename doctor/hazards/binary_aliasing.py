@@ -65,7 +65,11 @@ def check(ctx) -> HazardResult:
         shadow_box.update(kinds=kinds, note=note)
 
     shell_thread = threading.Thread(target=_ask_shell, daemon=True)
-    shell_thread.start()
+    if ctx.options.shell_aliases:
+        shell_thread.start()
+    else:
+        shadow_box["note"] = ("shell aliases not checked: a node check runs under a daemon, which starts no "
+                              "interactive shell (`execsys doctor` checks them)")
     checked = 0
     for name in names:
         matches = files.which_all(name)
@@ -105,7 +109,8 @@ def check(ctx) -> HazardResult:
             elif digests[0] != pin["digest"]:
                 findings.append(Finding("fail", f"{name}: {first} is {digests[0][:23]}, execsys.toml pins "
                                         f"{pin['digest'][:23]}", f"{ID}/pinned-digest-differs"))
-    shell_thread.join(timeout=min(ctx.timeout, 3.0) + 1)
+    if ctx.options.shell_aliases:
+        shell_thread.join(timeout=min(ctx.timeout, 3.0) + 1)
     for name, kind in sorted((shadow_box.get("kinds") or {}).items()):
         findings.append(Finding("warn", f"{name}: a shell {kind} shadows the binary in interactive shells",
                                 f"{ID}/shell-shadow"))

@@ -143,6 +143,9 @@ class NodeCheckOptions:
             raise UsageError("--path is empty: a node check never inspects an empty PATH")
         doctor = DoctorOptions.from_sources(declaration, None, **doctor_overrides)
         doctor.hosts = []  # a node check is about this node; the fleet view adds the nodes up
+        # Daemons and batch jobs run no interactive shell, so an alias shadows nothing they run; and
+        # `bash -i` would source the rc files (pyenv or conda init: 0.2-0.5 CPU-s) on every check.
+        doctor.shell_aliases = False
         options = cls(mode=mode, doctor=doctor, drain=bool(drain), path=path, env_from=env_from,
                       declared_env=dict(doctor.declared_env),
                       node_name=node_name or os.environ.get("SLURMD_NODENAME") or None)
