@@ -36,7 +36,7 @@ modules=(
   "cases|execsys/probes/cases.py|tests/test_cases_mutants.py"
   "compare|execsys/compare.py|tests/test_compare.py tests/test_mutation_killers.py tests/test_compare_mutants.py"
   "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_mutants.py"
-  "digest|execsys/digest.py|tests/test_digest_mutants.py"
+  "digest|execsys/digest.py|tests/test_digest_mutants.py|20"
   "identity|execsys/identity.py|tests/test_identity_golden.py tests/test_identity_mutants.py"
   "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_mutants.py|30"
 )
