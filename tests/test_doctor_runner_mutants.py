@@ -266,6 +266,16 @@ def test_a_check_past_its_deadline_is_cut_off(monkeypatch):
     assert report.local.result(REAL).status == "skip"
 
 
+def test_the_report_comes_when_the_last_check_does_not_at_the_deadline(monkeypatch):
+    install(monkeypatch, clock_skew=result("clock-skew", "ok"))
+    options = DoctorOptions(only=["clock-skew", REAL], timeout=10)
+    assert hazard_deadline(options) == 35
+    start = time.monotonic()
+    report = run_doctor(options)
+    assert time.monotonic() - start < 5
+    assert [r.status for r in report.local.hazards] == ["skip", "ok"]
+
+
 def test_include_local_false_needs_a_destination():
     with pytest.raises(ValueError, match="^include_local=False needs at least one remote host in options.hosts$"):
         run_doctor(DoctorOptions(), include_local=False)
