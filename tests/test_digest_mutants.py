@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from execsys.digest import (
+    READ_CHUNK,
     WINDOW,
     artifact_size,
     b3sum_line,
@@ -303,3 +304,27 @@ def test_what_even_root_may_not_read_is_permission_denied(tmp_path: Path) -> Non
     (tree / "a.bin").write_bytes(b"a")
     (tree / "locked").symlink_to(locked_dir, target_is_directory=True)
     assert problem_of(lambda: digest_path(tree)) == f"{tree / 'locked'}{denied}"
+
+
+def test_a_small_file_that_grows_while_it_is_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * 1000)
+
+    def append(done: int, total: int) -> None:
+        with path.open("ab") as handle:
+            handle.write(b"more")
+
+    assert problem_of(lambda: hash_file(path, progress=append)) == f"{path}{CHANGED}"
+
+
+def test_a_read_file_that_shrinks_while_it_is_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * (READ_CHUNK + 100))  # two reads: the second comes back short
+    assert problem_of(lambda: hash_file(path, progress=lambda done, total: os.truncate(path, READ_CHUNK + 1))) == \
+        f"{path}{CHANGED}"
+
+
+def test_a_tree_result_names_the_path_given(tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(b"w")
+    assert digest_path(tmp_path).to_json()["path"] == str(tmp_path)
+    assert digest_path(os.fsencode(tmp_path)).path == str(tmp_path)
