@@ -328,3 +328,11 @@ def test_a_tree_result_names_the_path_given(tmp_path: Path) -> None:
     (tmp_path / "w.bin").write_bytes(b"w")
     assert digest_path(tmp_path).to_json()["path"] == str(tmp_path)
     assert digest_path(os.fsencode(tmp_path)).path == str(tmp_path)
+
+
+def test_the_progress_of_one_file_reaches_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * (READ_CHUNK + 10))
+    seen: list[tuple[int, int]] = []
+    digest_path(path, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(READ_CHUNK, READ_CHUNK + 10), (READ_CHUNK + 10, READ_CHUNK + 10)]
