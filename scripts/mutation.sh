@@ -79,6 +79,9 @@ run_module() {
     # overruns (a survivor then counts as a "timeout", a kill); where pytest bounds each test, that
     # limit is only a backstop
     (( timeout < 120 )) && echo "timeout_multiplier = 1000"
+    # blake3's thread pool, started in mutmut's own process by the stats run, does not survive a fork:
+    # a worker forked from it waits forever on the first multi-threaded hash. Fork from a clean server.
+    [[ "$name" == digest ]] && echo 'process_isolation = "forkserver"'
     printf 'pytest_add_cli_args_test_selection = ['
     printf '"%s", ' "${existing[@]}"
     echo ']'
