@@ -336,3 +336,13 @@ def test_the_progress_of_one_file_reaches_its_size(tmp_path: Path) -> None:
     seen: list[tuple[int, int]] = []
     digest_path(path, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(READ_CHUNK, READ_CHUNK + 10), (READ_CHUNK + 10, READ_CHUNK + 10)]
+
+
+def test_the_progress_of_a_tree_counts_each_files_chunks_from_where_the_last_file_ended(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"1" * 10)
+    (tmp_path / "b").write_bytes(b"2" * (READ_CHUNK + 5))
+    total = READ_CHUNK + 15
+    seen: list[tuple[int, int]] = []
+    digest_path(tmp_path, progress=lambda done, total: seen.append((done, total)))
+    steps = [step for i, step in enumerate(seen) if i == 0 or step != seen[i - 1]]
+    assert steps == [(10, total), (10 + READ_CHUNK, total), (total, total)]
