@@ -25,7 +25,9 @@ PY=${PYTHON:-python3}
 [[ "$PY" == */* ]] && PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 work=${MUTATION_DIR:-${TMPDIR:-/tmp}/execsys-mutation}
 
-# module name | file mutated (staged layout) | the fast tests that kill its mutants
+# module name | file mutated (staged layout) | the fast tests that kill its mutants [| per-test timeout, s]
+# (the timeout defaults to 120 s; a mutant that makes a test hang costs that long, so a module whose
+# tests each finish in seconds says so)
 modules=(
   "stats|execsys/stats.py|tests/test_stats.py tests/test_stats_golden.py tests/test_stats_mutants.py"
   "canonical|execsys/canonical.py|tests/test_canonical_golden.py"
@@ -34,9 +36,9 @@ modules=(
   "cases|execsys/probes/cases.py|tests/test_cases_mutants.py"
   "compare|execsys/compare.py|tests/test_compare.py tests/test_mutation_killers.py tests/test_compare_mutants.py"
   "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_mutants.py"
-  "digest|execsys/digest.py|tests/test_digest_mutants.py"
+  "digest|execsys/digest.py|tests/test_digest_mutants.py|20"
   "identity|execsys/identity.py|tests/test_identity_golden.py tests/test_identity_mutants.py"
-  "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_mutants.py"
+  "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_mutants.py|30"
 )
 
 report() {
@@ -50,7 +52,7 @@ report() {
 }
 
 run_module() {
-  local name=$1 file=$2 tests=$3
+  local name=$1 file=$2 tests=$3 timeout=${4:-120}
   local stage="$work/$name"
   local existing=()
   for t in $tests; do [[ -f "$repo/${t%%::*}" ]] && existing+=("$t"); done
@@ -72,7 +74,14 @@ run_module() {
     # the SSH paths need the staged tree on the remote side, and "nobody" cannot read the staged copy.
     # -k matches substrings of test names: a test named "... host ..." is left out too, so the tests
     # written for mutants avoid those words
-    echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=120", "-k", "not remote and not ssh and not host and not unprivileged"]'
+    echo "pytest_add_cli_args = [\"-p\", \"no:cacheprovider\", \"-q\", \"--timeout=$timeout\", \"-k\", \"not remote and not ssh and not host and not unprivileged\"]"
+    # mutmut's own wall limit is 15x the covering tests' duration in its stats run, which a loaded machine
+    # overruns (a survivor then counts as a "timeout", a kill); where pytest bounds each test, that
+    # limit is only a backstop
+    (( timeout < 120 )) && echo "timeout_multiplier = 1000"
+    # blake3's thread pool, started in mutmut's own process by the stats run, does not survive a fork:
+    # a worker forked from it waits forever on the first multi-threaded hash. Fork from a clean server.
+    [[ "$name" == digest ]] && echo 'process_isolation = "forkserver"'
     printf 'pytest_add_cli_args_test_selection = ['
     printf '"%s", ' "${existing[@]}"
     echo ']'
@@ -123,9 +132,9 @@ for want in "${wanted[@]}"; do
   printf '%s\n' "${modules[@]}" | grep -q "^$want|" || { echo "mutation.sh: unknown module '$want'" >&2; exit 2; }
 done
 for entry in "${modules[@]}"; do
-  IFS='|' read -r name file tests <<<"$entry"
+  IFS='|' read -r name file tests timeout <<<"$entry"
   if (( ${#wanted[@]} == 0 )) || [[ " ${wanted[*]} " == *" $name "* ]]; then
-    run_module "$name" "$file" "$tests"
+    run_module "$name" "$file" "$tests" "$timeout"
   fi
 done
 report

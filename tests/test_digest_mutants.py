@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from execsys.digest import (
+    READ_CHUNK,
     WINDOW,
     artifact_size,
     b3sum_line,
@@ -103,6 +104,7 @@ def test_the_progress_of_a_tree_reaches_its_total(tmp_path: Path) -> None:
     (b"back\\slash", "\\D  back\\\\slash"),
     (b"new\nline", "\\D  new\\nline"),
     (b"bad\xffbyte", "\\D  bad\\xffbyte"),
+    (b"lone\x80", "\\D  lone\\x80"),  # the lowest byte that cannot start a UTF-8 sequence
     (b"bad\xff\\and\n", "\\D  bad\\xff\\\\and\\n"),
 ])
 def test_a_manifest_line_keeps_every_byte_of_the_name(name: bytes, line: str) -> None:
@@ -186,3 +188,161 @@ def test_the_same_directory_reached_twice_but_not_from_inside_itself_is_no_loop(
     (tree / "first").symlink_to(shared, target_is_directory=True)
     (tree / "second").symlink_to(shared, target_is_directory=True)
     assert [e.relpath for e in digest_path(tree).entries] == [b"first/w", b"second/w"]
+
+
+# -- files that change, fail or cannot be read while they are hashed ----------------------------------
+
+CHANGED = " changed while it was being hashed (is something still writing it?); hash it again once it is complete"
+
+
+def sparse(path: Path, size: int) -> Path:
+    """A file of ``size`` zero bytes that costs no disk: large enough for the mapped path, cheap to make."""
+    with path.open("wb") as handle:
+        handle.truncate(size)
+    return path
+
+
+def problem_of(call) -> str:
+    with pytest.raises(InputError) as caught:
+        call()
+    return str(caught.value)
+
+
+def test_a_small_file_touched_while_it_is_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * 1000)
+    assert problem_of(lambda: hash_file(path, progress=lambda done, total: os.utime(path, ns=(1, 1)))) == \
+        f"{path}{CHANGED}"
+
+
+def test_a_mapped_file_touched_after_its_last_window_is_refused(tmp_path: Path) -> None:
+    path = sparse(tmp_path / "weights.bin", WINDOW + 4)
+
+    def touch_at_the_end(done: int, total: int) -> None:
+        if done == total:
+            os.utime(path, ns=(1, 1))
+
+    assert problem_of(lambda: hash_file(path, progress=touch_at_the_end)) == f"{path}{CHANGED}"
+
+
+@pytest.mark.parametrize("keep", [2 * WINDOW, WINDOW + 1], ids=["before-the-last-window", "under-a-mapping"])
+def test_a_mapped_file_truncated_while_it_is_hashed_is_refused(tmp_path: Path, keep: int) -> None:
+    """Truncated after the first window: the child finds the next window short (exit 3) or touches a
+    page past the new end (SIGBUS); either way the file is reported as changed, never hashed as is."""
+    path = sparse(tmp_path / "weights.bin", 2 * WINDOW + 4)
+    cut: list[int] = []
+
+    def truncate_once(done: int, total: int) -> None:
+        if not cut:
+            cut.append(done)
+            os.truncate(path, keep)
+
+    assert problem_of(lambda: hash_file(path, progress=truncate_once)) == f"{path}{CHANGED}"
+    assert cut == [WINDOW]
+
+
+def test_a_hashing_child_that_fails_is_named_by_its_last_stderr_line(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mapped path runs in a child interpreter; one whose blake3 cannot load (shadowed here through
+    PYTHONPATH) is one line naming the child's last words, or its exit status when it said nothing."""
+    path = sparse(tmp_path / "weights.bin", WINDOW)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    (shadow / "blake3.py").write_text(
+        "import sys\nsys.stderr.write('first\\nsecond\\n')\nraise SystemExit('blake3 unavailable here')\n")
+    assert problem_of(lambda: hash_file(path)) == f"{path}: could not be hashed (blake3 unavailable here)"
+    (shadow / "blake3.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    assert problem_of(lambda: hash_file(path)) == f"{path}: could not be hashed (exit -9)"
+
+
+def children_of_this_process() -> set[int]:
+    """Child pids, running or not yet reaped (a zombie has no cmdline but still has its parent)."""
+    me, found = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat_line = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat_line.rpartition(")")[2].split()[1]) == me:
+                found.add(int(entry))
+    return found
+
+
+def test_a_face_that_stops_hashing_leaves_no_child_behind(tmp_path: Path) -> None:
+    """A progress callback that raises (a face giving up) gets its exception, and the hashing child
+    is killed and reaped, not left running or as a zombie."""
+    path = sparse(tmp_path / "weights.bin", 3 * WINDOW)
+    before = children_of_this_process()
+
+    def give_up(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        hash_file(path, progress=give_up)
+    assert children_of_this_process() - before == set()
+
+
+def test_a_directory_given_as_a_file_is_one_line(tmp_path: Path) -> None:
+    assert problem_of(lambda: hash_file(tmp_path)) == f"{tmp_path}: Is a directory"
+
+
+def test_what_even_root_may_not_read_is_permission_denied(tmp_path: Path) -> None:
+    """/proc/sys/vm/drop_caches is write-only and /proc/1/map_files needs CAP_SYS_ADMIN, for root too."""
+    locked_file, locked_dir = "/proc/sys/vm/drop_caches", "/proc/1/map_files"
+    try:
+        os.close(os.open(locked_file, os.O_RDONLY))
+        os.scandir(locked_dir).close()
+        pytest.skip("this machine lets us read them")
+    except PermissionError:
+        pass
+    denied = ": permission denied (execsys must read every byte to identify the artifact)"
+    assert problem_of(lambda: hash_file(locked_file)) == f"{locked_file}{denied}"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.bin").write_bytes(b"a")
+    (tree / "locked").symlink_to(locked_dir, target_is_directory=True)
+    assert problem_of(lambda: digest_path(tree)) == f"{tree / 'locked'}{denied}"
+
+
+def test_a_small_file_that_grows_while_it_is_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * 1000)
+
+    def append(done: int, total: int) -> None:
+        with path.open("ab") as handle:
+            handle.write(b"more")
+
+    assert problem_of(lambda: hash_file(path, progress=append)) == f"{path}{CHANGED}"
+
+
+def test_a_read_file_that_shrinks_while_it_is_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * (READ_CHUNK + 100))  # two reads: the second comes back short
+    assert problem_of(lambda: hash_file(path, progress=lambda done, total: os.truncate(path, READ_CHUNK + 1))) == \
+        f"{path}{CHANGED}"
+
+
+def test_a_tree_result_names_the_path_given(tmp_path: Path) -> None:
+    (tmp_path / "w.bin").write_bytes(b"w")
+    assert digest_path(tmp_path).to_json()["path"] == str(tmp_path)
+    assert digest_path(os.fsencode(tmp_path)).path == str(tmp_path)
+
+
+def test_the_progress_of_one_file_reaches_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"w" * (READ_CHUNK + 10))
+    seen: list[tuple[int, int]] = []
+    digest_path(path, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(READ_CHUNK, READ_CHUNK + 10), (READ_CHUNK + 10, READ_CHUNK + 10)]
+
+
+def test_the_progress_of_a_tree_counts_each_files_chunks_from_where_the_last_file_ended(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"1" * 10)
+    (tmp_path / "b").write_bytes(b"2" * (READ_CHUNK + 5))
+    total = READ_CHUNK + 15
+    seen: list[tuple[int, int]] = []
+    digest_path(tmp_path, progress=lambda done, total: seen.append((done, total)))
+    steps = [step for i, step in enumerate(seen) if i == 0 or step != seen[i - 1]]
+    assert steps == [(10, total), (10 + READ_CHUNK, total), (total, total)]
