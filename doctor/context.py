@@ -60,6 +60,9 @@ class DoctorOptions:
     # binary-aliasing asks the operator's interactive shell (bash -i sources the rc files) for aliases
     # and functions; a node check runs under a daemon, where no interactive shell ever runs
     shell_aliases: bool = True
+    # binary-aliasing shows each program's digest; a node check hashes only where a digest decides a
+    # finding (two programs by one name, a pinned digest): it runs every 30-60 s on every node
+    evidence_digests: bool = True
 
     accept: list[str] = field(default_factory=list)
 

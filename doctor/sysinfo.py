@@ -456,14 +456,23 @@ def _uname() -> tuple[str, str, str]:
     return platform.system(), platform.release(), platform.machine()
 
 
+def _user_name() -> str:
+    """What ``getpass.getuser()`` answers (the login variables, else the password database), without
+    the terminal modules getpass imports."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError, OSError):
+        return str(os.getuid()) if hasattr(os, "getuid") else ""
+
+
 def host_facts() -> dict:
     """The ``host`` object of a report."""
-    try:
-        import getpass
-
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid()) if hasattr(os, "getuid") else ""
+    user = _user_name()
     return {
         "hostname": socket.gethostname(),
         "os": os_name(),

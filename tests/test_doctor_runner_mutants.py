@@ -438,7 +438,9 @@ def test_a_destination_that_never_reads_is_given_up_after_its_timeout_and_ten_se
     took = time.monotonic() - start
     seen = list(events)
     assert non_daemon_threads() <= before
-    assert 10.9 <= took < 11.9, took  # 3 hosts: a join that waits 1 s more each is 13 s
+    # the bound is host timeout + 10 s = 11 s; a join that waits 1 s more per host would be 13 s (the
+    # margin is for a loaded CI machine: this only bounds a wait, it times nothing)
+    assert 10.9 <= took < 12.5, took
     assert [h.name for h in report.hosts] == dests
     for host in report.hosts:
         assert host.error == "no answer within the host timeout"

@@ -146,6 +146,7 @@ class NodeCheckOptions:
         # Daemons and batch jobs run no interactive shell, so an alias shadows nothing they run; and
         # `bash -i` would source the rc files (pyenv or conda init: 0.2-0.5 CPU-s) on every check.
         doctor.shell_aliases = False
+        doctor.evidence_digests = False
         options = cls(mode=mode, doctor=doctor, drain=bool(drain), path=path, env_from=env_from,
                       declared_env=dict(doctor.declared_env),
                       node_name=node_name or os.environ.get("SLURMD_NODENAME") or None)
