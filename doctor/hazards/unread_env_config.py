@@ -20,7 +20,6 @@ from execsys.doctor import files, sysinfo
 from execsys.doctor.model import Finding, HazardResult, fold
 
 from execsys.errors import InputError
-from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
 from execsys.redact import REDACTED, is_secret_name, redact_argv
 
 ID = "unread-env-config"
@@ -40,6 +39,9 @@ _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".onnx", ".ggml")
 
 def parse_env_file(path: str) -> dict[str, str]:
     """KEY=VALUE lines as systemd and docker read them: comments, ``export``, single/double quotes."""
+    # here: tempfile comes with it, and most nodes declare no env file
+    from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
+
     env: dict[str, str] = {}
     for raw in read_bounded(path, ENV_FILE_LIMIT, "env file").decode("utf-8").splitlines():
         line = raw.strip()
