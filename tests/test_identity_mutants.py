@@ -422,14 +422,20 @@ JUDGE_DOWN = ("judge: endpoint http://127.0.0.1:9/v1: unreachable (ConnectError:
               "start the server or fix [runtime] endpoint")
 
 
-@pytest.fixture
-def rich(tmp_path: Path) -> Path:
+def _llama_model_dir(tmp_path: Path) -> Path:
+    """A Hugging Face model directory as pin reads it: config, tokenizer template, weights."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                                                    "torch_dtype": "bfloat16"}))
     (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
     (model / "model.safetensors").write_bytes(b"w" * 10)
+    return model
+
+
+@pytest.fixture
+def rich(tmp_path: Path) -> Path:
+    _llama_model_dir(tmp_path)
     (tmp_path / "template.jinja").write_text("{{ messages }}\n")
     (tmp_path / "index.bin").write_bytes(b"index")
     (tmp_path / "corpus").mkdir()
@@ -557,12 +563,7 @@ def test_the_lock_being_checked_is_not_an_edit_of_the_harness(tmp_path: Path) ->
 def test_pin_notes_every_declared_fact_this_machine_contradicts(tmp_path: Path) -> None:
     import socket
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                                                   "torch_dtype": "bfloat16"}))
-    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
-    (model / "model.safetensors").write_bytes(b"w" * 10)
+    _llama_model_dir(tmp_path)
     (tmp_path / "template.jinja").write_text("{{ other }}\n")
     mute = _stub(tmp_path / "bin", "python3", "")
     mute.write_text("#!/bin/sh\nexit 3\n")
