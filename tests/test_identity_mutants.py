@@ -599,14 +599,14 @@ def test_pin_notes_every_declared_fact_this_machine_contradicts(tmp_path: Path) 
     assert identity.notes.index(interpreter_note[0]) == 4  # in the order of the harness's commands
 
 
-def test_a_system_that_matches_its_declaration_has_no_notes(tmp_path: Path) -> None:
+def test_a_system_that_matches_its_declaration_has_no_notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16"}))
     (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
     (model / "model.safetensors").write_bytes(b"w" * 10)
     (tmp_path / "template.jinja").write_text("{{ messages }}\n")
-    os.environ.setdefault("EXECSYS_TEST_ALWAYS_SET", "1")
+    monkeypatch.setenv("EXECSYS_TEST_ALWAYS_SET", "1")
     (tmp_path / "execsys.toml").write_text(
         '[artifact]\npath = "model"\nquantization = "none"\n[context_policy]\ntemplate = "template.jinja"\n'
         '[environment]\nvariables = { EXECSYS_TEST_ALWAYS_SET = "1" }\n')

@@ -106,8 +106,16 @@ def test_a_tree_1500_directories_deep_is_walked(tmp_path: Path) -> None:
         os.mkdir(current)
     with open(os.path.join(current, b"leaf.bin"), "wb") as fh:
         fh.write(b"leaf")
-    result = digest_path(root)
-    assert result.files == 1 and result.entries[0].relpath == b"d/" * 1500 + b"leaf.bin"
+    try:
+        result = digest_path(root)
+        assert result.files == 1 and result.entries[0].relpath == b"d/" * 1500 + b"leaf.bin"
+    finally:
+        # removed here, deepest first: pytest's later clean-up of old tmp dirs uses shutil.rmtree, which
+        # recurses once per level and dies with a RecursionError at exit on a tree this deep
+        os.unlink(os.path.join(current, b"leaf.bin"))
+        while current != os.fsencode(tmp_path):
+            os.rmdir(current)
+            current = os.path.dirname(current)
 
 
 def test_an_empty_path_is_named(cli) -> None:
