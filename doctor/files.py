@@ -18,11 +18,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-try:  # the chosen digest; remote hosts without it fall back to sha256, labelled as such
-    import blake3 as _blake3
-except ImportError:  # pragma: no cover - depends on the remote host
-    _blake3 = None
-
 _READ_CHUNK = 1 << 20
 
 # e_machine values (ELF spec) and the names uname reports for them.
@@ -70,19 +65,22 @@ def digest(path: str) -> str:
     with _digest_lock:
         if key in _digest_cache:
             return _digest_cache[key]
-    if _blake3 is not None:
-        hasher = _blake3.blake3()
-    else:
-        import hashlib  # only without blake3: importing it loads OpenSSL
-
-        hasher = hashlib.sha256()
+    # imported here: a node check hashes nothing unless a name is shadowed or a digest pinned.
+    # Remote hosts without blake3 fall back to sha256, labelled as such
+    try:
+        from blake3 import blake3 as hasher_type
+        algorithm = "blake3"
+    except ImportError:  # pragma: no cover - depends on the remote host
+        from hashlib import sha256 as hasher_type  # only without blake3: importing it loads OpenSSL
+        algorithm = "sha256"
+    hasher = hasher_type()
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(_READ_CHUNK)
             if not chunk:
                 break
             hasher.update(chunk)
-    value = f"{'blake3' if _blake3 is not None else 'sha256'}:{hasher.hexdigest()}"
+    value = f"{algorithm}:{hasher.hexdigest()}"
     with _digest_lock:
         _digest_cache[key] = value
     return value
@@ -227,11 +225,20 @@ def entry_point(path: str) -> EntryPoint | None:
 # interpreter's path without running it (importing even pip's top package costs a node check more CPU
 # than the rest of the hazard), in ``pip --version``'s format. The version comes from the
 # distribution's ``.dist-info`` name beside the package, else its ``__version__ = ...`` line.
+# The programs below run in every interpreter a check asks, at each node check: they import
+# neither re nor json (a tenth of a second of CPU, together, on some hosts' Pythons) and print
+# their answer as a Python literal.
 _LOCATE = r"""
-import os, re, sys
+import os, sys
 from importlib.machinery import PathFinder
-def _norm(name):
-    return re.sub(r'[-_.]+', '_', name).lower()
+def _norm(name, sep='_'):
+    out = []
+    for ch in name.lower():
+        if ch not in '-_.':
+            out.append(ch)
+        elif not out or out[-1] != sep:
+            out.append(sep)
+    return ''.join(out)
 def locate(module):
     parts = module.split('.')
     search, top = None, None
@@ -252,6 +259,7 @@ def locate(module):
                 version = stem.split('-')[1]
                 break
         else:
+            import re
             with open(os.path.join(where, '__init__.py') if package else top.origin, errors='replace') as fh:
                 found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", fh.read(65536), re.M)
             version = found.group(1) if found else '?'
@@ -270,7 +278,7 @@ print(said) if code == 0 else sys.exit(said)
 # entry (package-prefixes), and ``locate`` for each console-script module named on argv (their
 # ``--version``). One JSON line.
 PYTHON_PROBE = _LOCATE + r"""
-import json, site
+import site
 def dists(entry):
     out = {}
     try:
@@ -281,11 +289,11 @@ def dists(entry):
         if n.endswith('.dist-info') or n.endswith('.egg-info'):
             stem = n.rsplit('.', 1)[0]
             parts = stem.split('-')
-            name = re.sub(r'[-_.]+', '-', parts[0]).lower()
+            name = _norm(parts[0], '-')
             out[name] = parts[1] if len(parts) > 1 else '?'
     return out
 usersite = site.getusersitepackages() if hasattr(site, 'getusersitepackages') else None
-print(json.dumps({
+print(repr({
     'executable': sys.executable, 'prefix': sys.prefix, 'base_prefix': getattr(sys, 'base_prefix', sys.prefix),
     'version': '%d.%d.%d' % sys.version_info[:3], 'path': [p for p in sys.path if p],
     'usersite': usersite, 'user_enabled': bool(site.ENABLE_USER_SITE),
@@ -301,12 +309,12 @@ def python_facts(interpreter: str, modules: list[str], timeout: float) -> Invoca
 
 
 def described(facts: Invocation) -> dict | None:
-    """The JSON a :func:`python_facts` run printed (its last line), or None when it printed none."""
-    import json
+    """The literal a :func:`python_facts` run printed (its last line), or None when it printed none."""
+    import ast  # loaded already: dataclasses imports inspect, which imports ast
 
     try:
-        info = json.loads(facts.output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        info = ast.literal_eval(facts.output.strip().splitlines()[-1])
+    except (ValueError, SyntaxError, IndexError, MemoryError, RecursionError, TypeError):
         return None
     return info if isinstance(info, dict) else None
 
@@ -320,7 +328,7 @@ def entry_answer(facts: Invocation, ep: EntryPoint, path: str) -> Invocation | N
     located its entry module; None when that run did not (the entry check then runs on its own)."""
     info = described(facts) if facts.ok else None
     answer = (info or {}).get("entries", {}).get(ep.module)
-    if not (isinstance(answer, list) and len(answer) == 2):
+    if not (isinstance(answer, (list, tuple)) and len(answer) == 2):
         return None
     code, said = answer
     return Invocation(_argv_of_entry(path, ep), returncode=int(code), output=f"{said}\n",

@@ -9,8 +9,8 @@ environment or sockets of another user's process), it says so instead of guessin
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
-import socket
 import sys
 from dataclasses import dataclass, field
 
@@ -290,9 +290,15 @@ class Listener:
 def _hex_to_addr(hexaddr: str, family: str) -> str:
     raw = bytes.fromhex(hexaddr)
     if family == "IPv4":
-        return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-    return socket.inet_ntop(socket.AF_INET6, words)
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    packed = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    # written as inet_ntop writes it: ipaddress (which spares a node check importing socket) writes
+    # IPv4-mapped and IPv4-compatible addresses in hex
+    if packed[:10] == bytes(10) and packed[10:12] == b"\xff\xff":
+        return f"::ffff:{ipaddress.IPv4Address(packed[12:])}"
+    if packed[:12] == bytes(12) and packed[12:14] != bytes(2):
+        return f"::{ipaddress.IPv4Address(packed[12:])}"
+    return str(ipaddress.IPv6Address(packed))
 
 
 def _socket_owners() -> tuple[dict[int, list[int]], int]:
@@ -358,7 +364,7 @@ def listeners(ports: list[int] | None = None) -> tuple[list[Listener], int]:
                 continue
             if ports is not None and c.laddr.port not in ports:
                 continue
-            fam = "IPv6" if c.family == socket.AF_INET6 else "IPv4"
+            fam = "IPv6" if c.family.name == "AF_INET6" else "IPv4"
             found.append(Listener(fam, c.laddr.ip, c.laddr.port, 0, None, [c.pid] if c.pid else []))
             hidden += 0 if c.pid else 1
         return found, hidden
@@ -445,6 +451,16 @@ def os_name() -> str:
     return " ".join(_uname()[:2])
 
 
+def node_name() -> str:
+    """This machine's name, as ``socket.gethostname()`` answers it (both read uname's nodename on
+    POSIX), without importing socket: a node check imports nothing it does not use."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
+
+
 def _uname() -> tuple[str, str, str]:
     """(system, release, machine) from ``os.uname()`` (what ``platform`` answers on POSIX, without
     importing it), else from platform."""
@@ -474,7 +490,7 @@ def host_facts() -> dict:
     """The ``host`` object of a report."""
     user = _user_name()
     return {
-        "hostname": socket.gethostname(),
+        "hostname": node_name(),
         "os": os_name(),
         "kernel": _uname()[1],
         "arch": _uname()[2],

@@ -14,21 +14,16 @@ at most a few MiB). A UTF-8 byte-order mark at the start is accepted.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from execsys import COMPONENTS
 from execsys.errors import InputError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # pyright: ignore[reportMissingImports]  (Python 3.10 only)
 
 DEFAULT_NAME = "execsys.toml"
 # No real declaration nests deeper than a few levels; this keeps every later walk of it (canonical
@@ -120,9 +115,25 @@ def load(path: str | Path | None = None, *, required: bool = False) -> Declarati
     return parse(text, target)
 
 
+def toml_module() -> ModuleType:
+    """tomllib (tomli on 3.10), imported when a file is first parsed: a node check on a host with no
+    declaration parses no TOML, and tomllib with the datetime module it loads is a tenth of its imports."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # pyright: ignore[reportMissingImports]  (Python 3.10 only)
+    return tomllib
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads``; raises its ``TOMLDecodeError`` (a ``ValueError``)."""
+    return toml_module().loads(text)
+
+
 def parse(text: str, path: Path | None = None) -> Declaration:
     where = str(path or DEFAULT_NAME)
     text = text.removeprefix("\ufeff")  # a byte-order mark, as some Windows editors write it
+    tomllib = toml_module()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -157,6 +168,8 @@ def parse(text: str, path: Path | None = None) -> Declaration:
 def _check_values(data: dict[str, Any], where: str, text: str) -> None:
     """Refuse what canonical JSON cannot hold exactly: nan/inf, dates and times, and nesting deeper
     than MAX_DEPTH. Walked with an explicit stack (a deep value must not recurse here either)."""
+    import datetime  # tomllib has loaded it already
+
     stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in data.items()]
     while stack:
         name, value, depth = stack.pop()
@@ -168,7 +181,7 @@ def _check_values(data: dict[str, Any], where: str, text: str) -> None:
             stack.extend((f"{name}[{i}]", item, depth + 1) for i, item in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{where}:{_line_for(text, name)}: '{name}' must be a finite number, not {value}")
-        elif isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        elif isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
             raise InputError(f"{where}:{_line_for(text, name)}: '{name}' is a TOML date/time; write it as a "
                              f"string (\"{value}\")")
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from execsys.declaration import tomllib
+from execsys.declaration import loads_toml
 from execsys.errors import InputError
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class QuantVerdict:
 def support_table() -> dict[str, Any]:
     """The shipped support table, parsed once."""
     text = resources.files("execsys.data").joinpath("quant_support.toml").read_text(encoding="utf-8")
-    return tomllib.loads(text)
+    return loads_toml(text)
 
 
 def formats() -> dict[str, dict[str, Any]]:

@@ -33,6 +33,45 @@ def test_digest_never_imports_textual(tmp_path: Path) -> None:
     assert not any(n == "textual" or n.startswith("textual.") for n in names)
 
 
+def test_a_node_check_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """A node check runs every 30-60 s on every node: with no declaration and no endpoint it parses
+    no TOML, opens no socket and speaks no HTTP, so it loads none of those modules."""
+    names = imported_modules("doctor", "--node-check", "npd", cwd=tmp_path)
+    assert "execsys.doctor.node_checks.check" in names  # it really ran a node check
+    assert not names & {"tomllib", "socket", "http.client", "ssl", "sqlite3", "platform", "getpass"}
+
+
+def test_the_python_probe_imports_neither_re_nor_json(tmp_path: Path) -> None:
+    """The one program a doctor run starts in each interpreter it asks: re and json would be a third
+    of its CPU on a Debian python3. Run without site (as such a python3 starts, with nothing loaded)."""
+    import ast
+
+    from execsys.doctor import files
+
+    lib = tmp_path / "lib"
+    (lib / "withdist").mkdir(parents=True)
+    (lib / "withdist" / "__init__.py").write_text("")
+    (lib / "withdist-1.2.3.dist-info").mkdir()
+    (lib / "pkgv").mkdir()
+    (lib / "pkgv" / "__init__.py").write_text('__version__ = "4.5.6"\n')
+    code = files.PYTHON_PROBE + "\nprint(sorted({'re', 'json'} & set(sys.modules)))\n"
+
+    def probe(module: str) -> tuple[dict, str]:
+        proc = subprocess.run([sys.executable, "-S", "-c", code, module], capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(lib), "PATH": "/usr/bin:/bin"})
+        *_, said, loaded = proc.stdout.splitlines()
+        return ast.literal_eval(said), loaded
+
+    python = f"(python {sys.version_info[0]}.{sys.version_info[1]})"
+    info, loaded = probe("withdist")
+    assert loaded == "[]"
+    assert info["entries"]["withdist"] == (0, f"withdist 1.2.3 from {lib / 'withdist'} {python}")
+    assert info["dists"][str(lib)] == {"withdist": "1.2.3"}
+    # a package without a dist-info is read for its __version__ line (re is imported only then)
+    info, _ = probe("pkgv")
+    assert info["entries"]["pkgv"] == (0, f"pkgv 4.5.6 from {lib / 'pkgv'} {python}")
+
+
 @pytest.mark.parametrize("module", ["execsys.identity", "execsys.digest", "execsys.observe.hardware",
                                     "execsys.observe.runtime", "execsys.observe.harness",
                                     "execsys.observe.environment", "execsys.observe.artifact",

@@ -348,3 +348,25 @@ def test_the_process_table_read_from_proc_is_what_psutil_reports():
         assert engines & stable == every & stable
     finally:
         child.wait()
+
+
+def test_listening_addresses_read_from_proc_are_written_as_inet_ntop_writes_them():
+    """port-collisions names each listener by address; /proc/net/tcp6 holds them as hex words, and
+    the doctor writes them without socket (a node check never imports it) exactly as inet_ntop does."""
+    import random
+    import socket
+
+    from execsys.doctor.sysinfo import _hex_to_addr
+
+    def as_proc_writes(packed: bytes) -> str:
+        return (packed[::-1] if len(packed) == 4 else b"".join(packed[i:i + 4][::-1] for i in range(0, 16, 4))).hex()
+
+    for address in ("127.0.0.1", "0.0.0.0", "10.1.2.3", "255.255.255.255"):
+        assert _hex_to_addr(as_proc_writes(socket.inet_pton(socket.AF_INET, address)), "IPv4") == address
+    chosen = random.Random(7)
+    six = ["::", "::1", "::ffff:127.0.0.1", "::ffff:0.0.0.0", "::1.2.3.4", "::0.1.0.0", "fe80::1", "1::", "1:0:0:1::1",
+           "2001:db8::8a2e:370:7334", "::2:0:0", *(socket.inet_ntop(socket.AF_INET6, chosen.randbytes(16))
+                                                  for _ in range(500))]
+    for address in six:
+        packed = socket.inet_pton(socket.AF_INET6, address)
+        assert _hex_to_addr(as_proc_writes(packed), "IPv6") == socket.inet_ntop(socket.AF_INET6, packed), address

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,6 +59,7 @@ def _request(endpoint: str, method: str, path: str, body: dict[str, Any] | None,
     """(status, body) of one request, read before ``deadline`` (monotonic) and within ``BODY_LIMIT`` bytes:
     every socket wait is bounded by the time left, so a server trickling its answer cannot outlast it."""
     import http.client  # here: it pulls in ssl and email, and most node checks declare no endpoint
+    import socket
 
     parts = urlsplit(endpoint)
     connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection

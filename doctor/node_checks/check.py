@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from execsys.doctor.context import DoctorOptions
 from execsys.doctor.model import HazardResult, HostReport
 from execsys.doctor.node_checks import registry
+from execsys.doctor.sysinfo import node_name
 
 from execsys.errors import UsageError
 from execsys.operation import Event, OnEvent, emit, new_cancel
@@ -162,7 +162,7 @@ class NodeCheckOptions:
 
     @property
     def host_name(self) -> str:
-        return self.node_name or socket.gethostname()
+        return self.node_name or node_name()
 
 
 def _max_timeout(budget: float) -> float:

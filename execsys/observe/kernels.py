@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from execsys.declaration import tomllib
+from execsys.declaration import loads_toml
 from execsys.errors import InputError
 from execsys.redact import redact_text
 
@@ -43,7 +43,7 @@ class KernelPattern:
 @lru_cache(maxsize=1)
 def patterns() -> tuple[KernelPattern, ...]:
     text = resources.files("execsys.data").joinpath("kernel_patterns.toml").read_text(encoding="utf-8")
-    data = tomllib.loads(text)
+    data = loads_toml(text)
     return tuple(KernelPattern(id=p["id"], engine=p["engine"], versions=p.get("versions", ""), kind=p["kind"],
                                regex=re.compile(p["regex"]), value=p.get("value"), fallback=bool(p["fallback"]),
                                formats=tuple(p.get("formats", [])), source=p["source"])
