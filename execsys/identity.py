@@ -295,7 +295,7 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     harness's (an in-process engine) -- never execsys's own interpreter, which is the observer's install."""
     import re
 
-    from execsys.observe.harness import interpreter_facts, is_python
+    from execsys.observe.harness import interpreter_facts, interpreter_to_run, is_python
     from execsys.observe.runtime import ENGINES, canonical_engine
 
     name = canonical_engine(declared_engine if isinstance(declared_engine, str) else None)
@@ -315,9 +315,9 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
             candidates.append((exe, "the serving process's interpreter"))
             break
     for command in harness.get("commands") or []:
-        interpreter = command.get("interpreter") or {}
-        if interpreter.get("executable") and not interpreter.get("note"):
-            candidates.append((interpreter["executable"], "the harness's interpreter"))
+        to_run = interpreter_to_run(command.get("interpreter") or {})
+        if to_run:
+            candidates.append((to_run, "the harness's interpreter"))
     wanted: dict[str, str] = {}
     for package in packages:  # the first spelling names the source, as runtime.engine_version does
         wanted.setdefault(re.sub(r"[-_.]+", "-", package).lower(), package)
@@ -478,10 +478,12 @@ def _observe_all_in_pass(declared: dict[str, dict[str, Any]], base: Path, *, on_
 
 def _harness_interpreter(harness: dict[str, Any]) -> str | None:
     """The first harness command's Python interpreter, where packages of the system under test live."""
+    from execsys.observe.harness import interpreter_to_run
+
     for command in harness.get("commands") or []:
-        interpreter = (command.get("interpreter") or {}) if isinstance(command, dict) else {}
-        if interpreter.get("executable") and not interpreter.get("note"):
-            return str(interpreter["executable"])
+        to_run = interpreter_to_run((command.get("interpreter") or {}) if isinstance(command, dict) else {})
+        if to_run:
+            return to_run
     return None
 
 

@@ -37,7 +37,7 @@ modules=(
   "compare|execsys/compare.py|tests/test_compare.py tests/test_mutation_killers.py tests/test_compare_mutants.py"
   "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_mutants.py"
   "digest|execsys/digest.py|tests/test_digest_mutants.py|20"
-  "identity|execsys/identity.py|tests/test_identity_golden.py tests/test_identity_mutants.py tests/test_identity_mutants_facts.py tests/test_identity_mutants_notes.py tests/test_identity_mutants_pin.py"
+  "identity|execsys/identity.py|tests/test_identity_golden.py tests/test_identity_mutants.py tests/test_identity_mutants_facts.py tests/test_identity_mutants_notes.py tests/test_identity_mutants_pin.py tests/test_identity_in_venv.py"
   "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_mutants.py|30"
 )
 

@@ -114,10 +114,9 @@ def observe_command(command: str, base_dir: Path | None) -> dict[str, Any]:
 
 
 def command_interpreter(observed_command: dict[str, Any]) -> str | None:
-    interpreter = observed_command.get("interpreter") or {}
-    if interpreter.get("executable") and not interpreter.get("note"):
-        return str(interpreter["executable"])
-    return None
+    from execsys.observe.harness import interpreter_to_run
+
+    return interpreter_to_run(observed_command.get("interpreter") or {})
 
 
 def judge_completion(endpoint: str, model: str | None, *, api_key: str | None, seed: Any = None,

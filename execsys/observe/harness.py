@@ -262,6 +262,27 @@ def describe_interpreter(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
     }
 
 
+def interpreter_to_run(interpreter: dict[str, Any]) -> str | None:
+    """The path that starts a :func:`describe_interpreter` record's interpreter in its own
+    environment; None when it could not be described.
+
+    The record keeps the resolved executable (one interpreter reached under two names is one
+    system), and a venv's python resolves to the base interpreter: started by that path it sees none
+    of the venv's packages. So for a venv (its prefix is not its base prefix) the venv's own python
+    is run."""
+    executable = interpreter.get("executable")
+    if not executable or interpreter.get("note"):
+        return None
+    prefix = interpreter.get("prefix")
+    if isinstance(prefix, str) and prefix and prefix != interpreter.get("base_prefix"):
+        scripts = os.path.join(prefix, "Scripts" if os.name == "nt" else "bin")
+        for name in dict.fromkeys([os.path.basename(str(executable)), "python3", "python"]):
+            candidate = os.path.join(scripts, name)
+            if os.path.exists(candidate):
+                return candidate
+    return str(executable)
+
+
 def is_python(path: str) -> bool:
     return bool(_PYTHON_NAME.match(os.path.basename(path)) or _PYTHON_NAME.match(os.path.basename(os.path.realpath(path))))
 
