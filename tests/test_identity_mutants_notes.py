@@ -12,11 +12,11 @@ under a second, because every mutant of pin re-runs these tests.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -222,7 +222,7 @@ def gpu_box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     if gpus_via_nvml()[0] is not None:
         pytest.skip("a real NVIDIA driver answers through NVML before nvidia-smi is asked")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
 
     def with_gpus(*names: str) -> None:
         _nvidia_smi(tmp_path / "bin", list(names))
