@@ -52,9 +52,10 @@ class AnyNameEngine:
     """llama.cpp's recorded GET answers ({MODEL}: the served file) and a one-word chat answer to any model
     name, naming the model it was asked for; ``chats`` keeps (model asked, Authorization header) per request."""
 
-    def __init__(self, model: Path, *, listed: bool = True) -> None:
+    def __init__(self, model: Path, *, listed: bool = True, nan_params: bool = False) -> None:
         self.model = str(model)
         self.listed = listed
+        self.nan_params = nan_params  # /v1/models meta says n_params: NaN (Python's json reads it, JSON has none)
         self.chats: list[tuple[str, str | None]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -85,6 +86,8 @@ class AnyNameEngine:
                     self._send(200, b'{"object": "list", "data": []}')
                 elif path in LLAMA_CPP_ROUTES:
                     text = (DATA / LLAMA_CPP_ROUTES[path]).read_text().replace("{MODEL}", engine.model)
+                    if engine.nan_params:
+                        text = text.replace('"n_params": 8030261248', '"n_params": NaN')
                     self._send(200, text.encode())
                 else:
                     self._send(404, b'{"error": "not found"}')
@@ -170,6 +173,34 @@ def test_an_endpoint_that_does_not_answer_is_not_asked_anything_more(project: Pa
     identity = pin(_declare(project, '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n'), require_endpoint=False)
     assert identity.live == {}
     assert identity.observed("runtime")["endpoint"]["error"].startswith("endpoint http://127.0.0.1:9/v1: unreachable")
+
+
+def test_a_number_json_cannot_hold_is_refused_naming_the_field(project: Path) -> None:
+    """Python's json reads NaN; the lock and the canonical id cannot hold it: one line, not a crash."""
+    with AnyNameEngine(project / "model.bin", nan_params=True) as engine:
+        decl = _declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{engine.endpoint}"\n')
+        with pytest.raises(InputError) as caught:
+            pin(decl)
+    assert str(caught.value) == ("observed runtime.engine_native.model_meta.n_params is NaN or infinite, which JSON "
+                                 "(and so the lock) cannot hold: the engine or file it was read from wrote a "
+                                 "non-standard number")
+    model = project / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w")
+    (project / "execsys.toml").write_text('[artifact]\npath = "model"\n')
+
+    def refused(config: str) -> str:
+        (model / "config.json").write_text(config)
+        with pytest.raises(InputError) as caught:
+            pin(declaration.load(project / "execsys.toml"), require_endpoint=False)
+        return str(caught.value).removesuffix(" is NaN or infinite, which JSON (and so the lock) cannot hold: the "
+                                              "engine or file it was read from wrote a non-standard number")
+
+    # the first number JSON cannot hold is named, not a finite one before it
+    assert refused('{"model_type": "llama", "quantization_config": {"quant_method": "gptq", "bits": 4, '
+                   '"damp_percent": 0.01, "clip_ratio": NaN}}') == "observed artifact.quantization_config.clip_ratio"
+    assert refused('{"model_type": "llama", "architectures": ["LlamaForCausalLM", -Infinity]}') == (
+        "observed model.from_files.architectures[1]")
 
 
 # -- the harness's interpreter: where the grader's, tools' and workflow's packages are read -------------
