@@ -246,8 +246,31 @@ def sanitize_declared(name: str, table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _normalise(obj: Any) -> Any:
-    """Scrubbed and JSON-round-tripped, so the id computed now equals the id recomputed from the lock."""
-    return json.loads(json.dumps(scrub(obj), ensure_ascii=False, allow_nan=False))
+    """Scrubbed and JSON-round-tripped, so the id computed now equals the id recomputed from the lock.
+
+    Python's JSON reader accepts NaN and Infinity, so an engine's answer or a model's config.json can hand
+    one on; JSON (the lock, the canonical id) cannot hold it: bad input naming the field, not a crash."""
+    clean = scrub(obj)
+    try:
+        text = json.dumps(clean, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise InputError(f"observed {_non_finite_at(clean)} is NaN or infinite, which JSON (and so the lock) "
+                         "cannot hold: the engine or file it was read from wrote a non-standard number") from exc
+    return json.loads(text)
+
+
+def _non_finite_at(obj: Any, path: str = "") -> str | None:
+    """The path (``a.b[2].c``) to the first NaN or infinity in a JSON-like structure, or None."""
+    import math
+
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        found = _non_finite_at(value, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key)
+        if found is not None:
+            return found
+    return None
 
 
 def _base_dir(decl: Declaration) -> Path:
