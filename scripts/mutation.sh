@@ -115,7 +115,13 @@ recheck_module() {
     tail -40 "$stage/recheck.log" >&2
     exit 2
   }
-  (cd "$stage" && "$PY" -m mutmut results --all true) >"$stage/results.txt"
+  # the run resets every mutant it was not given to "not checked": keep their earlier verdicts
+  (cd "$stage" && "$PY" -m mutmut results --all true) >"$stage/results.after.txt"
+  # shellcheck disable=SC2086  # one name per line
+  printf '%s\n' $names >"$stage/rechecked.txt"
+  "$PY" "$repo/scripts/mutation_report.py" --merge "$stage/results.txt" "$stage/results.after.txt" \
+    "$stage/rechecked.txt" >"$stage/results.txt.new"
+  mv "$stage/results.txt.new" "$stage/results.txt"
   echo "$name: re-checked $(wc -w <<<"$names") survivor(s)"
 }
 

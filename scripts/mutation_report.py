@@ -1,6 +1,7 @@
 """Score per module from `mutmut results --all true`, and every surviving mutant with its reason.
 
     python scripts/mutation_report.py RESULTS_TXT EQUIVALENT_TSV
+    python scripts/mutation_report.py --merge BEFORE_TXT AFTER_TXT NAMES_TXT   # (what --recheck writes)
 
 A mutant is killed when a test failed (or timed out) with it applied. The score counts killed among
 the mutants some test covers; "no tests" (covered only through subprocesses, or not at all) is shown
@@ -78,5 +79,27 @@ def main(results: str, equivalent: str) -> int:
     return 0 if not missing and worst >= GOAL else 1
 
 
+def merge(before: str, after: str, rechecked: str) -> int:
+    """Print BEFORE's results with the verdicts of the mutants named in RECHECKED taken from AFTER.
+
+    A run of named mutants after the tests changed re-collects mutmut's test stats, which resets every
+    other mutant to "not checked"; their earlier verdicts still stand (the mutated code is the same and
+    tests were only added), so a re-check keeps them."""
+    names = set(Path(rechecked).read_text(encoding="utf-8").split())
+    fresh: dict[str, str] = {}
+    for line in Path(after).read_text(encoding="utf-8").splitlines():
+        found = re.match(r"\s*(\S+): (.+)$", line)
+        if found and found.group(1) in names:
+            fresh[found.group(1)] = found.group(2)
+    for line in Path(before).read_text(encoding="utf-8").splitlines():
+        found = re.match(r"(\s*)(\S+): (.+)$", line)
+        if found and found.group(2) in fresh:
+            line = f"{found.group(1)}{found.group(2)}: {fresh[found.group(2)]}"
+        print(line)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--merge"]:
+        raise SystemExit(merge(*sys.argv[2:5]))
     raise SystemExit(main(*sys.argv[1:3]))
