@@ -358,7 +358,16 @@ class Context:
                 ep = files.entry_point(found[0]) if found else None
                 if ep is not None and os.path.abspath(ep.interpreter) == os.path.abspath(interpreter):
                     modules.append(ep.module)
-            return files.python_facts(interpreter, sorted(set(modules)), self.timeout)
+            wanted = sorted(set(modules))
+            facts = files.python_facts(interpreter, wanted, self.timeout)
+            if facts.timed_out and not self.cancel.is_set():
+                # Once more: every hazard that reads an interpreter hangs on this one start, and a
+                # loaded host (a cold page cache, a dozen checks starting at once) can stretch a
+                # 0.2 s start past the timeout once; a hung interpreter misses it twice. Two tries
+                # stay inside the check's deadline (3 timeouts and slack).
+                facts = files.python_facts(interpreter, wanted, self.timeout)
+                facts.attempts = 2
+            return facts
 
         return self.memo(("python-facts", os.path.abspath(interpreter)), run)
 

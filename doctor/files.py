@@ -276,7 +276,7 @@ print(said) if code == 0 else sys.exit(said)
 # Everything the hazards ask one Python, in one start of it (a node check runs every 30-60 s: one
 # interpreter start is a tenth of its budget): its prefixes, sys.path and the distributions on each
 # entry (package-prefixes), and ``locate`` for each console-script module named on argv (their
-# ``--version``). One JSON line.
+# ``--version``). One line: a Python literal (read by :func:`described`).
 PYTHON_PROBE = _LOCATE + r"""
 import site
 def dists(entry):
@@ -434,6 +434,7 @@ class Invocation:
     flooded: bool = False
     error: str | None = None
     duration_s: float = 0.0
+    attempts: int = 1  # a timed-out interpreter probe is tried once more (see Context.python_facts)
 
     @property
     def ok(self) -> bool:
@@ -447,17 +448,28 @@ class Invocation:
 
     def describe(self, program: str | None = None) -> str:
         """One line; ``program`` names the caller's path when the run was shared with another name."""
-        cmd = " ".join(self.argv)
+        cmd = " ".join(_shown(self.argv))
         if program is not None and self.argv and not self.argv[0].startswith(program):
             cmd = f"{program} (same program as {self.argv[0].split(' ')[0]})"
         if self.error:
             return f"{cmd}: could not run ({self.error})"
         if self.timed_out:
-            return f"{cmd}: no answer within {self.duration_s:.1f}s (killed)"
+            tries = f" on each of {self.attempts} tries" if self.attempts > 1 else ""
+            return f"{cmd}: no answer within {self.duration_s:.1f}s{tries} (killed)"
         if self.flooded:
             return f"{cmd}: flooded its output (killed after {self.duration_s:.1f}s)"
         line = self.first_line()
         return f"{cmd}: exit {self.returncode}" + (f": {line}" if line else "")
+
+
+def _shown(argv: list[str]) -> list[str]:
+    """``argv`` as a line names it: the code of ``python -c CODE`` (the doctor's probes run pages of
+    it) becomes ``<code>``, so a message about the run stays one readable line."""
+    shown = list(argv)
+    for i, arg in enumerate(shown[:-1]):
+        if arg == "-c" and "\n" in shown[i + 1]:
+            shown[i + 1] = "<code>"
+    return shown
 
 
 def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output: int = 4 << 20,
@@ -522,6 +534,12 @@ def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2)
     reader.join(timeout=1)
+    if reader.is_alive():
+        # The program exited, but its pipe is still open (a grandchild holds it) or the reader has
+        # not been scheduled yet on a loaded host. Killing the group closes the pipe; what is in it
+        # stays readable, so nothing the program printed is lost to a slow reader.
+        _kill()
+        reader.join(timeout=5)
     inv.flooded = flooded.is_set()
     inv.returncode = None if (inv.timed_out or inv.flooded) else proc.returncode
     inv.output = bytes(kept).decode("utf-8", "replace")

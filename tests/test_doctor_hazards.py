@@ -531,6 +531,38 @@ def test_package_prefixes_pip_of_another_interpreter(tmp_path, monkeypatch, clea
     assert ok.status == "ok", ok.evidence
 
 
+def _python3_that_stalls(tmp_path: Path, monkeypatch, *, times: str) -> Path:
+    """A ``python3`` first on PATH that sleeps instead of answering: the first time only, or always."""
+    bindir = tmp_path / "stalling-bin"
+    first = tmp_path / "asked-once"
+    stall = f'if [ ! -e "{first}" ]; then : > "{first}"; exec sleep 60; fi\n' if times == "once" else "exec sleep 60\n"
+    _script(bindir / "python3", f'#!/bin/sh\n{stall}exec "{sys.executable}" "$@"\n')
+    _prepend_path(monkeypatch, bindir)
+    return bindir
+
+
+def test_package_prefixes_asks_a_python3_that_stalled_once_again(tmp_path, monkeypatch):
+    """A loaded host can stretch one interpreter start past the timeout; that is not a broken python3."""
+    _clean_python_env(monkeypatch)
+    _python3_that_stalls(tmp_path, monkeypatch, times="once")
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=4))
+    assert result.status != "error", result.summary
+    assert "python3 gave no answer within 4s at first; it answered when asked again" in result.evidence
+    assert any(line.startswith(f"python3 ({tmp_path / 'stalling-bin' / 'python3'}): ") for line in result.evidence)
+
+
+def test_package_prefixes_reports_a_python3_that_never_answers_in_one_line(tmp_path, monkeypatch):
+    _clean_python_env(monkeypatch)
+    _python3_that_stalls(tmp_path, monkeypatch, times="always")
+    start = time.monotonic()
+    result = run_hazard("package-prefixes", DoctorOptions(timeout=1))
+    assert time.monotonic() - start < 1 * 3 + 5  # inside the check's own deadline, both tries included
+    assert result.status == "error"
+    assert result.summary.startswith(f"python3 did not describe itself: {tmp_path / 'stalling-bin' / 'python3'} "
+                                     "-c <code>: no answer within 1.0s on each of 2 tries (killed)"), result.summary
+    assert "\n" not in result.summary and "def locate" not in result.summary
+
+
 def test_package_prefixes_pythonpath_and_a_second_copy(tmp_path, monkeypatch):
     _clean_python_env(monkeypatch)
     extra = tmp_path / "extra"

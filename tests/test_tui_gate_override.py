@@ -67,6 +67,13 @@ def failing_doctor(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return project
 
 
+def blocking_rows(app) -> str:
+    """The gate's reason and what each blocking row said, for the failure message."""
+    rows = [f"{host}/{row.id}: {row.status}: {row.summary}" for host, results in app.doctor.results.items()
+            for row in results.values() if row.status in ("fail", "error")]
+    return "; ".join([app.doctor.gate_reason(), *rows])
+
+
 def header_state(app) -> str:
     return text_of(app.screen.query_one("#state-line", Static))
 
@@ -77,7 +84,7 @@ async def test_ctrl_o_with_a_clean_doctor_asks_nothing_and_keeps_running(clean_d
     app = ExecsysApp()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
-        assert app.doctor.gate_open(), app.doctor.gate_reason()
+        assert app.doctor.gate_open(), blocking_rows(app)
         await pilot.press(key)
         await pilot.pause()
         assert app.current_mode == step

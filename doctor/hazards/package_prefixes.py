@@ -99,6 +99,8 @@ def check(ctx) -> HazardResult:
         return fold(ID, findings, ok="", fix="", evidence=evidence, accept=ctx.accept, listed=True)
     prefix = info["prefix"]
     evidence.append(f"python3 ({pythons[0]}): {info['executable']} {info['version']}, prefix {prefix}")
+    if inv.attempts > 1:
+        evidence.append(f"python3 gave no answer within {ctx.timeout:g}s at first; it answered when asked again")
     if info["base_prefix"] != prefix:
         evidence.append(f"python3 is a venv on {info['base_prefix']}")
         if os.path.isdir(os.path.join(info["base_prefix"], "conda-meta")):
