@@ -6,10 +6,12 @@ Argument parsing and rendering only; the engine is :mod:`execsys.probes.runner`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from execsys.cli import add_json, add_sources
@@ -130,17 +132,9 @@ def run(args: argparse.Namespace) -> int:
     from execsys.probes.runner import ProbeInterrupted, run_probe
 
     cancel = threading.Event()
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        if cancel.is_set():
-            raise KeyboardInterrupt
-        cancel.set()
-        sys.stderr.write("stopping after the requests in flight (Ctrl-C again to quit at once)\n")
-
-    signal.signal(signal.SIGINT, on_sigint)
     try:
-        with ProgressReporter(err(), live=stderr_is_terminal()) as reporter:
+        with _first_interrupt_stops(cancel, "the requests in flight"), \
+                ProgressReporter(err(), live=stderr_is_terminal()) as reporter:
             record = run_probe(options, on_event=reporter, cancel=cancel)
     except ProbeInterrupted as exc:
         sys.stderr.write(
@@ -148,13 +142,30 @@ def run(args: argparse.Namespace) -> int:
             f"resume with: {_resume_command(exc.run_id)}\n"
         )
         return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if args.json:
         record.write_json(sys.stdout)  # print_json's exact text, streamed case by case (flat in n)
     else:
         render_record(record, out())
     return record.exit_code
+
+
+@contextlib.contextmanager
+def _first_interrupt_stops(cancel: threading.Event, in_flight: str) -> Iterator[None]:
+    """The first Ctrl-C sets ``cancel`` (the run saves what it has and says how to resume); a second
+    one quits at once. The previous handler is back on the way out."""
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        sys.stderr.write(f"stopping after {in_flight} (Ctrl-C again to quit at once)\n")
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def build_options(args: argparse.Namespace):
@@ -281,15 +292,6 @@ def _grader(args: argparse.Namespace) -> int:
                                               timeout=args.timeout, ledger=getattr(args, "ledger", None),
                                               resume=args.resume or None, retry_errored=args.retry_errored or None)
     cancel = threading.Event()
-    previous = signal.getsignal(signal.SIGINT)
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        if cancel.is_set():
-            raise KeyboardInterrupt
-        cancel.set()
-        sys.stderr.write("stopping after the grading in flight (Ctrl-C again to quit at once)\n")
-
-    signal.signal(signal.SIGINT, on_sigint)
     live = stderr_is_terminal()
 
     def on_event(event: Any) -> None:
@@ -304,15 +306,14 @@ def _grader(args: argparse.Namespace) -> int:
                 sys.stderr.write("\n")
 
     try:
-        report = run_grader_probe(options, on_event=on_event, cancel=cancel)
+        with _first_interrupt_stops(cancel, "the grading in flight"):
+            report = run_grader_probe(options, on_event=on_event, cancel=cancel)
     except ProbeInterrupted as exc:
         sys.stderr.write(
             f"execsys probe grader: interrupted: {exc.saved} of {exc.total} gradings saved in run {exc.run_id}\n"
             f"resume with: {_resume_command(exc.run_id)}\n"
         )
         return 130
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if report.n == 0:
         first = report.errored[0]["errors"][0] if report.errored and report.errored[0]["errors"] else "no case graded"
         resume = (f"; once fixed: {_resume_command(report.run)}" + ("" if args.retry_errored else " --retry-errored")
