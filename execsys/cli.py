@@ -125,7 +125,9 @@ def build_parser(only: str | None = None) -> Parser:
             "  execsys doctor                 check the ten environment hazards\n"
             "  execsys init && execsys pin    declare and pin the twelve components\n"
             "  execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl\n"
-            "  execsys scope                  what comparisons the measurements license\n\n"
+            "  execsys scope                  what comparisons the measurements license\n"
+            "  execsys run -- lm_eval --model local-completions --tasks gsm8k --output_path out\n"
+            "                                 the evaluation, gated, watched, verified and recorded\n\n"
             "exit codes: 0 fine, 1 a finding (hazard, drift, instability), 2 usage or input error"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

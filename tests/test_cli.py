@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -37,6 +38,16 @@ def test_piped_output_is_plain(cli, tmp_path: Path) -> None:
     result = cli("pin", cwd=tmp_path)
     assert result.returncode == 0
     assert "\x1b[" not in result.stdout and "identity " in result.stdout
+
+
+def test_pin_says_unset_and_undeclared_in_words(cli, tmp_path: Path) -> None:
+    """No declared shell, and (on hosts without /etc/default/locale) no system LANG: the environment
+    row reads as words, not Python's None, and fits its line."""
+    result = cli("pin", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("environment"))
+    assert "None" not in row and row.rstrip().endswith("no shell declared"), row
+    assert re.search(r"  locale \S+  tz \S+  ", row), row
 
 
 def test_missing_artifact(cli, tmp_path: Path) -> None:

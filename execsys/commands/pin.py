@@ -125,9 +125,9 @@ def component_summary(name: str, component: dict) -> str:
             text += f"  python {pythons[0].get('version')} ({pythons[0].get('distributions')} distributions)"
         return text
     if name == "environment":
-        shells = ", ".join(str(s.get("program")) for s in observed.get("shells") or []) or "none declared"
-        return f"container {observed.get('container')}  locale {observed.get('locale')}  " \
-               f"timezone {observed.get('timezone')}  shell {shells}"
+        shells = ", ".join(str(s.get("program")) for s in observed.get("shells") or [])
+        return f"container {observed.get('container') or 'none'}  locale {observed.get('locale') or 'unset'}  " \
+               f"tz {observed.get('timezone') or 'unset'}  " + (f"shell {shells}" if shells else "no shell declared")
     if name == "model":
         facts = observed.get("from_files") or {}
         return str(declared.get("name") or facts.get("name") or facts.get("_name_or_path") or "not declared")
