@@ -683,7 +683,7 @@ def load_lock(path: str | os.PathLike[str]) -> Identity:
 
 
 # Ledger records that carry the identity they were taken under: a ref to one resolves to that identity.
-_CARRIES_IDENTITY = ("probe", "comparison", "plan-run")
+_CARRIES_IDENTITY = ("probe", "comparison", "plan-run", "run", "attach")
 
 
 def _identity_by_id(ident: str, ledger: Any, *, where: str) -> Identity:
@@ -697,8 +697,9 @@ def _identity_by_id(ident: str, ledger: Any, *, where: str) -> Identity:
 
 def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
     """A lock file path, a ledger record id (or unique prefix) -- an identity record, or a probe,
-    comparison or plan-run record, which resolves to the identity it carries -- or an identity id
-    prefix (known from an identity record or from the records taken under it)."""
+    comparison, plan-run, run or attach record, which resolves to the identity it carries -- or an
+    identity id prefix (known from an identity record or from the records taken under it: a job's
+    runs carry the identity its TaskProlog pinned on the node, which this ledger may never have seen)."""
     if os.path.exists(ref) or ref.endswith(".json"):
         return load_lock(ref)
     from execsys.ledger import Ledger

@@ -275,6 +275,18 @@ def test_an_identity_known_only_from_probes_is_found_by_prefix_naming_the_prefix
         assert str(caught.value).startswith("'cdcd' is neither a lock file nor an identity in the ledger")
 
 
+@pytest.mark.parametrize("kind", ["run", "attach"])
+def test_an_identity_known_only_from_harness_runs_is_found_by_prefix(tmp_path: Path, kind: str) -> None:
+    """A job's ``execsys run`` verified the lock its TaskProlog pinned on the node: the ledger the
+    results were gathered into has the run, not the identity record."""
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        run_id = ledger.append(kind, {"verdict": "clean"}, identity="ef" * 32)
+        by_prefix = load_identity_ref("efef", ledger)
+        assert (by_prefix.id, by_prefix.components, by_prefix.source) == ("ef" * 32, {}, "identity efef")
+        by_record = load_identity_ref(run_id, ledger)
+        assert (by_record.id, by_record.source) == ("ef" * 32, f"ledger record {run_id}")
+
+
 def test_a_ref_the_ledger_refuses_leaves_the_ledger_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger load_identity_ref opens itself is closed before the error reaches the caller: SQLite
     removes the write-ahead log beside it only when the last connection closes."""
