@@ -9,15 +9,14 @@ real CLI: what reaches the lock, inside the id and outside it, is what a user se
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from execsys.observe import engines
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 from tests.fixtures.llama import make_tiny_gguf
 
 DATA = Path(__file__).parent / "data" / "engines"
@@ -33,7 +32,7 @@ ROUTES = {
 }
 
 
-class RecordedEngine:
+class RecordedEngine(LoopbackServer):
     """Answers each route with its recorded file (``{MODEL}`` replaced); anything else is a 404."""
 
     def __init__(self, routes: dict[str, str], model: Path | str, *, slow: dict[str, float] | None = None,
@@ -43,20 +42,13 @@ class RecordedEngine:
         self.slow = slow or {}
         self.huge = huge or set()
         self.requests: list[tuple[str, str]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(self._handler())
+        self.root = self.url("")
 
     def _handler(self):
         engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _answer(self) -> None:
                 path = self.path.split("?")[0]
                 engine.requests.append((self.command, path))
@@ -72,11 +64,7 @@ class RecordedEngine:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_bytes(body)
 
             def do_GET(self) -> None:
                 self._answer()
@@ -89,14 +77,6 @@ class RecordedEngine:
         return Handler
 
     MAX = engines.MAX_RESPONSE_BYTES
-
-    def __enter__(self) -> RecordedEngine:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -6,15 +6,14 @@ beside the real llama.cpp server as the judge.
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 
 class FakeJudge:
@@ -26,42 +25,26 @@ class FakeJudge:
         self.auth: list[str | None] = []
         judge = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, body: dict, status: int = 200) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
-                    self._send({"object": "list", "data": [{"id": "gpt-x", "object": "model"}]})
+                    self.send_json({"object": "list", "data": [{"id": "gpt-x", "object": "model"}]})
                 else:
-                    self._send({"error": "not found"}, 404)
+                    self.send_json({"error": "not found"}, 404)
 
             def do_POST(self) -> None:
                 judge.auth.append(self.headers.get("Authorization"))
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                self._send({"id": "c", "object": "chat.completion", "model": judge.snapshot,
-                            "system_fingerprint": judge.fingerprint,
-                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "y"},
-                                         "finish_reason": "length"}]})
+                self.read_json()
+                self.send_json({"id": "c", "object": "chat.completion", "model": judge.snapshot,
+                                "system_fingerprint": judge.fingerprint,
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": "y"},
+                                             "finish_reason": "length"}]})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.server = LoopbackServer(Handler)
+        self.url = self.server.url()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
 from execsys.stats import wilson
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 FLIPPING = {"c1", "c4", "c7"}
 
@@ -43,26 +43,15 @@ class FlippingJudge:
         self.release = threading.Event()
         judge = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
-                self._send({"object": "list", "data": [{"id": "judge-1", "object": "model"}]})
+                self.send_json({"object": "list", "data": [{"id": "judge-1", "object": "model"}]})
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                body = self.read_json()
                 found = re.search(r"Case (\w+):", body["messages"][0]["content"])
                 if found is None:  # pin's one-token observation of the judge, not a grading
-                    self._send({"id": "o", "object": "chat.completion", "model": "judge-1", "choices": [
+                    self.send_json({"id": "o", "object": "chat.completion", "model": "judge-1", "choices": [
                         {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "o"}}]})
                     return
                 case = found.group(1)
@@ -74,17 +63,13 @@ class FlippingJudge:
                         return
                 count = judge.calls[case] = judge.calls.get(case, 0) + 1
                 verdict = "incorrect" if case in FLIPPING and count % 2 == 0 else "correct"
-                self._send({"id": "x", "object": "chat.completion", "model": "judge-1",
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant",
-                                                     "content": f"The answer {verdict} because of reason {count}."}}]})
+                self.send_json({"id": "x", "object": "chat.completion", "model": "judge-1",
+                                "choices": [{"index": 0, "finish_reason": "stop",
+                                             "message": {"role": "assistant",
+                                                         "content": f"The answer {verdict} because of reason {count}."}}]})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.server = LoopbackServer(Handler)
+        self.url = self.server.url()
 
     @property
     def answered(self) -> int:
@@ -92,8 +77,7 @@ class FlippingJudge:
 
     def close(self) -> None:
         self.release.set()  # a held request must end for the server to close
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from execsys import COMPONENTS
 from execsys.canonical import content_id
 from execsys.observe.artifact import read_gguf_metadata
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 from tests.fixtures.llama import make_tiny_gguf
 
 
@@ -49,48 +49,30 @@ class FakeEngine:
         self.seen_auth: list[str | None] = []
         engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, body: dict, status: int = 200) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 engine.seen_auth.append(self.headers.get("Authorization"))
                 if self.path == "/v1/models":
-                    self._send({"object": "list", "data": [{"id": m, "object": "model", "created": 1700000000}
-                                                           for m in engine.models]})
+                    self.send_json({"object": "list", "data": [{"id": m, "object": "model", "created": 1700000000}
+                                                               for m in engine.models]})
                 elif self.path == "/version":
-                    self._send({"version": engine.version})
+                    self.send_json({"version": engine.version})
                 elif self.path == "/openapi.json":
-                    self._send({"openapi": "3.1.0", "info": {"title": "vLLM", "version": engine.version}})
+                    self.send_json({"openapi": "3.1.0", "info": {"title": "vLLM", "version": engine.version}})
                 else:
-                    self._send({"error": "not found"}, 404)
+                    self.send_json({"error": "not found"}, 404)
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
-                self._send({"id": "x", "object": "chat.completion", "system_fingerprint": engine.fingerprint,
-                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "h"},
-                                         "finish_reason": "length"}]})
+                self.read_json()
+                self.send_json({"id": "x", "object": "chat.completion", "system_fingerprint": engine.fingerprint,
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": "h"},
+                                             "finish_reason": "length"}]})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.server = LoopbackServer(Handler)
+        self.url = self.server.url()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ llama-cpp-python server is in ``tests/test_served_artifact.py``.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import venv
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -32,6 +30,7 @@ from execsys.identity import (
     pin,
 )
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 DATA = Path(__file__).parent / "data" / "engines"
 LLAMA_CPP_ROUTES = {"/props": "llama_cpp_props.json", "/health": "llama_cpp_health.json",
@@ -48,7 +47,7 @@ seed = 7
 """
 
 
-class AnyNameEngine:
+class AnyNameEngine(LoopbackServer):
     """llama.cpp's recorded GET answers ({MODEL}: the served file) and a one-word chat answer to any model
     name, naming the model it was asked for; ``chats`` keeps (model asked, Authorization header) per request."""
 
@@ -57,60 +56,37 @@ class AnyNameEngine:
         self.listed = listed
         self.nan_params = nan_params  # /v1/models meta says n_params: NaN (Python's json reads it, JSON has none)
         self.chats: list[tuple[str, str | None]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        # a short poll: shutdown() waits for it, once per test
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__(self._handler())
+        self.endpoint = self.url()
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JsonHandler]:
         engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        class Handler(JsonHandler):
 
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 if path == "/v1/models" and not engine.listed:
-                    self._send(200, b'{"object": "list", "data": []}')
+                    self.send_bytes(b'{"object": "list", "data": []}')
                 elif path in LLAMA_CPP_ROUTES:
                     text = (DATA / LLAMA_CPP_ROUTES[path]).read_text().replace("{MODEL}", engine.model)
                     if engine.nan_params:
                         text = text.replace('"n_params": 8030261248', '"n_params": NaN')
-                    self._send(200, text.encode())
+                    self.send_bytes(text.encode())
                 else:
-                    self._send(404, b'{"error": "not found"}')
+                    self.send_bytes(b'{"error": "not found"}', 404)
 
             def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                request = self.read_json()
                 if self.path != "/v1/chat/completions":
-                    self._send(404, b'{"error": "not found"}')
+                    self.send_bytes(b'{"error": "not found"}', 404)
                     return
                 engine.chats.append((str(request.get("model")), self.headers.get("Authorization")))
                 body = {"model": request.get("model"), "choices": [{"message": {"role": "assistant", "content": "Hi"}}],
                         "system_fingerprint": "b6058-3f4fc97f"}
-                self._send(200, json.dumps(body).encode())
+                self.send_json(body)
 
         return Handler
-
-    def __enter__(self) -> AnyNameEngine:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -16,8 +16,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -35,6 +33,7 @@ from execsys.identity import (
 )
 from execsys.ledger import Ledger
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 ENGINES = Path(__file__).parent / "data" / "engines"
 
@@ -50,7 +49,7 @@ needs_b3sum = pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is
 # -- a llama.cpp endpoint on loopback ----------------------------------------------------------------
 
 
-class RecordedLlama:
+class RecordedLlama(LoopbackServer):
     """Answers ``/v1/models`` and ``/props`` with llama.cpp's recorded answers for ``model``; a chat request
     naming an unlisted model is answered when ``answers_any_name`` (as llama.cpp does) and refused with a
     404 otherwise (as vLLM does). ``models_status`` other than 200 refuses ``/v1/models`` (a key is needed)."""
@@ -59,58 +58,35 @@ class RecordedLlama:
         self.model = str(model)
         self.answers_any_name = answers_any_name
         self.models_status = models_status
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> RecordedLlama:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        super().__init__(self._handler())
+        self.endpoint = self.url()
 
     def _recorded(self, name: str) -> dict:
         return json.loads((ENGINES / name).read_text().replace("{MODEL}", self.model))
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JsonHandler]:
         llama = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JsonHandler):
 
             def do_GET(self) -> None:
                 path = self.path.split("?")[0]
                 if path == "/v1/models":
                     if llama.models_status != 200:
-                        self._send(llama.models_status, {"error": {"message": "Invalid API Key"}})
+                        self.send_json({"error": {"message": "Invalid API Key"}}, llama.models_status)
                     else:
-                        self._send(200, llama._recorded("llama_cpp_models.json"))
+                        self.send_json(llama._recorded("llama_cpp_models.json"))
                 elif path == "/props":
-                    self._send(200, llama._recorded("llama_cpp_props.json"))
+                    self.send_json(llama._recorded("llama_cpp_props.json"))
                 else:
-                    self._send(404, {"error": {"message": "File Not Found"}})
+                    self.send_json({"error": {"message": "File Not Found"}}, 404)
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                body = self.read_json()
                 if body.get("model") == llama.model or llama.answers_any_name:
-                    self._send(200, {"model": llama.model, "choices": [{"message": {"content": "hi"}}]})
+                    self.send_json({"model": llama.model, "choices": [{"message": {"content": "hi"}}]})
                 else:
-                    self._send(404, {"error": {"message": f"model {body.get('model')!r} not found"}})
+                    self.send_json({"error": {"message": f"model {body.get('model')!r} not found"}}, 404)
 
         return Handler
 

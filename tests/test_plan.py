@@ -14,6 +14,7 @@ from execsys.canonical import content_id
 from execsys.ledger import Ledger
 from execsys.plan import new_plan, paired_stats
 from execsys.stats import mcnemar_exact
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 from tests.fixtures.llama import LlamaServer, make_tiny_gguf
 
 # ------------------------------------------------------------------ schedule
@@ -492,13 +493,11 @@ def test_sampling_settings_as_arms(cli, tmp_path, ledger_path, two_servers) -> N
     assert bad.returncode == 2 and "unknown arm 'cold'" in bad.stderr
 
 
-class RecordingProxy:
+class RecordingProxy(LoopbackServer):
     """A loopback HTTP proxy in front of a real server that keeps the JSON body of every POST:
     what was actually sent, as opposed to what the run says it sent."""
 
     def __init__(self, target_base_url: str) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.error import HTTPError
         from urllib.request import Request, urlopen
 
@@ -507,10 +506,7 @@ class RecordingProxy:
         target_root = target[: -len("/v1")] if target.endswith("/v1") else target
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: object) -> None:  # quiet
-                pass
-
+        class Handler(JsonHandler):
             def _forward(self, body: bytes | None) -> None:
                 request = Request(target_root + self.path, data=body, method=self.command,
                                   headers={"Content-Type": self.headers.get("Content-Type", "application/json")})
@@ -519,11 +515,7 @@ class RecordingProxy:
                         status, payload = response.status, response.read()
                 except HTTPError as exc:
                     status, payload = exc.code, exc.read()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                self.send_bytes(payload, status)
 
             def do_GET(self) -> None:
                 self._forward(None)
@@ -533,20 +525,8 @@ class RecordingProxy:
                 proxy.bodies.append(json.loads(body))
                 self._forward(body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> RecordingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
+        self.base_url = self.url()
 
 
 def test_arm_parameters_are_sent_not_only_recorded(cli, tmp_path, ledger_path, two_servers) -> None:

@@ -12,12 +12,12 @@ import json
 import math
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from execsys.ledger import Ledger
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 from .fixtures.llama import FlipEndpoint
 
@@ -26,7 +26,7 @@ NEAR = {"c01": 0.001, "c03": 0.002, "c05": 0.003, "c07": 0.003, "c09": 0.003, "c
 FAR = {"c14": 3.9}
 
 
-class LogprobEndpoint:
+class LogprobEndpoint(LoopbackServer):
     """An OpenAI-compatible endpoint with exactly known logprobs.
 
     A prompt ``... [gap:X]`` is answered ``The answer 4`` on its first call and ``The answer 5``
@@ -42,52 +42,28 @@ class LogprobEndpoint:
         self._lock = threading.Lock()
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, data: dict) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
             def do_GET(self) -> None:
-                self._send(200, {"object": "list", "data": [{"id": "lp", "object": "model"}]})
+                self.send_json({"object": "list", "data": [{"id": "lp", "object": "model"}]})
 
             def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                request = self.read_json()
                 chat = self.path.rstrip("/").endswith("/chat/completions")
                 prompt = str(request["messages"][-1]["content"]) if chat else str(request.get("prompt"))
                 with endpoint._lock:
                     endpoint.bodies.append(request)
                 if endpoint.reject_logprobs and request.get("logprobs"):
-                    self._send(400, {"error": {"message": "logprobs are not supported"}})
+                    self.send_json({"error": {"message": "logprobs are not supported"}}, 400)
                     return
                 with endpoint._lock:
                     endpoint.calls[prompt] = call = endpoint.calls.get(prompt, 0) + 1
-                self._send(200, endpoint.answer(prompt, call, chat, request))
+                self.send_json(endpoint.answer(prompt, call, chat, request))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> LogprobEndpoint:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
+        self.base_url = self.url()
 
     @staticmethod
     def answer(prompt: str, call: int, chat: bool, request: dict) -> dict:

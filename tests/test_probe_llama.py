@@ -23,6 +23,7 @@ import pytest
 from execsys.probes.cases import load_cases, pass_order
 
 from execsys.ledger import Ledger
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 from .fixtures.llama import start_llama_server
 
@@ -167,7 +168,7 @@ def test_restart_never_ready_ends_with_a_clear_message(cli, tmp_path, llama_serv
     assert "did not become ready within 1s after the restart" in result.stderr
 
 
-class CountingProxy:
+class CountingProxy(LoopbackServer):
     """A loopback HTTP proxy (stdlib) in front of a real server that counts the completion requests in
     flight: llama-cpp-python answers one request at a time, so only here can K concurrent requests be
     seen. ``arrivals`` is the number in flight as each completion request arrived, in arrival order."""
@@ -175,18 +176,14 @@ class CountingProxy:
     def __init__(self, upstream_port: int):
         import http.client
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.arrivals: list[int] = []
         self.in_flight = 0
         lock = threading.Lock()
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
 
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -216,21 +213,8 @@ class CountingProxy:
 
             do_GET = do_POST = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> CountingProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
+        self.base_url = self.url()
 
 
 def test_concurrency_axis_keeps_k_requests_in_flight_during_pass_b(cli, tmp_path, llama_server):

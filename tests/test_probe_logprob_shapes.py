@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import math
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from execsys.probes.client import parse_completion, parse_logprobs
+
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 SHAPES = Path(__file__).parent / "data" / "logprob_shapes"
 OPENAI_SHAPES = ["vllm_completions", "vllm_chat", "sglang_completions", "sglang_chat",
@@ -84,7 +85,7 @@ def test_bools_and_strings_are_not_logprobs():
     assert parsed.top == [[["y", -2.0]]] and parsed.chosen == [None]
 
 
-class ReplayEndpoint:
+class ReplayEndpoint(LoopbackServer):
     """Answers every call of a prompt after its first with body ``b``, the first with ``a``."""
 
     def __init__(self, fixture: dict):
@@ -94,46 +95,22 @@ class ReplayEndpoint:
         lock = threading.Lock()
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, data: dict) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
             def do_GET(self) -> None:
-                self._send({"object": "list", "data": [{"id": "replay", "object": "model"}]})
+                self.send_json({"object": "list", "data": [{"id": "replay", "object": "model"}]})
 
             def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                request = self.read_json()
                 key = json.dumps(request.get("messages") or request.get("prompt"))
                 with lock:
                     endpoint.bodies.append(request)
                     endpoint.calls[key] = call = endpoint.calls.get(key, 0) + 1
-                self._send(endpoint.fixture["a" if call == 1 else "b"])
+                self.send_json(endpoint.fixture["a" if call == 1 else "b"])
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> ReplayEndpoint:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
+        self.base_url = self.url()
 
 
 def one_case(path: Path, chat: bool) -> Path:

@@ -8,21 +8,18 @@ httpx's per-read timeout, so only an overall deadline stops it.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
-def _server(trickle: set[str], huge: set[str] | None = None) -> ThreadingHTTPServer:
+
+def _server(trickle: set[str], huge: set[str] | None = None) -> LoopbackServer:
     huge = huge or set()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
             body = json.dumps({"data": [{"id": "m"}]} if self.path == "/v1/models" else {"version": "9.9"}).encode()
             body = body.ljust(400)
@@ -57,10 +54,7 @@ def _server(trickle: set[str], huge: set[str] | None = None) -> ThreadingHTTPSer
             self.send_header("content-length", "0")
             self.end_headers()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return LoopbackServer(Handler)
 
 
 def _declaration(tmp_path: Path, port: int) -> Path:
@@ -73,13 +67,13 @@ def _declaration(tmp_path: Path, port: int) -> Path:
 def test_pin_is_not_hung_by_endpoints_that_trickle(cli, tmp_path: Path, ledger_path: Path) -> None:
     server = _server({"/version", "/openapi.json", "/props"})
     try:
-        config = _declaration(tmp_path, server.server_address[1])
+        config = _declaration(tmp_path, server.port)
         start = time.monotonic()
         result = cli("pin", "--json", "--config", str(config), "--out", str(tmp_path / "lock.json"), cwd=tmp_path,
                      timeout=80)
         elapsed = time.monotonic() - start
     finally:
-        server.shutdown()
+        server.close()
     assert result.returncode == 0, result.stderr
     endpoint = result.json()["components"]["runtime"]["observed"]["endpoint"]
     assert endpoint["models"] == ["m"]
@@ -91,10 +85,10 @@ def test_pin_is_not_hung_by_endpoints_that_trickle(cli, tmp_path: Path, ledger_p
 def test_a_trickling_models_list_is_a_clear_error(cli, tmp_path: Path, ledger_path: Path) -> None:
     server = _server({"/v1/models"})
     try:
-        config = _declaration(tmp_path, server.server_address[1])
+        config = _declaration(tmp_path, server.port)
         result = cli("pin", "--config", str(config), "--out", str(tmp_path / "lock.json"), cwd=tmp_path, timeout=80)
     finally:
-        server.shutdown()
+        server.close()
     assert result.returncode == 2, result.stderr
     assert "/v1/models did not finish answering" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "lock.json").exists()
@@ -106,7 +100,7 @@ def test_a_huge_answer_is_cut_at_the_size_cap(tmp_path: Path) -> None:
 
     server = _server(set(), huge={"/openapi.json"})
     try:
-        observed = observe_endpoint(f"http://127.0.0.1:{server.server_address[1]}/v1", timeout=20)
+        observed = observe_endpoint(f"http://127.0.0.1:{server.port}/v1", timeout=20)
     finally:
-        server.shutdown()
+        server.close()
     assert observed["models"] == ["m"] and observed["openapi"] is None

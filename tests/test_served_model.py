@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from execsys.doctor.runner import DoctorOptions, run_hazard
@@ -23,9 +22,10 @@ from execsys.probes.runner import ProbeOptions, run_probe
 
 from execsys.declaration import parse
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 
-class ModelNameEndpoint:
+class ModelNameEndpoint(LoopbackServer):
     """An OpenAI-compatible loopback endpoint listing ``listed``. A request naming a listed model is
     answered as ``answer_as`` (None: the name requested); an unlisted name gets 404 when ``honest``,
     else it is answered as the resident model (``answer_as`` or the first listed)."""
@@ -37,50 +37,29 @@ class ModelNameEndpoint:
         self.honest = honest
         self.echo_unlisted = echo_unlisted
         self.asked: list[str] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(self._handler())
+        self.base_url = self.url()
 
-    def __enter__(self) -> ModelNameEndpoint:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[JsonHandler]:
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: dict) -> None:
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in endpoint.listed]})
+                    self.send_json({"object": "list", "data": [{"id": m, "object": "model"} for m in endpoint.listed]})
                 else:
-                    self._send(404, {"detail": "Not Found"})
+                    self.send_json({"detail": "Not Found"}, 404)
 
             def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                request = self.read_json()
                 name = str(request.get("model") or "")
                 endpoint.asked.append(name)
                 if name not in endpoint.listed:
                     if endpoint.honest:
-                        self._send(404, {"object": "error", "type": "NotFoundError", "code": 404,
-                                         "message": f"The model `{name}` does not exist."})
+                        self.send_json({"object": "error", "type": "NotFoundError", "code": 404,
+                                        "message": f"The model `{name}` does not exist."}, 404)
                         return
                     answered = name if endpoint.echo_unlisted else (endpoint.answer_as or endpoint.listed[0])
                 else:
@@ -89,8 +68,8 @@ class ModelNameEndpoint:
                 text = "42"
                 choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                           if chat else {"index": 0, "text": text, "finish_reason": "stop"})
-                self._send(200, {"id": "cmpl-1", "object": "chat.completion" if chat else "text_completion",
-                                 "model": answered, "choices": [choice]})
+                self.send_json({"id": "cmpl-1", "object": "chat.completion" if chat else "text_completion",
+                                "model": answered, "choices": [choice]})
 
         return Handler
 

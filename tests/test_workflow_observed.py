@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 
 import blake3
 import pytest
+
+from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
 
@@ -77,40 +77,25 @@ class PropsEngine:
         self.template = template
         engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path == "/props":
-                    body = {"chat_template": engine.template, "build_info": "b6500-abcdef0"}
+                    self.send_json({"chat_template": engine.template, "build_info": "b6500-abcdef0"})
                 elif self.path == "/v1/models":
-                    body = {"object": "list", "data": [{"id": "m"}]}
+                    self.send_json({"object": "list", "data": [{"id": "m"}]})
                 else:
                     self.send_response(404)
                     self.end_headers()
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.server = LoopbackServer(Handler)
+        self.url = self.server.url()
 
 
 @pytest.fixture
 def props_engine() -> Iterator[PropsEngine]:
     engine = PropsEngine(TEMPLATE)
     yield engine
-    engine.server.shutdown()
-    engine.server.server_close()
+    engine.server.close()
 
 
 def test_endpoint_props_chat_template_is_the_applied_one(cli, tmp_path: Path, props_engine: PropsEngine) -> None:
