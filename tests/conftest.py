@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.fixtures.sshd",
     "tests.fixtures.llama",
     "tests.fixtures.slurm",
+    "tests.fixtures.tui",
 ]
 
 EXPECTS_ERROR = "expects_error_notification"

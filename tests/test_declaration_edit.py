@@ -96,6 +96,3 @@ async def test_tui_save_keeps_the_commented_file_execsys_init_wrote(
     assert moved == ['+ name = "saved-from-the-form"']
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

@@ -40,33 +40,17 @@ from execsys.identity import (
     verify,
     write_lock,
 )
-
-DECLARATION = """\
-[artifact]
-path = "model.bin"
-format = "gguf"
-
-[budget]
-temperature = 0.0
-seed = 7
-"""
-
-
-def b3sum(path: Path) -> str:
-    done = subprocess.run(["b3sum", "--no-names", str(path)], capture_output=True, timeout=30, check=True)
-    return done.stdout.decode().strip()
+from tests.fixtures.identity_project import DECLARATION, b3sum, needs_b3sum, write_project
 
 
 @pytest.fixture
 def pinned(tmp_path: Path) -> tuple[Path, Identity]:
-    (tmp_path / "model.bin").write_bytes(b"weights")
-    (tmp_path / "execsys.toml").write_text(DECLARATION)
-    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    identity = pin(declaration.load(write_project(tmp_path)), require_endpoint=False)
     lock = write_lock(identity, tmp_path / "execsys.lock.json")
     return lock, load_lock(lock)
 
 
-@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+@needs_b3sum
 def test_verify_right_after_pin_is_the_same_system(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
     lock, identity = pinned
     assert identity.observed("artifact")["digest"] == b3sum(tmp_path / "model.bin")
@@ -108,7 +92,7 @@ def test_an_unreachable_endpoint_makes_the_runtime_unverifiable_not_an_error(tmp
     assert report.sentence.startswith(f"1 unverifiable (runtime) since {identity.id[:12]} was pinned")
 
 
-@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+@needs_b3sum
 def test_verify_rehashes_the_artifact_and_names_what_moved(pinned: tuple[Path, Identity], tmp_path: Path) -> None:
     _, identity = pinned
     old = identity.observed("artifact")["digest"]
@@ -445,7 +429,7 @@ def rich(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+@needs_b3sum
 def test_every_declared_component_is_observed_and_announced_in_order(rich: Path) -> None:
     import socket
 
@@ -519,7 +503,7 @@ def test_a_declared_grader_or_tools_move_is_named(pinned: tuple[Path, Identity],
     assert report.sentence.startswith("2 changed (tools, grader) since ")
 
 
-@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+@needs_b3sum
 def test_the_current_declaration_is_compared_as_pin_records_it(tmp_path: Path) -> None:
     """The pinned declared half is redacted; the current declaration is compared after the same redaction,
     and its observed changes are kept beside the declared ones."""
@@ -934,7 +918,7 @@ def test_a_retrieval_corpus_that_cannot_be_hashed_is_unverifiable_at_verify_and_
         pin(declaration.load(rich / "execsys.toml"), require_endpoint=False)
 
 
-@pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
+@needs_b3sum
 def test_pin_refuses_an_endpoint_that_does_not_answer_and_reads_grader_files_beside_the_declaration(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = tmp_path / "eval"

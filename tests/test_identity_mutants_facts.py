@@ -31,20 +31,11 @@ from execsys.identity import (
 )
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+from tests.fixtures.identity_project import DECLARATION
 
 DATA = Path(__file__).parent / "data" / "engines"
 LLAMA_CPP_ROUTES = {"/props": "llama_cpp_props.json", "/health": "llama_cpp_health.json",
                     "/v1/models": "llama_cpp_models.json"}
-
-DECLARATION = """\
-[artifact]
-path = "model.bin"
-format = "gguf"
-
-[budget]
-temperature = 0.0
-seed = 7
-"""
 
 
 class AnyNameEngine(LoopbackServer):

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,16 +32,9 @@ from execsys.identity import (
 from execsys.ledger import Ledger
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+from tests.fixtures.identity_project import b3sum, needs_b3sum
 
 ENGINES = Path(__file__).parent / "data" / "engines"
-
-
-def b3sum(path: Path) -> str:
-    done = subprocess.run(["b3sum", "--no-names", str(path)], capture_output=True, timeout=30, check=True)
-    return done.stdout.decode().strip()
-
-
-needs_b3sum = pytest.mark.skipif(shutil.which("b3sum") is None, reason="b3sum is installed by scripts/test.sh")
 
 
 # -- a llama.cpp endpoint on loopback ----------------------------------------------------------------

@@ -41,23 +41,7 @@ from execsys.identity import (
     write_lock,
 )
 from execsys.ledger import Ledger
-
-DECLARATION = """\
-[artifact]
-path = "model.bin"
-format = "gguf"
-
-[budget]
-temperature = 0.0
-seed = 7
-"""
-
-
-def _project(directory: Path, text: str = DECLARATION) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "model.bin").write_bytes(b"weights")
-    (directory / "execsys.toml").write_text(text)
-    return directory / "execsys.toml"
+from tests.fixtures.identity_project import DECLARATION, write_project
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -71,7 +55,7 @@ def _git(repo: Path, *args: str) -> None:
 def test_a_declaration_read_from_no_file_locks_in_the_working_directory(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert lock_beside(declaration.load(_project(tmp_path / "eval"))) == tmp_path / "eval" / "execsys.lock.json"
+    assert lock_beside(declaration.load(write_project(tmp_path / "eval"))) == tmp_path / "eval" / "execsys.lock.json"
     nowhere = declaration.empty()
     assert lock_beside(nowhere) == Path("execsys.lock.json")
     identity = pin(nowhere, require_endpoint=False)
@@ -79,7 +63,7 @@ def test_a_declaration_read_from_no_file_locks_in_the_working_directory(tmp_path
 
 
 def test_an_engine_log_flag_keeps_the_rest_of_the_declaration(tmp_path: Path) -> None:
-    path = _project(tmp_path, DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\nengine = "vllm"\n'
+    path = write_project(tmp_path, DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\nengine = "vllm"\n'
                                             'log = "old.log"\nsurprise = 1\n')
     decl = declaration.load(path)
     assert decl.warnings and "unknown key 'runtime.surprise'" in decl.warnings[0]
@@ -109,7 +93,7 @@ class CancelAfter(threading.Event):
 
 
 def test_a_cancel_stops_pin_before_anything_is_written(tmp_path: Path) -> None:
-    path = _project(tmp_path)
+    path = write_project(tmp_path)
     ledger_path = tmp_path / "ledger.db"
     stop = threading.Event()
     stop.set()
@@ -139,7 +123,7 @@ def test_a_cancel_stops_pin_before_anything_is_written(tmp_path: Path) -> None:
 
 
 def test_pin_requires_the_endpoint_only_when_it_records(tmp_path: Path) -> None:
-    path = _project(tmp_path, DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
+    path = write_project(tmp_path, DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
     ledger_path = tmp_path / "ledger.db"
     with pytest.raises(InputError) as caught:
         run_pin(PinOptions.from_sources(declaration.load(path), ledger=ledger_path))
@@ -151,7 +135,7 @@ def test_pin_requires_the_endpoint_only_when_it_records(tmp_path: Path) -> None:
 
 def test_the_lock_pin_rewrites_is_no_edit_of_the_harness_repository(tmp_path: Path) -> None:
     project = tmp_path / "eval"
-    path = _project(project)
+    path = write_project(project)
     lock = project / "execsys.lock.json"
     lock.write_text("{}\n")
     _git(project, "init", "-q")
@@ -175,7 +159,7 @@ def test_an_endpoint_that_answers_any_model_name_is_noted_and_kept_outside_the_i
     from tests.fixtures.llama import FlipEndpoint
 
     with FlipEndpoint(models=["tiny"]) as endpoint:
-        path = _project(tmp_path, DECLARATION + f'[runtime]\nendpoint = "{endpoint.base_url}"\n')
+        path = write_project(tmp_path, DECLARATION + f'[runtime]\nendpoint = "{endpoint.base_url}"\n')
         identity = pin(declaration.load(path))
     honesty = identity.live["model_name_honesty"]
     assert honesty["answered"] is True and honesty["answered_as"] == honesty["asked"] != "tiny"
@@ -187,7 +171,7 @@ def test_an_endpoint_that_answers_any_model_name_is_noted_and_kept_outside_the_i
 
 
 def test_run_verify_announces_each_check_and_stops_on_cancel(tmp_path: Path) -> None:
-    path = _project(tmp_path)
+    path = write_project(tmp_path)
     identity = load_lock(write_lock(pin(declaration.load(path), require_endpoint=False), tmp_path / "x.lock.json"))
     events: list = []
     report = run_verify(VerifyOptions.from_sources(None, identity), on_event=events.append)
@@ -214,7 +198,7 @@ def _variants(identity: Identity, count: int) -> list[Identity]:
 
 @pytest.fixture
 def pinned(tmp_path: Path) -> Identity:
-    return pin(declaration.load(_project(tmp_path / "eval")), require_endpoint=False)
+    return pin(declaration.load(write_project(tmp_path / "eval")), require_endpoint=False)
 
 
 def _sharing_a_first_character(identity: Identity, count: int) -> tuple[str, list[Identity]]:
@@ -314,7 +298,7 @@ def test_declared_packages_are_read_from_the_harness_interpreter_and_configs_bes
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     harness_python = os.path.realpath(sys.executable)
     project = tmp_path / "eval"
-    path = _project(project, DECLARATION + f'[harness]\ncommands = ["{harness_python} -c pass"]\n'
+    path = write_project(project, DECLARATION + f'[harness]\ncommands = ["{harness_python} -c pass"]\n'
                                            '[grader]\npackages = ["pytest"]\n[tools]\npackages = ["pytest"]\n'
                                            '[workflow]\npackages = ["pytest"]\nconfig = ["flow.yaml"]\n')
     (project / "flow.yaml").write_text("steps: 3\n")
@@ -355,7 +339,7 @@ def test_mcp_servers_start_beside_the_declaration_and_each_one_down_is_named(tmp
     project = tmp_path / "eval"
     servers = "".join(f'[[tools.mcp]]\nname = "{name}"\ncommand = ["{sys.executable}", "server.py"]\n'
                       for name in ("a", "b"))
-    path = _project(project, DECLARATION + servers)
+    path = write_project(project, DECLARATION + servers)
     (project / "server.py").write_text(MCP_SERVER)
     monkeypatch.chdir(tmp_path)  # pinned from elsewhere: the servers still start in the declaration's directory
     identity = pin(declaration.load(path))

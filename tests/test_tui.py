@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,40 +15,9 @@ from execsys.tui.screens.dialogs import AddHostDialog, OverrideDialog
 from textual.widgets import DataTable, Input, OptionList, ProgressBar, Select, Static
 
 from execsys.ledger import Ledger
-from tests.tui_helpers import settle, text_of, while_running
+from tests.tui_helpers import header_state, settle, text_of, while_running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def project(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty project directory as the working directory, with the test's own ledger."""
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
-
-
-@pytest.fixture
-def failing_doctor(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A declared command that is a 0-byte executable first on PATH: stub-executables fails, for real."""
-    bin_dir = project / "bin"
-    bin_dir.mkdir()
-    stub = bin_dir / "stubby"
-    stub.touch()
-    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    (project / "execsys.toml").write_text('[doctor]\ncommands = ["stubby"]\n')
-    return project
-
-
-def header_state(app) -> str:
-    return text_of(app.screen.query_one("#state-line", Static))
 
 
 def records(ledger_path: Path, kind: str) -> list:

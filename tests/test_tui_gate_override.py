@@ -8,63 +8,17 @@ step's next run (which records it in the ledger, as the probe and plan tests sho
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 import pytest
-from execsys.doctor.runner import DoctorOptions, run_doctor
 from execsys.tui.app import ExecsysApp
 from execsys.tui.screens.dialogs import OverrideDialog
-from textual.widgets import Static
 
-from execsys.sources import load_sources
-from tests.tui_helpers import settle, text_of
+from tests.tui_helpers import header_state, settle
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 GATED_STEPS = [("3", "probes"), ("4", "scope")]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def project(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
-
-
-@pytest.fixture
-def clean_doctor(project: Path) -> Path:
-    """This machine's doctor made clean for real: whatever fails here is accepted in execsys.toml
-    (``[doctor] accept``), so the gate opens by the doctor's own verdict, not by a fake."""
-    config = project / "execsys.toml"
-    config.write_text("")
-    sources = load_sources(config)
-    report = run_doctor(DoctorOptions.from_sources(sources.declaration, sources.lock))
-    failing = sorted({f.id for r in report.hazards for f in r.findings if f.active and f.level == "fail"})
-    if any(r.status == "error" for r in report.hazards):
-        pytest.skip("a check cannot look on this machine (status error): the doctor cannot be clean here")
-    config.write_text("[doctor]\naccept = [" + ", ".join(f'"{i}"' for i in failing) + "]\n")
-    return project
-
-
-@pytest.fixture
-def failing_doctor(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A declared command that is a 0-byte executable first on PATH: stub-executables fails, for real."""
-    bin_dir = project / "bin"
-    bin_dir.mkdir()
-    stub = bin_dir / "stubby"
-    stub.touch()
-    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    (project / "execsys.toml").write_text('[doctor]\ncommands = ["stubby"]\n')
-    return project
 
 
 def blocking_rows(app) -> str:
@@ -72,10 +26,6 @@ def blocking_rows(app) -> str:
     rows = [f"{host}/{row.id}: {row.status}: {row.summary}" for host, results in app.doctor.results.items()
             for row in results.values() if row.status in ("fail", "error")]
     return "; ".join([app.doctor.gate_reason(), *rows])
-
-
-def header_state(app) -> str:
-    return text_of(app.screen.query_one("#state-line", Static))
 
 
 @pytest.mark.parametrize(("key", "step"), GATED_STEPS)

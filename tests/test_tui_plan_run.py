@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from execsys.tui import screenshots
 from execsys.tui.app import ExecsysApp
 from textual.widgets import Input, ProgressBar, Static
 
@@ -22,21 +21,6 @@ from tests.fixtures.llama import FlipEndpoint, LlamaServer
 from tests.tui_helpers import settle, text_of, while_running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def demo(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The screenshots' project: a declaration and a lock (the identity the plan is registered for)."""
-    monkeypatch.setattr(Input, "cursor_blink", False)
-    root = tmp_path / "demo"
-    screenshots.prepare_project(root, ledger_path)
-    monkeypatch.chdir(root)
-    return root
 
 
 def write_cases(path: Path, expected: dict[str, str]) -> Path:

@@ -25,29 +25,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 REPORT = Path(__file__).parent / "fixtures" / "tui_doctor_report.json"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def demo(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The screenshots' project: a declaration, a lock pinned on an H200, probe records in the ledger."""
-    monkeypatch.setattr(Input, "cursor_blink", False)
-    root = tmp_path / "demo"
-    screenshots.prepare_project(root, ledger_path)
-    monkeypatch.chdir(root)
-    return root
-
-
-@pytest.fixture
-def project(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
-
-
 def screen_text(app: ExecsysApp) -> str:
     """Every cell of the terminal as plain text, one line per row: exactly what fits on screen."""
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())

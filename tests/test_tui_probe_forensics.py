@@ -17,19 +17,6 @@ from tests.tui_helpers import settle, text_of, write_cases
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def project(tmp_path: Path, ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
-
-
 async def test_side_by_side_shows_both_top_k_and_the_verdict(project: Path, ledger_path: Path) -> None:
     write_cases(project / "cases.jsonl", [("c0", "steady"), ("c1", "near [gap:0.002]"), ("c2", "far [gap:3.9]")])
     with LogprobEndpoint() as endpoint:

@@ -13,11 +13,6 @@ from tests.tui_helpers import settle
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _label_widths(app: ExecsysApp) -> set[int]:
     return {label.size.width for label in app.screen.query(".field-name").results(Static) if label.size.width}
 

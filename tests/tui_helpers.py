@@ -60,3 +60,10 @@ async def while_running(pilot, predicate: Callable[[], bool], timeout: float = 6
         if loop.time() > deadline:
             raise AssertionError(f"condition not reached within {timeout}s")
         await pilot.pause(0.05)
+
+
+def header_state(app) -> str:
+    """The header's state line: which step, and whether the doctor's gate is open."""
+    from textual.widgets import Static
+
+    return text_of(app.screen.query_one("#state-line", Static))
