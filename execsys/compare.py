@@ -41,7 +41,7 @@ from typing import Any
 
 from execsys import COMPONENTS
 from execsys.errors import InputError, UsageError
-from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded, read_json_object
 from execsys.ledger import Ledger
 from execsys.scope import IdentityRef, ScopeReport, compute_scope, resolve_identity
 
@@ -142,7 +142,7 @@ def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = 
                                                                        if loaded.notes else ""))
     sidecar_file = path.with_name(sidecar_name(path.name))
     if run is None and sidecar_file.is_file():
-        with_sidecar = _json_object(sidecar_file)
+        with_sidecar = read_json_object(sidecar_file, "run sidecar")
         run = with_sidecar if with_sidecar is not None else None
     caveats: list[str] = []
     ident: str | None = None
@@ -207,14 +207,6 @@ def _load_run(ref: str, record_ref: str, part: str, ledger: Ledger) -> Result:
         loaded.run = loaded.session = record.id
     loaded.ref = ref
     return loaded
-
-
-def _json_object(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _identity(ident: str, ledger: Ledger) -> IdentityRef:

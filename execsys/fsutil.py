@@ -164,5 +164,17 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
         os.close(fd)
 
 
+def read_json_object(path: str | os.PathLike[str], what: str, limit: int = RECORD_FILE_LIMIT) -> dict[str, Any] | None:
+    """The JSON object a regular file holds, through :func:`read_bounded`; None when there is none:
+    missing, unreadable, not a regular file (a FIFO named like a result never blocks), over
+    ``limit``, not JSON, or JSON that is not an object. For telling what a file is, where the
+    caller says what it expected."""
+    try:
+        data = json.loads(read_bounded(path, limit, what))
+    except (OSError, InputError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from execsys.errors import InputError
-from execsys.fsutil import read_bounded, write_output
+from execsys.fsutil import read_bounded, read_json_object, write_output
 
 
 @pytest.fixture
@@ -75,6 +75,21 @@ def test_read_bounded_refuses_fifo_device_directory_and_oversize(tmp_path: Path,
     assert read_bounded(big, 4096, "declaration") == b"#" * 2048
     with pytest.raises(FileNotFoundError):
         read_bounded(tmp_path / "missing", 10, "lock")
+
+
+def test_a_result_file_is_sniffed_without_blocking_on_a_fifo(tmp_path: Path, fifo: Path) -> None:
+    """What compare and the harness adapters use to tell what a file is: the object, or None."""
+    results = tmp_path / "results_2026-12-01T00-00-00.json"
+    results.write_text('{"results": {}, "configs": {}}')
+    assert read_json_object(results, "lm-eval results file") == {"results": {}, "configs": {}}
+    assert read_json_object(fifo, "lm-eval results file") is None  # returns at once: nothing writes to it
+    assert read_json_object(tmp_path, "lm-eval results file") is None
+    assert read_json_object(tmp_path / "nosuch.json", "lm-eval results file") is None
+    for text in ("[1, 2]", "not json", "\udcff", "[" * 100_000):
+        results.write_text(text, errors="surrogateescape")
+        assert read_json_object(results, "lm-eval results file") is None, text[:10]
+    results.write_text('{"a": 1}')
+    assert read_json_object(results, "lm-eval results file", limit=4) is None
 
 
 @pytest.mark.timeout(60)

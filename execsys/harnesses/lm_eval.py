@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
+from execsys.fsutil import read_json_object
 from execsys.harnesses.base import HarnessResult, SampleOutput, flag_value, program_words
 
 NAME = "lm-eval"
@@ -52,7 +53,7 @@ class LmEvalHarness:
             return True
         if not RESULTS_NAME.match(path.name):
             return False
-        head = _json_object(path)
+        head = read_json_object(path, "lm-eval results file")
         return head is not None and "results" in head and "configs" in head
 
     def is_primary(self, path: Path) -> bool:
@@ -61,7 +62,7 @@ class LmEvalHarness:
     def read(self, path: Path) -> HarnessResult:
         if SAMPLES_NAME.match(path.name):
             raise InputError(f"{path}: a samples file; compare the results_*.json beside it")
-        data = _json_object(path)
+        data = read_json_object(path, "lm-eval results file")
         if data is None or "results" not in data or "configs" not in data:
             raise InputError(f"{path}: not an lm-eval results file (no 'results' and 'configs')")
         configs = data.get("configs") or {}
@@ -159,14 +160,6 @@ def _scored_response(sample: dict[str, Any]) -> str | None:
         if isinstance(value, str):
             return value
     return None
-
-
-def _json_object(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _stamp(results: Path) -> str:
