@@ -208,6 +208,11 @@ def process_environ(pid: int) -> dict[str, str]:
             raw = fh.read()
     except FileNotFoundError as exc:
         raise ProcessLookupError(f"pid {pid} is gone") from exc
+    return parse_environ(raw)
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    """A NUL-separated ``KEY=VALUE`` block, as ``/proc/N/environ`` holds it."""
     env: dict[str, str] = {}
     for item in raw.split(b"\0"):
         if b"=" in item:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from execsys.doctor.context import DoctorOptions
 from execsys.doctor.model import HazardResult, HostReport
 from execsys.doctor.node_checks import registry
-from execsys.doctor.sysinfo import node_name
+from execsys.doctor.sysinfo import node_name, parse_environ
 
 from execsys.errors import UsageError
 from execsys.operation import Event, OnEvent, emit, new_cancel
@@ -222,12 +222,7 @@ def read_env_file(path: str) -> dict[str, str]:
     with open(path, "rb") as fh:
         raw = fh.read()
     if b"\0" in raw:
-        env: dict[str, str] = {}
-        for item in raw.split(b"\0"):
-            if b"=" in item:
-                key, value = item.split(b"=", 1)
-                env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-        return env
+        return parse_environ(raw)
     from execsys.doctor.hazards.unread_env_config import parse_env_file
 
     return parse_env_file(path)
