@@ -254,9 +254,43 @@ def _normalise(obj: Any) -> Any:
     try:
         text = json.dumps(clean, ensure_ascii=False, allow_nan=False)
     except ValueError as exc:
-        raise InputError(f"observed {_non_finite_at(clean)} is NaN or infinite, which JSON (and so the lock) "
-                         "cannot hold: the engine or file it was read from wrote a non-standard number") from exc
+        raise InputError(_non_finite_said(_non_finite_at(clean))) from exc
     return json.loads(text)
+
+
+def _normalise_observed(observed: dict[str, Any], reasons: dict[str, str] | None) -> dict[str, Any]:
+    """:func:`_normalise` for the observed halves. Pinning refuses a number JSON cannot hold (no lock
+    could record it); verify instead marks that one component unverifiable, its reason naming the
+    field, and compares the rest of it with the number read as null -- the other eleven are still
+    checked, and the run still says what moved."""
+    if reasons is None:
+        return _normalise(observed)
+    out: dict[str, Any] = {}
+    for name, value in observed.items():
+        try:
+            out[name] = _normalise(value)
+        except InputError:
+            clean = scrub(value)
+            reasons.setdefault(name, _non_finite_said(f"{name}.{_non_finite_at(clean)}"))
+            out[name] = _normalise(_finite_or_null(clean))
+    return out
+
+
+def _non_finite_said(field: str | None) -> str:
+    return (f"observed {field} is NaN or infinite, which JSON (and so the lock) cannot hold: the engine or file "
+            "it was read from wrote a non-standard number")
+
+
+def _finite_or_null(obj: Any) -> Any:
+    import math
+
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {key: _finite_or_null(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_finite_or_null(value) for value in obj]
+    return obj
 
 
 def _non_finite_at(obj: Any, path: str = "") -> str | None:
@@ -496,7 +530,7 @@ def _observe_all_in_pass(declared: dict[str, dict[str, Any]], base: Path, *, on_
         # on a cancel or an error nobody waits for the rest; each observer is bounded by its own timeouts
         pool.shutdown(wait=False, cancel_futures=True)
     finished(*(name for name in COMPONENTS if name not in done))
-    return _normalise(observed)
+    return _normalise_observed(observed, reasons)
 
 
 def _harness_interpreter(harness: dict[str, Any]) -> str | None:

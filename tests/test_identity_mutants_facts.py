@@ -28,6 +28,8 @@ from execsys.identity import (
     observe_components,
     observe_runtime,
     pin,
+    verify,
+    write_lock,
 )
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
@@ -168,6 +170,47 @@ def test_a_number_json_cannot_hold_is_refused_naming_the_field(project: Path) ->
                    '"damp_percent": 0.01, "clip_ratio": NaN}}') == "observed artifact.quantization_config.clip_ratio"
     assert refused('{"model_type": "llama", "architectures": ["LlamaForCausalLM", -Infinity]}') == (
         "observed model.from_files.architectures[1]")
+
+
+def test_verify_marks_only_the_component_with_such_a_number_unverifiable(project: Path, cli) -> None:
+    """Pinned while the engine reported a finite n_params; it now reports NaN. Refusing the whole
+    verify would hide what the other eleven components say: runtime alone is unverifiable, naming
+    the field, and the verdict is not same-system."""
+    with AnyNameEngine(project / "model.bin") as engine:
+        decl = _declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{engine.endpoint}"\n')
+        identity = pin(decl)
+        assert identity.observed("runtime")["engine_native"]["model_meta"]["n_params"] == 8030261248
+        engine.nan_params = True
+        report = verify(identity)
+        write_lock(identity, project / "execsys.lock.json")
+        shown = cli("verify", "--json", cwd=project)
+    runtime = report.components["runtime"]
+    assert runtime.status == "unverifiable"
+    assert runtime.reason == ("observed runtime.engine_native.model_meta.n_params is NaN or infinite, which JSON "
+                              "(and so the lock) cannot hold: the engine or file it was read from wrote a "
+                              "non-standard number")
+    assert {"field": "observed.engine_native.model_meta.n_params", "old": 8030261248, "new": None} in runtime.changes
+    assert {name for name, check in report.components.items() if check.status != "same"} == {"runtime"}
+    assert report.verdict == "new-identity" and report.observed_id is None
+    assert "1 unverifiable (runtime)" in report.sentence
+    assert shown.returncode == 1, shown.stderr
+    assert shown.json()["components"]["runtime"]["status"] == "unverifiable"
+    assert "NaN" not in shown.stdout.replace("is NaN or infinite", "")  # the JSON itself stays standard
+
+
+def test_verify_marks_the_model_unverifiable_when_its_config_gains_an_infinity(project: Path) -> None:
+    model = project / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w")
+    (model / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (project / "execsys.toml").write_text('[artifact]\npath = "model"\n')
+    identity = pin(declaration.load(project / "execsys.toml"), require_endpoint=False)
+    (model / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM", -Infinity]}')
+    report = verify(identity)
+    assert report.components["model"].status == "unverifiable"
+    assert report.components["model"].reason.startswith("observed model.from_files.architectures[1] is NaN or infinite")
+    assert report.components["artifact"].status == "changed"  # the file's bytes moved, and that is still said
+    assert report.sentence.startswith("1 changed (artifact); 1 unverifiable (model) since ")
 
 
 # -- the harness's interpreter: where the grader's, tools' and workflow's packages are read -------------
