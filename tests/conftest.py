@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 pytest_plugins = [
+    "tests.fixtures.markers",
     "tests.fixtures.common",
     "tests.fixtures.sshd",
     "tests.fixtures.llama",
