@@ -77,6 +77,10 @@ class DoctorScreen(StepScreen):
             super().__init__()
             self.hosts = hosts
 
+    def has_first_content(self) -> bool:
+        table = self.query_one("#hazards", DataTable)
+        return bool(self._hazards) and table.row_count == len(self._hazards) and table.size.height > 0
+
     def on_mount(self) -> None:
         self._hazards = adapter.hazard_list()
         self.state.hazard_ids = [hazard_id for hazard_id, _ in self._hazards]
