@@ -826,10 +826,47 @@ class PinReport:
     lock_path: Path | None
     record_id: str | None
     diff: DiffReport | None  # against the previous lock, when there was one
+    # the identity this pin replaced in the lock, when it differs, with the probe records that count for it
+    superseded: SupersededLicences | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``pin --json``: the lock itself."""
         return self.identity.to_json()
+
+
+@dataclass(frozen=True)
+class SupersededLicences:
+    """A new identity replaced the pinned one: the licences measured so far are the old one's, not this one's."""
+
+    previous: str
+    records: int
+    axes: tuple[str, ...]
+
+    def sentence(self) -> str:
+        if not self.records:
+            return f"this is a new identity (the lock held {self.previous[:12]}…); it is unlicensed until probed"
+        plural = "s" if self.records != 1 else ""
+        return (f"{self.records} probe record{plural} ({', '.join(self.axes)}) belong to {self.previous[:12]}…; "
+                "this identity is unlicensed until probed")
+
+
+def superseded_licences(ledger: Any, previous_id: str | None, new_id: str) -> SupersededLicences | None:
+    """What a new identity leaves behind: None when the lock held no identity, or the same one."""
+    if not previous_id or previous_id == new_id:
+        return None
+    from execsys.scope import compute_scope
+
+    measured = compute_scope(ledger, previous_id).measured
+    return SupersededLicences(previous_id, sum(len(m.records) for m in measured.values()), tuple(measured))
+
+
+def _pinned_id(lock_path: Path) -> str | None:
+    """The id of the lock about to be replaced, read without judging it (a broken lock is simply replaced)."""
+    from execsys.fsutil import read_json_object
+
+    lock = read_json_object(lock_path, "the lock")
+    value = lock.get("id") if lock is not None else None
+    return value if isinstance(value, str) and value else None
 
 
 def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> PinReport:
@@ -838,20 +875,23 @@ def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel
     from execsys.ledger import Ledger
 
     ledger = Ledger.open(options.ledger_path) if options.record else None  # fail before minutes of hashing
+    superseded = None
     try:
         identity = pin(options.declaration, on_event=on_event, cancel=cancel,
                        exclude=[options.lock_path.resolve()], require_endpoint=options.require_endpoint)
         record_id = None
         if ledger is not None:
             _check_cancel(cancel)
+            previous_id = options.previous.id if options.previous is not None else _pinned_id(options.lock_path)
             record_id = record_identity(identity, ledger)
             write_lock(identity, options.lock_path)
             emit(on_event, IdentityRecorded(identity.id, record_id, str(options.lock_path)))
+            superseded = superseded_licences(ledger, previous_id, identity.id)
     finally:
         if ledger is not None:
             ledger.close()
     diff = diff_identities(options.previous, identity) if options.previous is not None else None
-    return PinReport(identity, options.lock_path if ledger is not None else None, record_id, diff)
+    return PinReport(identity, options.lock_path if ledger is not None else None, record_id, diff, superseded)
 
 
 # -- comparing ------------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     identity = report.identity
     for note in identity.notes[len(decl.warnings):]:  # the declaration's own warnings were shown above
         console.warn(note)
+    if report.superseded is not None:  # on stderr, so --json and --task-prolog stay parseable
+        console.warn(report.superseded.sentence())
     if args.task_prolog:
         from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
 

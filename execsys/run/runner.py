@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from execsys.harnesses import registry
-from execsys.identity import Identity, VerifyReport, pin, record_identity, verify, write_lock
+from execsys.identity import (
+    Identity,
+    VerifyReport,
+    pin,
+    record_identity,
+    superseded_licences,
+    verify,
+    write_lock,
+)
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
 from execsys.redact import redact_argv
@@ -63,7 +71,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         # 1. gate
         emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
                                    else "doctor skipped (--gate off)"))
-        gate = run_gate(options.declaration, options.gate, options.override, ledger)
+        gate = run_gate(options.declaration, options.gate, options.override, ledger, options.lock)
         record.doctor = gate.to_json()
         if gate.refused:
             record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
@@ -87,7 +95,11 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         if identity is None:
             emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
             return _finish(record, ledger, options, on_event)
-        emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}{whose}"))
+        left_behind = (superseded_licences(ledger, options.lock.id, identity.id)
+                       if record.identity_how == "repinned" and options.lock is not None else None)
+        emit(on_event, StepFinished("identity", "ok" if left_behind is None else "warn",
+                                    f"identity {identity.id[:12]} {record.identity_how}{whose}"
+                                    + (f"; {left_behind.sentence()}" if left_behind is not None else "")))
 
         # 3 + 4. run, watched
         harness_dirs = adapter.output_dirs(options.command, options.cwd, os.environ)
