@@ -169,7 +169,12 @@ class ProbeOptions:
         endpoints = [e for e in (given("endpoints") or []) if e]
         if not endpoints and not command and runtime_t.get("endpoint"):
             endpoints = [runtime_t["endpoint"]]
-        cases = first_given(given("cases"), probe_t.get("cases"))
+        declared_cases = probe_t.get("cases")
+        if isinstance(declared_cases, str) and declared_cases and declaration.path is not None:
+            # a path in execsys.toml is relative to the file, as the grader probe's and the doctor's are;
+            # --cases is relative to where it was typed
+            declared_cases = os.path.join(Path(declaration.path).resolve().parent, os.path.expanduser(declared_cases))
+        cases = first_given(given("cases"), declared_cases)
         if not cases and given("case_list") is None:
             raise UsageError("--cases FILE is required (JSON Lines: {\"id\", \"prompt\" | \"messages\"})")
         if given("sample_seed") is not None and given("n") is None:

@@ -99,6 +99,22 @@ def test_flags_win_over_the_declaration_and_zero_is_a_value_not_a_default():
         ProbeOptions.from_sources(decl, None, axis="sideways")
 
 
+def test_declared_cases_resolve_beside_the_declaration_and_the_flag_where_it_was_typed(tmp_path, monkeypatch):
+    """One rule for every path in execsys.toml: `[probe] cases` is beside the file, as the grader's are."""
+    from execsys.probes.runner import ProbeOptions
+
+    monkeypatch.chdir(tmp_path)
+    decl = parse('[probe]\ncases = "declared.jsonl"\n', tmp_path / "eval" / "execsys.toml")
+    options = ProbeOptions.from_sources(decl, None, axis="session", endpoints=["http://127.0.0.1:9/v1"])
+    assert options.cases == str(tmp_path / "eval" / "declared.jsonl")
+    typed = ProbeOptions.from_sources(decl, None, axis="session", endpoints=["http://127.0.0.1:9/v1"],
+                                      cases="mine.jsonl")
+    assert typed.cases == "mine.jsonl"
+    absolute = parse(f'[probe]\ncases = "{tmp_path}/abs.jsonl"\n', tmp_path / "eval" / "execsys.toml")
+    assert ProbeOptions.from_sources(absolute, None, axis="session",
+                                     endpoints=["http://127.0.0.1:9/v1"]).cases == f"{tmp_path}/abs.jsonl"
+
+
 # -- refused inputs: one line, exit 2, nothing recorded ---------------------------------------------
 
 
