@@ -143,13 +143,14 @@ def render(identity, out: Path, record_id: str) -> None:
     from rich.table import Table
 
     from execsys import COMPONENTS, console
+    from execsys.termsafe import shown
 
     table = Table(box=None, pad_edge=False, show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for name in COMPONENTS:
-        table.add_row(name, escape(component_summary(name, identity.components[name])))
+        table.add_row(name, escape(shown(component_summary(name, identity.components[name]))))
     console.out().print(table)
     console.out().print(f"identity {identity.id}", markup=False)
     console.out().print(f"lock     {out}  (ledger record {record_id})", markup=False)
-    console.out().print(f"observer {observer_line(identity.observer)}  (not part of the id)", markup=False)
+    console.out().print(f"observer {shown(observer_line(identity.observer))}  (not part of the id)", markup=False)

@@ -98,6 +98,7 @@ class StepPrinter:
         from execsys import console
         from execsys.redact import redact_text
         from execsys.run import events
+        from execsys.termsafe import shown
 
         status, text = None, None
         if isinstance(event, events.StepFinished):
@@ -114,7 +115,7 @@ class StepPrinter:
             status, text = "result", f"result   {event.path} {event.blake3[:16]} ({event.harness})"
         if status is None or text is None:
             return
-        text = redact_text(text)
+        text = shown(redact_text(text))  # argv, paths and drift values are the harness's and the engine's
         symbol = {"start": "→", "result": " "}.get(status) or console.symbol(status)
         if not self.rich:
             sys.stderr.write(f"{symbol} {text}\n")

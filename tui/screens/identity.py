@@ -28,6 +28,7 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 from execsys import COMPONENTS
+from execsys.termsafe import shown
 
 
 class Panel(VerticalScroll):
@@ -176,8 +177,8 @@ class IdentityScreen(StepScreen):
             text.append("– nothing observed for this component (declared only)", style="dim")
         for mark, key, value in rows:
             text.append(f"{mark} ", style={"≠": "bold", "◇": "dim"}.get(mark, ""))
-            text.append(f"{key}: ", style="italic")
-            text.append(f"{value}\n")
+            text.append(f"{shown(key)}: ", style="italic")
+            text.append(f"{shown(value)}\n")  # model ids, versions, paths: the engine's and the disk's words
         self.query_one(f"#obs-{name}", Static).update(text)
 
     def _mark_components(self, declared: dict[str, dict[str, Any]]) -> None:
@@ -309,7 +310,7 @@ class IdentityScreen(StepScreen):
         if message.superseded is not None:
             text.append(f"\n! {message.superseded.sentence()}")
         for note in getattr(message.identity, "notes", None) or []:
-            text.append(f"\n! {note}")  # declared and observed disagree (e.g. the quantization)
+            text.append(f"\n! {shown(note)}")  # declared and observed disagree (e.g. the quantization)
         self.query_one("#identity-status", Static).update(text)
 
     def worker_failed(self, worker: Worker) -> None:
