@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 120.0
+MAX_IN_FLIGHT = 1024  # --concurrency, --load: far above any serving batch, far below a memory problem
 DECODING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "repeat_penalty", "stop")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # what API keys look like (OpenAI/Anthropic, Hugging Face, GitHub, Slack, AWS): a value of that shape
@@ -216,7 +217,7 @@ class ProbeOptions:
             baseline=given("baseline"),
             order_seed=_or(given("order_seed"), 0),
             timeout=_seconds(first_given(given("timeout"), probe_t.get("timeout"), DEFAULT_TIMEOUT), "--timeout"),
-            retries=max(0, _or(given("retries"), 3)),
+            retries=_or(given("retries"), 3),
             api_key_env=api_key_env,
             want_tokens=bool(given("want_tokens")),
             logprobs=_count(first_given(given("logprobs"), probe_t.get("logprobs"), DEFAULT_TOP_K), "--logprobs"),
@@ -249,6 +250,11 @@ class ProbeOptions:
             raise UsageError("--repeats must be at least 2")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
+        if self.concurrency > MAX_IN_FLIGHT or (self.load is not None and self.load > MAX_IN_FLIGHT):
+            # each request in flight is a thread and a connection: a billion of them is memory, not a probe
+            raise UsageError(f"--concurrency and --load are at most {MAX_IN_FLIGHT} requests in flight")
+        if self.retries < 0:
+            raise UsageError("--retries must be 0 or more")
         if self.n is not None and self.n < 1:
             raise UsageError("--n must be at least 1")
         _seconds(self.timeout, "--timeout")

@@ -7,6 +7,7 @@ shows (the TUI draws from them alone)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -209,3 +210,20 @@ def test_events_carry_texts_agreement_and_the_run_id(tmp_path, llama_server, led
     options.resume = record.run
     again = run_probe(options, on_event=events.append)
     assert again.id == record.id and RunOpened(record.run, resumed=True) in events
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"retries": -1}, "--retries must be 0 or more"),
+    ({"concurrency": 1_000_000_000}, "--concurrency and --load are at most 1024 requests in flight"),
+    ({"concurrency": 1025}, "--concurrency and --load are at most 1024 requests in flight"),
+    ({"axis": "concurrency", "load": 1025}, "--concurrency and --load are at most 1024 requests in flight"),
+], ids=["negative-retries", "a-billion-in-flight", "just-over", "load-just-over"])
+def test_numbers_that_cannot_be_a_probe_are_refused_before_anything_runs(flags, message):
+    from execsys.probes.runner import ProbeOptions
+
+    decl = parse('[probe]\ncases = "c.jsonl"\n')
+    given = {"axis": "session", "endpoints": ["http://127.0.0.1:9/v1"], **flags}
+    with pytest.raises(UsageError, match=re.escape(message)):
+        ProbeOptions.from_sources(decl, None, **given)
+    limit = {key: (0 if key == "retries" else 1024) for key in flags if key != "axis"}
+    ProbeOptions.from_sources(decl, None, **{**given, **limit})  # the boundary itself is fine
