@@ -57,6 +57,14 @@ def run(args: argparse.Namespace) -> int:
         console.warn(warning)
     options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock),
                                       engine_log=args.engine_log)
+    if args.task_prolog:
+        from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
+        from execsys.errors import InputError
+
+        try:  # checked before anything is observed or written, not after the lock and the ledger row
+            task_prolog_exports("0" * 64, options.lock_path)
+        except ValueError as exc:
+            raise InputError(f"--task-prolog: {exc}") from None
     artifact_path = decl.get("artifact", "path")
     base = Path(decl.path).resolve().parent if decl.path else Path.cwd()
     size = artifact_size(resolve(artifact_path, base)) if artifact_path else 0
