@@ -61,3 +61,23 @@ def test_a_malformed_report_is_a_problem_of_that_host_and_the_fleet_still_answer
     assert len(hosts) == len(set(hosts))  # node_exporter refuses a file with two series of one name and labels
     assert ("a", 2.0) in series and ("a#2", 2.0) in series and ("a#2#2", 0.0) in series and ("gpu-9", 0.0) in series
     assert ('b\\udc80"q', 1.0) in series
+
+
+@pytest.mark.parametrize(("args", "msg"), [
+    ('{"timeout": "abc"}', "execsys_facts: argument timeout must be a number of seconds, not 'abc'"),
+    ('{"timeout": -1}', "execsys_facts: argument timeout must be between 0 and 86400 seconds, not -1"),
+    ('{"config": 5}', "execsys_facts: argument config must be a string, not int"),
+    ('{"path": ["x"]}', "execsys_facts: argument path must be a string, not list"),
+    ('[1]', "execsys_facts: the module arguments must be a mapping, not list"),
+    ('{"env_from": "a\\u0000b"}', "execsys_facts: argument env_from contains a NUL character"),
+], ids=["timeout-text", "timeout-negative", "config-int", "path-list", "not-a-mapping", "nul"])
+def test_the_ansible_module_answers_failed_json_for_wrongly_typed_arguments(tmp_path: Path, args: str, msg: str) -> None:
+    """What Ansible shows the operator is the module's JSON: a traceback there is an unreadable failure."""
+    import json
+
+    module = Path(__file__).resolve().parents[1] / "contrib" / "ansible" / "library" / "execsys_facts"
+    (tmp_path / "args.json").write_text(args)
+    done = subprocess.run([sys.executable, str(module), str(tmp_path / "args.json")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr == ""
+    assert json.loads(done.stdout) == {"failed": True, "changed": False, "msg": msg}
