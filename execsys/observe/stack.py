@@ -135,9 +135,15 @@ def gpu_topology() -> dict[str, Any]:
 
 def observe_stack(process: dict[str, Any] | None, pid: int | None = None) -> dict[str, Any]:
     """The serving interpreter's distributions, torch's build and the container (``runtime.observed.stack``)."""
-    from execsys.observe.harness import interpreter_facts, is_python
+    from execsys.observe.harness import interpreter_facts, is_python, process_interpreter
 
-    exe = (process or {}).get("exe")
+    process = process or {}
+    exe = process.get("interpreter")
+    if not exe and pid is not None:
+        # a venv's python, by the path that started it: /proc/PID/exe is the base interpreter behind it
+        argv = process.get("argv")
+        exe = process_interpreter(pid, argv if isinstance(argv, list) else None, process.get("exe"))
+    exe = exe or process.get("exe")
     stack: dict[str, Any] = {}
     if not isinstance(exe, str) or not exe:
         stack["interpreter"] = {"verdict": "unverifiable", "reason": "no serving process visible from here"}
