@@ -73,8 +73,16 @@ def container_of(pid: int) -> dict[str, Any]:
                 upper = re.search(r"upperdir=([^,\s]+)", fields[1])
                 overlay = upper.group(1) if upper else fields[1].split()[1]
                 break
-    if match is None and overlay is None:
+    from execsys.observe.hardware import container_kind
+
+    kind = container_kind(pid)
+    if match is None and overlay is None and kind is None:
         return {"verdict": "not in a container"}
+    if match is None and overlay is None and kind is not None:
+        # in a container by every sign the environment component reads, with nothing that names it
+        return {"verdict": "unverifiable", "container": kind[0], "identifier": kind[1],
+                "reason": f"a {kind[0]} container without a container id in its cgroup or an overlay root, "
+                          "so its image digest is unknown"}
     if match is not None:
         container_id = match.group(1)
         for cli in ("docker", "podman"):
@@ -83,10 +91,13 @@ def container_of(pid: int) -> dict[str, Any]:
             result = run([cli, "inspect", "--format", "{{.Image}}", container_id], timeout=CONTAINER_CLI_TIMEOUT_S)
             image = result.text().strip()
             if result.ok and image:
-                return {"verdict": "image", "runtime": cli, "image": image}
-        return {"verdict": "unverifiable", "identifier": f"cgroup container {container_id[:12]}",
+                return {"verdict": "image", "runtime": cli, "image": image,
+                        **({"container": kind[0]} if kind else {})}
+        return {"verdict": "unverifiable", **({"container": kind[0]} if kind else {}),
+                "identifier": f"cgroup container {container_id[:12]}",
                 "reason": "no container runtime CLI (docker, podman) answers here, so its image digest is unknown"}
-    return {"verdict": "unverifiable", "identifier": f"overlay root ({overlay})",
+    return {"verdict": "unverifiable", **({"container": kind[0]} if kind else {}),
+            "identifier": f"overlay root ({overlay})",
             "reason": "an overlay root filesystem without a container id in its cgroup"}
 
 
