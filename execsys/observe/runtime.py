@@ -144,11 +144,18 @@ class BoundedAnswer:
         return json.loads(self.body)
 
 
-def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_body: Any = None) -> BoundedAnswer:
+def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_body: Any = None,
+                  read_timeout: float | None = None) -> BoundedAnswer:
     """One request, read to the end within ``budget`` seconds overall and OBSERVE_BODY_LIMIT bytes
-    (httpx's timeouts bound each read, not the whole body). Raises Unanswered past either."""
+    (httpx's timeouts bound each read, not the whole body). Raises Unanswered past either.
+    ``read_timeout`` replaces the client's per-read timeout for this request."""
     deadline = time.monotonic() + budget
-    with client.stream(method, url, json=json_body) as response:
+    extra: dict[str, Any] = {}
+    if read_timeout is not None:
+        import httpx
+
+        extra["timeout"] = httpx.Timeout(read_timeout)
+    with client.stream(method, url, json=json_body, **extra) as response:
         chunks: list[bytes] = []
         size = 0
         for chunk in response.iter_bytes():
@@ -373,8 +380,10 @@ def _observe_engine_native(observed: dict[str, Any], declared: dict[str, Any], e
 
     api_key = os.environ.get(declared["api_key_env"]) if declared.get("api_key_env") else None
     timeout = min(float(declared.get("ready_timeout") or 5.0), 10.0)
+    fingerprint = (observed.get("endpoint") or {}).get("system_fingerprint")
     native = engines.introspect(declared.get("engine"), _api_and_root(endpoint)[1], process=process,
-                                api_key=api_key, timeout=timeout)
+                                api_key=api_key, timeout=timeout,
+                                system_fingerprint=fingerprint if isinstance(fingerprint, str) else None)
     if native is not None:
         observed["engine_native"] = native.to_identity_json()
         observed["engine_live"] = native.to_volatile_json()

