@@ -82,6 +82,13 @@ def test_the_serving_venv_s_distributions_are_what_pin_records(cli, tmp_path: Pa
     assert "pip" not in stack["distributions"]  # installed in the venv itself, but no serving library
     assert stack["torch"] == {"verdict": "not installed in the serving interpreter"}
     assert stack["container"]["verdict"] in ("not in a container", "image", "unverifiable")
+    # one container verdict: the stack's agrees with the environment component's
+    environment = pinned.json()["components"]["environment"]["observed"]["container"]
+    if environment == "none":
+        assert stack["container"]["verdict"] == "not in a container"
+    else:
+        assert stack["container"]["verdict"] != "not in a container"
+        assert stack["container"]["container"] == environment
     runtime = pinned.json()["components"]["runtime"]["observed"]
     recorded = runtime["stack"]
     assert recorded["interpreter"]["executable"] == os.path.realpath(python)
