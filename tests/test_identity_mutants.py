@@ -888,23 +888,32 @@ def test_each_component_check_is_announced_with_its_verdict(pinned: tuple[Path, 
 
 def test_a_serving_process_started_through_path_is_read_from_its_binary(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """argv[0] 'python3' (found through the process's PATH) says nothing here: /proc/<pid>/exe is asked,
-    never a file of that name in execsys's own working directory."""
+    """argv[0] 'python3' is found through the serving process's own PATH -- here the test venv's bin first --
+    so the venv's interpreter is asked (its llama_cpp_python), not /proc/<pid>/exe (the base interpreter
+    behind the venv, which has none on a fresh machine), and never a file of that name in execsys's own
+    working directory."""
     from importlib import metadata
 
     decoy = _stub(tmp_path, "python3", "")
     decoy.write_text("#!/bin/sh\nexit 3\n")
     monkeypatch.chdir(tmp_path)
+    venv_bin = os.path.dirname(os.path.abspath(sys.executable))
+    venv_python3 = os.path.join(venv_bin, "python3")
+    assert os.path.exists(venv_python3), "the test interpreter's bin has a python3, as a venv's has"
     marker = f"execsys-serving-{uuid.uuid4().hex}"
-    proc = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", marker], executable=sys.executable)
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", marker], executable=sys.executable,
+                            env=env)
     try:
-        engine = observe_runtime({"engine": "llama-cpp-python", "process": marker}, require_endpoint=False)["engine"]
+        runtime = observe_runtime({"engine": "llama-cpp-python", "process": marker}, require_endpoint=False)
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    assert engine == {"name": "llama-cpp-python", "version": metadata.version("llama_cpp_python"),
-                      "source": "package metadata (llama_cpp_python)",
-                      "interpreter": os.path.realpath(sys.executable), "found_in": "the serving process's interpreter"}
+    assert runtime["process"]["interpreter"] == venv_python3
+    assert runtime["engine"] == {"name": "llama-cpp-python", "version": metadata.version("llama_cpp_python"),
+                                 "source": "package metadata (llama_cpp_python)",
+                                 "interpreter": os.path.realpath(venv_python3),
+                                 "found_in": "the serving process's interpreter"}
 
 
 def test_a_retrieval_corpus_that_cannot_be_hashed_is_unverifiable_at_verify_and_refused_at_pin(rich: Path) -> None:
