@@ -1,8 +1,8 @@
 """The comparability licence (execsys/scope.py) in-process: the verdict per axis, the statement, the
 contract section and the audit, from real probe and comparison records in a real SQLite ledger.
 
-Written for mutants that survived scripts/mutation.sh (test_scope.py drives most of this through
-`execsys scope` subprocesses, where a mutant cannot be seen). Each statement below is the exact
+In-process, so that scripts/mutation.sh's runs see them (test_scope.py drives most of this through
+`execsys scope` subprocesses, which import the unmutated checkout). Each statement below is the exact
 sentence a user reads, written out by hand from the records seeded.
 """
 

@@ -17,23 +17,8 @@ from execsys import COMPONENTS
 from execsys.canonical import content_id
 from execsys.observe.artifact import read_gguf_metadata
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+from tests.fixtures.git_repo import git, make_repo
 from tests.fixtures.llama import make_tiny_gguf
-
-
-def git(*args: str, cwd: Path) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@example.org")
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def make_repo(path: Path, remote: str = "https://github.com/example/evals.git") -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    git("init", "-q", "-b", "main", cwd=path)
-    (path / "eval.py").write_text("print('evaluate')\n")
-    git("add", "eval.py", cwd=path)
-    git("commit", "-q", "-m", "harness", cwd=path)
-    git("remote", "add", "origin", remote, cwd=path)
-    return path
 
 
 class FakeEngine:
