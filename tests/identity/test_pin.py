@@ -1,16 +1,13 @@
-"""pin as an operation (execsys/identity.py): where the lock goes, what a cancel leaves, which lock or
-ledger record an identity ref names, and the grader, tools and workflow observed through the harness.
+"""`pin` as an operation, in-process: what it observes of each component and announces, where the
+lock goes and what it records in the ledger, what a cancel leaves, which endpoints and servers must
+answer, and where the declaration's relative paths resolve.
 
-Written for mutants that survived scripts/mutation.sh in ``pin``, ``run_pin``, ``PinOptions.from_sources``,
-``run_verify``, ``lock_beside``, ``load_identity_ref`` and ``_observe_grader_tools_workflow``. Real
-declarations and artifacts in tmp_path, a real SQLite ledger, a real git repository, real interpreter
-processes, MCP servers over stdio (the SDK's own client) and an OpenAI-compatible endpoint on loopback.
+Real declarations and artifacts in tmp_path, a real SQLite ledger, a real git repository, real
+interpreter processes, MCP servers over stdio (the SDK's own client).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import re
 import subprocess
@@ -21,35 +18,146 @@ from pathlib import Path
 import pytest
 
 from execsys import COMPONENTS, declaration
-from execsys.canonical import content_id
 from execsys.errors import InputError
 from execsys.identity import (
+    ArtifactHashed,
     Cancelled,
-    ComponentChecked,
     ComponentObserved,
-    Identity,
     PinOptions,
-    VerifyOptions,
-    load_identity_ref,
     load_lock,
     lock_beside,
+    observe_components,
+    observe_runtime,
     pin,
-    record_identity,
     run_pin,
-    run_verify,
     verify,
-    write_lock,
 )
 from execsys.ledger import Ledger
-from tests.fixtures.identity_project import DECLARATION, write_project
+from tests.fixtures.git_repo import git
+from tests.fixtures.identity_project import (
+    DECLARATION,
+    JUDGE_DOWN,
+    b3sum,
+    declare,
+    needs_b3sum,
+    write_project,
+)
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
-                   capture_output=True, timeout=30)
+@needs_b3sum
+def test_every_declared_component_is_observed_and_announced_in_order(rich: Path) -> None:
+    import socket
+
+    events: list = []
+    identity = pin(declaration.load(rich / "execsys.toml"), require_endpoint=False, on_event=events.append)
+    observed = [(e.name, e.index, e.total) for e in events if isinstance(e, ComponentObserved)]
+    order = ["runtime", "artifact", "model", "hardware", "harness", "environment", "grader", "tools", "workflow",
+             "context_policy", "retrieval", "budget"]
+    assert observed == [(name, index, 12) for index, name in enumerate(order, 1)]
+    assert identity.observed("model") == {"from_files": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                                         "dtype": "bfloat16"}}
+    assert identity.observed("artifact")["kind"] == "tree" and identity.observed("artifact")["files"] == 3
+    assert identity.observed("runtime") == {"engine": {"name": None, "version": None, "source": None}}
+    assert identity.observed("hardware")["hostname"] == socket.gethostname()
+    assert identity.observed("harness") == {"git": None, "note": f"{rich} is not inside a git repository"}
+    assert identity.observed("environment")["variables"] == {}
+    template = b3sum(rich / "template.jinja")
+    done = subprocess.run(["b3sum", "--no-names"], input=b"{{ messages }}", capture_output=True, timeout=30,
+                          check=True)
+    assert identity.observed("context_policy") == {
+        "template": {"path": str(rich / "template.jinja"), "kind": "file", "digest": template, "files": 1},
+        "applied_template": {"source": "tokenizer_config.json chat_template",
+                             "digest": done.stdout.decode().strip(), "matches_declared": True}}
+    retrieval = identity.observed("retrieval")
+    assert retrieval["index"] == {"path": str(rich / "index.bin"), "kind": "file", "digest": b3sum(rich / "index.bin"),
+                                  "files": 1}
+    assert (retrieval["corpus"]["path"], retrieval["corpus"]["kind"], retrieval["corpus"]["files"]) == (
+        str(rich / "corpus"), "tree", 2)
+    assert identity.observed("grader") == {"judge": {"endpoint": {"url": "http://127.0.0.1:9/v1",
+                                                                  "error": JUDGE_DOWN.removeprefix("judge: ")}}}
+    assert {name: identity.observed(name) for name in ("tools", "workflow", "budget")} == {
+        "tools": {}, "workflow": {}, "budget": {}}
 
 
-# -- where the lock goes, and what from_sources keeps ---------------------------------------------
+def test_observing_components_requires_the_declared_endpoint_unless_told_otherwise(project: Path) -> None:
+    decl = declare(project, '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
+    with pytest.raises(InputError) as caught:
+        observe_components(decl)
+    assert str(caught.value).startswith("endpoint http://127.0.0.1:9/v1: unreachable")
+    components = observe_components(decl, require_endpoint=False)
+    assert list(components) == list(COMPONENTS)
+    assert "unreachable" in components["runtime"]["observed"]["endpoint"]["error"]
+
+
+def test_artifact_hashing_reports_its_bytes(project: Path) -> None:
+    (project / "model.bin").write_bytes(b"w" * 3000)
+    events: list = []
+    pin(declare(project, ""), require_endpoint=False, on_event=events.append)
+    hashed = [event for event in events if isinstance(event, ArtifactHashed)]
+    assert hashed and hashed[-1] == ArtifactHashed(3000, 3000)
+    assert all(event.total_bytes == 3000 and 0 <= event.done_bytes <= 3000 for event in hashed)
+
+
+def test_run_pin_records_in_the_ledger_then_writes_the_lock_beside_the_declaration(tmp_path: Path) -> None:
+    from execsys.identity import IdentityRecorded, PinOptions, run_pin
+    from execsys.ledger import Ledger
+
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    ledger_path = tmp_path / "ledger.db"
+    options = PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), ledger=ledger_path)
+    assert (options.lock_path, options.ledger_path, options.record, options.require_endpoint, options.previous) == (
+        tmp_path / "execsys.lock.json", ledger_path, True, True, None)
+    events: list = []
+    report = run_pin(options, on_event=events.append)
+    lock = tmp_path / "execsys.lock.json"
+    assert report.lock_path == lock and report.diff is None and report.to_json() == report.identity.to_json()
+    assert load_lock(lock).id == report.identity.id
+    assert [e for e in events if isinstance(e, IdentityRecorded)] == [
+        IdentityRecorded(report.identity.id, str(report.record_id), str(lock))]
+    assert [e.name for e in events if isinstance(e, ComponentObserved)][0] == "runtime"
+    with Ledger.open(ledger_path) as ledger:
+        record = ledger.get(str(report.record_id))
+        assert (record.kind, record.identity, record.body["id"]) == ("identity", report.identity.id, report.identity.id)
+    # the lock is left out of the harness's own observation, and a re-pin says what moved
+    (tmp_path / "execsys.toml").write_text(DECLARATION.replace("seed = 7", "seed = 8"))
+    again = run_pin(PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), load_lock(lock),
+                                            ledger=ledger_path))
+    assert again.diff is not None and again.diff.moved == ["budget"] and again.diff.sentence == "isolates budget"
+    assert load_lock(lock).id == again.identity.id != report.identity.id
+
+
+def test_run_pin_without_recording_writes_nothing(tmp_path: Path) -> None:
+    from execsys.identity import PinOptions, run_pin
+
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    options = PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), ledger=tmp_path / "ledger.db",
+                                      record=False, lock_path=str(tmp_path / "other.lock.json"))
+    assert (options.record, options.require_endpoint, options.lock_path) == (False, False, tmp_path / "other.lock.json")
+    report = run_pin(options)
+    assert (report.lock_path, report.record_id) == (None, None) and report.identity.id
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["execsys.toml", "model.bin"]
+
+
+def test_pin_options_refuse_bad_paths_in_one_line(tmp_path: Path) -> None:
+    from execsys.identity import PinOptions
+
+    (tmp_path / "execsys.toml").write_text(DECLARATION)
+    decl = declaration.load(tmp_path / "execsys.toml")
+    with pytest.raises(InputError) as caught:
+        PinOptions.from_sources(decl, lock_path=" ")
+    assert str(caught.value) == "the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration"
+    with pytest.raises(InputError) as caught:
+        PinOptions.from_sources(decl, lock_path=tmp_path)
+    assert str(caught.value) == f"{tmp_path}: cannot write the lock (is a directory)"
+    with pytest.raises(InputError) as caught:
+        PinOptions.from_sources(decl, engine_log="")
+    assert str(caught.value) == "--engine-log is empty: give the engine's log file"
+    options = PinOptions.from_sources(decl, engine_log="engine.log", require_endpoint=False)
+    assert options.declaration.component("runtime")["log"] == os.path.abspath("engine.log")
+    assert options.declaration.path == decl.path and options.require_endpoint is False
+    assert options.declaration.component("budget") == decl.component("budget")
 
 
 def test_a_declaration_read_from_no_file_locks_in_the_working_directory(tmp_path: Path,
@@ -73,9 +181,6 @@ def test_an_engine_log_flag_keeps_the_rest_of_the_declaration(tmp_path: Path) ->
     assert options.declaration.warnings == decl.warnings
     # the warning still reaches the pin's notes
     assert run_pin(options).identity.notes[0] == decl.warnings[0]
-
-
-# -- cancel, the endpoint rule and the lock left out of the harness --------------------------------
 
 
 class CancelAfter(threading.Event):
@@ -122,6 +227,21 @@ def test_a_cancel_stops_pin_before_anything_is_written(tmp_path: Path) -> None:
     assert load_lock(tmp_path / "execsys.lock.json").id == report.identity.id
 
 
+def test_a_pin_cancelled_after_the_runtime_stops_saying_nothing_was_written(project: Path) -> None:
+    decl = declare(project, "")
+    cancel = threading.Event()
+    events: list = []
+
+    def on_event(event: object) -> None:
+        events.append(event)
+        cancel.set()
+
+    with pytest.raises(Cancelled) as caught:
+        pin(decl, on_event=on_event, cancel=cancel)
+    assert str(caught.value) == "cancelled: nothing was written"
+    assert events == [ComponentObserved("runtime", 1, 12)]
+
+
 def test_pin_requires_the_endpoint_only_when_it_records(tmp_path: Path) -> None:
     path = write_project(tmp_path, DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
     ledger_path = tmp_path / "ledger.db"
@@ -133,14 +253,32 @@ def test_pin_requires_the_endpoint_only_when_it_records(tmp_path: Path) -> None:
     assert "unreachable" in observed.observed("runtime")["endpoint"]["error"]
 
 
+@needs_b3sum
+def test_pin_refuses_an_endpoint_that_does_not_answer_and_reads_grader_files_beside_the_declaration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "eval"
+    project.mkdir()
+    (project / "model.bin").write_bytes(b"weights")
+    (project / "judge.txt").write_text("Grade: {answer}\n")
+    (project / "execsys.toml").write_text(DECLARATION + '[grader]\nname = "j"\n[grader.judge]\nprompt = "judge.txt"\n')
+    monkeypatch.chdir(tmp_path)
+    identity = pin(declaration.load(project / "execsys.toml"))
+    assert identity.observed("grader") == {"judge": {"prompt": {"path": str(project / "judge.txt"),
+                                                                "digest": b3sum(project / "judge.txt")}}}
+    (project / "execsys.toml").write_text(DECLARATION + '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
+    with pytest.raises(InputError) as caught:
+        pin(declaration.load(project / "execsys.toml"))
+    assert str(caught.value).startswith("endpoint http://127.0.0.1:9/v1: unreachable")
+
+
 def test_the_lock_pin_rewrites_is_no_edit_of_the_harness_repository(tmp_path: Path) -> None:
     project = tmp_path / "eval"
     path = write_project(project)
     lock = project / "execsys.lock.json"
     lock.write_text("{}\n")
-    _git(project, "init", "-q")
-    _git(project, "add", ".")
-    _git(project, "commit", "-qm", "eval")
+    git("init", "-q", cwd=project)
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "eval", cwd=project)
     lock.write_text('{"an": "older pin"}\n')  # tracked, and edited since the commit
     assert pin(declaration.load(path), require_endpoint=False).observed("harness")["dirty"] is True
     assert pin(declaration.load(path), require_endpoint=False, exclude=[lock]).observed("harness")["dirty"] is False
@@ -151,167 +289,52 @@ def test_the_lock_pin_rewrites_is_no_edit_of_the_harness_repository(tmp_path: Pa
     assert again.identity.id == first.identity.id and again.diff is not None and again.diff.moved == []
 
 
-# -- what the engine does now: outside the id, in the lock -----------------------------------------
+def test_an_excluded_file_is_no_edit_of_the_harness_at_pin(project: Path) -> None:
+    decl = declare(project, "")
+    lock = project / "execsys.lock.json"
+    lock.write_text("{}\n")
+    git("init", "-q", cwd=project)
+    git("add", ".", cwd=project)
+    git("commit", "-qm", "eval", cwd=project)
+    lock.write_text('{"id": "rewritten"}\n')  # the lock being rewritten by this very pin
+    assert pin(decl, require_endpoint=False, exclude=[lock]).observed("harness")["dirty"] is False
+    assert pin(decl, require_endpoint=False).observed("harness")["dirty"] is True
 
 
-def test_an_endpoint_that_answers_any_model_name_is_noted_and_kept_outside_the_id(tmp_path: Path) -> None:
-    from execsys.observe.served import ANSWERS_ANY_NAME
-    from tests.fixtures.llama import FlipEndpoint
-
-    with FlipEndpoint(models=["tiny"]) as endpoint:
-        path = write_project(tmp_path, DECLARATION + f'[runtime]\nendpoint = "{endpoint.base_url}"\n')
-        identity = pin(declaration.load(path))
-    honesty = identity.live["model_name_honesty"]
-    assert honesty["answered"] is True and honesty["answered_as"] == honesty["asked"] != "tiny"
-    assert [n for n in identity.notes if n.startswith(ANSWERS_ANY_NAME)]
-    assert load_lock(write_lock(identity, tmp_path / "execsys.lock.json")).live == identity.live
-
-
-# -- run_verify is verify ---------------------------------------------------------------------------
-
-
-def test_run_verify_announces_each_check_and_stops_on_cancel(tmp_path: Path) -> None:
-    path = write_project(tmp_path)
-    identity = load_lock(write_lock(pin(declaration.load(path), require_endpoint=False), tmp_path / "x.lock.json"))
-    events: list = []
-    report = run_verify(VerifyOptions.from_sources(None, identity), on_event=events.append)
-    assert report.verdict == "same-system"
-    assert [(e.name, e.status) for e in events if isinstance(e, ComponentChecked)] == [(n, "same") for n in COMPONENTS]
-    stop = threading.Event()
-    stop.set()
-    with pytest.raises(Cancelled):
-        run_verify(VerifyOptions.from_sources(None, identity), cancel=stop)
-
-
-# -- an identity by lock, record or id prefix ------------------------------------------------------
-
-
-def _variants(identity: Identity, count: int) -> list[Identity]:
-    """Real identities of ``count`` budgets (seed 0, 1, ...): each id is its components' content id."""
-    out = []
-    for seed in range(count):
-        components = json.loads(json.dumps(identity.components))
-        components["budget"]["declared"]["seed"] = seed
-        out.append(dataclasses.replace(identity, id=content_id(components), components=components))
-    return out
-
-
-@pytest.fixture
-def pinned(tmp_path: Path) -> Identity:
-    return pin(declaration.load(write_project(tmp_path / "eval")), require_endpoint=False)
-
-
-def _sharing_a_first_character(identity: Identity, count: int) -> tuple[str, list[Identity]]:
-    groups: dict[str, list[Identity]] = {}
-    for variant in _variants(identity, 400):
-        group = groups.setdefault(variant.id[0], [])
-        group.append(variant)
-        if len(group) == count:
-            return variant.id[0], group
-    raise AssertionError("no first character shared")  # pragma: no cover - 400 ids over 16 characters
-
-
-def test_an_ambiguous_identity_prefix_lists_up_to_four_ids(pinned: Identity, tmp_path: Path) -> None:
-    first, group = _sharing_a_first_character(pinned, 5)
-    for size in (2, 4, 5):
-        with Ledger.open(tmp_path / f"ledger{size}.db") as ledger:
-            for identity in group[:size]:
-                record_identity(identity, ledger)
-                record_identity(identity, ledger)  # an identity pinned twice is one match
-            with pytest.raises(InputError) as caught:
-                load_identity_ref(first, ledger)
-        shown = ", ".join(sorted(i.id[:12] for i in group[:size])[:4])
-        more = ", ..." if size > 4 else ""
-        assert str(caught.value) == (f"identity prefix '{first}' is ambiguous in the ledger ({shown}{more}): "
-                                     "give more characters")
-    with Ledger.open(tmp_path / "ledger2.db") as ledger:
-        assert load_identity_ref(group[1].id[:20], ledger).id == group[1].id
-
-
-def test_an_identity_prefix_names_its_newest_record_and_a_record_id_that_record(pinned: Identity,
-                                                                                tmp_path: Path) -> None:
-    older = dataclasses.replace(pinned, recorded_at="2026-01-01T00:00:00Z")
-    newer = dataclasses.replace(pinned, recorded_at="2026-06-01T00:00:00Z")
-    with Ledger.open(tmp_path / "ledger.db") as ledger:
-        older_id = record_identity(older, ledger)
-        newer_id = record_identity(newer, ledger)
-        by_prefix = load_identity_ref(pinned.id[:8], ledger)
-        assert (by_prefix.recorded_at, by_prefix.source) == (newer.recorded_at, f"ledger record {newer_id}")
-        by_record = load_identity_ref(older_id, ledger)
-        assert (by_record.recorded_at, by_record.source) == (older.recorded_at, f"ledger record {older_id}")
-
-
-def test_an_identity_known_only_from_probes_is_found_by_prefix_naming_the_prefix(tmp_path: Path) -> None:
-    with Ledger.open(tmp_path / "ledger.db") as ledger:
-        ledger.append("probe", {"axis": "restart"}, identity="ab" * 32)
-        known = load_identity_ref("abab", ledger)
-        assert (known.id, known.components, known.source) == ("ab" * 32, {}, "identity abab")
-        assert known.notes == ["known only by its id from identity abab: the ledger holds no identity record for it"]
-        # two identities behind one prefix, each known only from what was taken under it
-        ledger.append("comparison", {"verdict": "same"}, identity="ac" * 32)
-        with pytest.raises(InputError) as caught:
-            load_identity_ref("a", ledger)
-        assert str(caught.value) == "identity prefix 'a' is ambiguous in the ledger: give more characters"
-        # a plan names the identity it is for, but nothing was taken under it yet
-        ledger.append("plan", {"arms": []}, identity="cd" * 32)
-        with pytest.raises(InputError) as caught:
-            load_identity_ref("cdcd", ledger)
-        assert str(caught.value).startswith("'cdcd' is neither a lock file nor an identity in the ledger")
-
-
-@pytest.mark.parametrize("kind", ["run", "attach"])
-def test_an_identity_known_only_from_harness_runs_is_found_by_prefix(tmp_path: Path, kind: str) -> None:
-    """A job's ``execsys run`` verified the lock its TaskProlog pinned on the node: the ledger the
-    results were gathered into has the run, not the identity record."""
-    with Ledger.open(tmp_path / "ledger.db") as ledger:
-        run_id = ledger.append(kind, {"verdict": "clean"}, identity="ef" * 32)
-        by_prefix = load_identity_ref("efef", ledger)
-        assert (by_prefix.id, by_prefix.components, by_prefix.source) == ("ef" * 32, {}, "identity efef")
-        by_record = load_identity_ref(run_id, ledger)
-        assert (by_record.id, by_record.source) == ("ef" * 32, f"ledger record {run_id}")
-
-
-def test_a_ref_the_ledger_refuses_leaves_the_ledger_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ledger load_identity_ref opens itself is closed before the error reaches the caller: SQLite
-    removes the write-ahead log beside it only when the last connection closes."""
-    ledger_path = tmp_path / "ledger.db"
-    monkeypatch.setenv("EXECSYS_LEDGER", str(ledger_path))
-    Ledger.open(ledger_path).close()
-    wal = tmp_path / "ledger.db-wal"
-    assert not wal.exists()
-    with pytest.raises(InputError) as caught:
-        load_identity_ref("zz")
-    assert "is neither a lock file nor an identity" in str(caught.value)
-    assert not wal.exists()
-
-
-# -- the grader, tools and workflow: observed where the harness runs -------------------------------
-
-
-def _version_in(interpreter: str, distribution: str) -> str:
-    done = subprocess.run([interpreter, "-I", "-c", f"from importlib.metadata import version; print(version({distribution!r}))"],
-                          capture_output=True, text=True, timeout=30, check=True)
-    return done.stdout.strip()
-
-
-def test_declared_packages_are_read_from_the_harness_interpreter_and_configs_beside_the_declaration(
+def test_runtime_files_resolve_beside_the_declaration_and_shells_the_harness_uses_are_recorded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    harness_python = os.path.realpath(sys.executable)
     project = tmp_path / "eval"
-    path = write_project(project, DECLARATION + f'[harness]\ncommands = ["{harness_python} -c pass"]\n'
-                                           '[grader]\npackages = ["pytest"]\n[tools]\npackages = ["pytest"]\n'
-                                           '[workflow]\npackages = ["pytest"]\nconfig = ["flow.yaml"]\n')
-    (project / "flow.yaml").write_text("steps: 3\n")
-    empty = tmp_path / "no-python-here"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))  # no python3 on PATH: only the harness's can answer
-    monkeypatch.chdir(empty)
-    identity = pin(declaration.load(path), require_endpoint=False)
-    expected = {"interpreter": harness_python, "versions": {"pytest": _version_in(harness_python, "pytest")}}
-    for name in ("grader", "tools", "workflow"):
-        assert identity.observed(name)["packages"] == expected, name
-    config = identity.observed("workflow")["config"]
-    assert [(c["path"], bool(c["digest"])) for c in config] == [(str(project / "flow.yaml"), True)]
+    project.mkdir()
+    (project / "model.bin").write_bytes(b"weights")
+    (project / "engine.env").write_text("NVIDIA_TF32_OVERRIDE=0\nHF_TOKEN=hf_secretsecretsecret\n")
+    (project / "engine.log").write_text("loading weights\n")
+    (project / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n[runtime]\nengine = "vllm"\n'
+                                          'env_file = "engine.env"\nlog = "engine.log"\n'
+                                          '[harness]\ncommands = ["echo hi | cat", "true"]\n')
+    monkeypatch.chdir(tmp_path)  # pinned from elsewhere: the declaration's own directory still counts
+    identity = pin(declaration.load(project / "execsys.toml"), require_endpoint=False)
+    runtime = identity.observed("runtime")
+    assert runtime["env_file_numerics"] == {"NVIDIA_TF32_OVERRIDE": "0"}
+    assert runtime["kernels"] == {"log": str(project / "engine.log"), "found": []}
+    assert identity.declared("runtime")["env_file"] == "engine.env"  # declared as written
+    shells = identity.observed("environment")["shells"]
+    assert [(s["program"], s["because"]) for s in shells] == [("sh", "harness command 'echo hi | cat' runs through it")]
+
+
+def test_a_declaration_without_a_file_resolves_beside_the_working_directory(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+    identity = pin(declaration.parse(DECLARATION), require_endpoint=False)
+    assert identity.declaration == {"path": None, "base_dir": str(project)}
+    assert identity.observed("artifact")["path"] == str(project / "model.bin")
+
+
+def test_an_empty_runtime_file_setting_names_no_file(project: Path) -> None:
+    identity = pin(declare(project, '[runtime]\nenv_file = ""\nlog = ""\n'), require_endpoint=False)
+    runtime = identity.observed("runtime")
+    assert "env_file_numerics" not in runtime and "kernels" not in runtime
+    assert observe_runtime({"env_file": "", "log": ""}, require_endpoint=False, base_dir=project).keys() == \
+        runtime.keys()
 
 
 # A minimal MCP server over stdio (JSON-RPC lines): initialize and tools/list, nothing else.
