@@ -29,16 +29,16 @@ work=${MUTATION_DIR:-${TMPDIR:-/tmp}/execsys-mutation}
 # (the timeout defaults to 120 s; a mutant that makes a test hang costs that long, so a module whose
 # tests each finish in seconds says so)
 modules=(
-  "stats|execsys/stats.py|tests/test_stats.py tests/test_stats_golden.py tests/test_stats_mutants.py"
+  "stats|execsys/stats.py|tests/test_stats.py tests/test_stats_golden.py tests/test_stats_sizing.py"
   "canonical|execsys/canonical.py|tests/test_canonical_golden.py"
-  "quant|execsys/quant.py|tests/test_quant.py tests/test_quant_table_golden.py tests/test_quant_mutants.py"
-  "agreement|execsys/probes/agreement.py|tests/test_probe_arithmetic.py::test_the_one_fold_excludes_errored_cases_and_locates_the_first_differing_pass tests/test_agreement_mutants.py"
-  "cases|execsys/probes/cases.py|tests/test_cases_mutants.py"
-  "compare|execsys/compare.py|tests/test_compare.py tests/test_mutation_killers.py tests/test_compare_mutants.py"
-  "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_mutants.py"
-  "digest|execsys/digest.py|tests/test_digest_mutants.py|20"
-  "identity|execsys/identity.py|tests/test_identity_golden.py tests/test_identity_mutants.py tests/test_identity_mutants_facts.py tests/test_identity_mutants_notes.py tests/test_identity_mutants_pin.py tests/test_identity_in_venv.py"
-  "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_mutants.py|30"
+  "quant|execsys/quant.py|tests/test_quant.py tests/test_quant_table_golden.py tests/test_quant_verdicts.py"
+  "agreement|execsys/probes/agreement.py|tests/test_probe_arithmetic.py::test_the_one_fold_excludes_errored_cases_and_locates_the_first_differing_pass tests/test_probe_agreement.py"
+  "cases|execsys/probes/cases.py|tests/test_probe_cases.py"
+  "compare|execsys/compare.py|tests/compare/test_compare.py tests/compare/test_verdict.py tests/compare/test_results.py"
+  "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_licence.py"
+  "digest|execsys/digest.py|tests/test_digest_files_and_trees.py|20"
+  "identity|execsys/identity.py|tests/identity/test_golden.py tests/identity/test_verify.py tests/identity/test_pin.py tests/identity/test_lock.py tests/identity/test_diff.py tests/identity/test_redaction.py tests/identity/test_engine.py tests/identity/test_notes.py tests/identity/test_live.py tests/identity/test_refs.py"
+  "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_reports.py|30"
 )
 
 report() {
