@@ -26,7 +26,11 @@ class ServingObserver:
     running does not change what that process has loaded (verify-after re-reads it anyway).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, completions: bool = True) -> None:
+        # completions=False: a probe pass, whose own responses already say which model answered each
+        # case and with which fingerprint; a completion of our own there would be one more request
+        # the endpoint counts and caches between the probe's cases. Only GETs are sent then.
+        self.completions = completions
         self._answers: dict[tuple[Any, Any], Any] = {}
 
     def __call__(self, declared_runtime: dict[str, Any]) -> dict[str, Any]:
@@ -38,10 +42,10 @@ class ServingObserver:
         listener = listener_of(declared_runtime.get("endpoint"))
         answers = self._answers.setdefault((listener.get("pid"), listener.get("started_at")), Answers())
         with observation_pass(answers):
-            observed = observe_runtime(declared_runtime, require_endpoint=False)
+            observed = observe_runtime(declared_runtime, require_endpoint=False, ask_fingerprint=self.completions)
         flat = flatten(observed, listener)
         models = (observed.get("endpoint") or {}).get("models") or []
-        if models and declared_runtime.get("endpoint"):
+        if self.completions and models and declared_runtime.get("endpoint"):
             flat["runtime.endpoint.answered_model"] = _answered_model(declared_runtime, str(models[0]))
         return flat
 
