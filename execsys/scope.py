@@ -287,7 +287,8 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         owner = record.identity or body.get("identity")
         if isinstance(owner, dict):
             owner = owner.get("id")
-        check = body.get("system_check") if isinstance(body.get("system_check"), dict) else {}
+        raw_check = body.get("system_check")
+        check: dict[str, Any] = raw_check if isinstance(raw_check, dict) else {}
         if check.get("verdict") == "differs" and identity_id in (check.get("lock"), owner):
             # taken under this lock, but what answered was another system: it counts toward no identity
             another.append({"record": record.id, "axis": str(axis),
@@ -305,11 +306,13 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
                              "it measured the engine change, not the axis"})
             continue
         if axis in EVENT_AXES:
-            evidence = body.get("evidence") if isinstance(body.get("evidence"), dict) else {}
+            raw_evidence = body.get("evidence")
+            evidence: dict[str, Any] = raw_evidence if isinstance(raw_evidence, dict) else {}
             verdict = evidence.get("verdict")
             if verdict == "not-observed":
-                excluded.append({"record": record.id, "reason": f"{axis} probe: {evidence.get('sentence') or f'no {axis} observed'}"
-                                 f": it licenses nothing across {_AXIS_NOUN[axis]}"})
+                seen = evidence.get("sentence") or f"no {axis} observed"
+                excluded.append({"record": record.id,
+                                 "reason": f"{axis} probe: {seen}: it licenses nothing across {_AXIS_NOUN[axis]}"})
                 continue
             if verdict != "observed":
                 unverified_why.setdefault(axis, str(evidence.get("sentence") or f"{record.id} was recorded before "

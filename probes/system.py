@@ -229,9 +229,10 @@ def answered_differences(passes: list[dict[str, Any]], pinned_runtime: dict[str,
         if info.get("source") != "send":
             continue
         where = {"pass": info.get("label"), "at": "responses"}
-        other = [m for m in info.get("models") or [] if isinstance(models, list) and models and m not in models]
+        listed: list[Any] = models if isinstance(models, list) else []
+        other = [m for m in info.get("models") or [] if listed and m not in listed]
         if other:
-            found.append({"component": "runtime.endpoint.answered_model", "pinned": list(models),
+            found.append({"component": "runtime.endpoint.answered_model", "pinned": list(listed),
                           "observed": other[0] if len(other) == 1 else other, **where})
         seen = [f for f in info.get("system_fingerprints") or [] if fingerprint and f != fingerprint]
         if seen:
