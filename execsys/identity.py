@@ -336,10 +336,11 @@ def _runtime_as_declared(declared: dict[str, Any], base_dir: Path | None) -> dic
 
 
 def _observe_runtime_component(declared: dict[str, Any], base_dir: Path | None, *,
-                               require_endpoint: bool) -> dict[str, Any]:
+                               require_endpoint: bool, ask_fingerprint: bool = True) -> dict[str, Any]:
     from execsys.observe import runtime
 
-    observed = runtime.observe_runtime(_runtime_as_declared(declared, base_dir), require_endpoint=require_endpoint)
+    observed = runtime.observe_runtime(_runtime_as_declared(declared, base_dir), require_endpoint=require_endpoint,
+                                       ask_fingerprint=ask_fingerprint)
     # the numerics switches set in the *pinning* process are the observer's (see observe_observer);
     # the serving process's own (observed.process.numerics_env) stay in the id
     observed.pop("numerics_env", None)
@@ -1160,10 +1161,12 @@ def diff_identities(a: Identity, b: Identity) -> DiffReport:
 
 # re-exported for callers that re-observe one component (the probes' restart axis)
 def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True,
-                    base_dir: Path | None = None) -> dict[str, Any]:
+                    base_dir: Path | None = None, ask_fingerprint: bool = True) -> dict[str, Any]:
     """Re-observe the runtime component alone, redacted, as pin records it (see :mod:`execsys.observe.runtime`);
-    the engine's package version as installed in the serving process's interpreter."""
-    observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint)
+    the engine's package version as installed in the serving process's interpreter. ``ask_fingerprint=False``
+    sends the endpoint no completion (a probe pass: its responses carry the fingerprint)."""
+    observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint,
+                                          ask_fingerprint=ask_fingerprint)
     observed.pop("engine_live", None)
     observed["engine"] = _engine_as_served(observed.get("engine") or {}, (declared_runtime or {}).get("engine"),
                                            observed.get("process"), {})

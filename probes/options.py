@@ -142,6 +142,9 @@ class ProbeOptions:
     resume: bool | str = False
     max_body: int = 8 << 20
     declared_runtime: dict[str, Any] = field(default_factory=dict)  # [runtime] table, for re-observation
+    # the lock's runtime (what each pass's observation is compared with); None without a lock
+    pinned_runtime: dict[str, Any] | None = None
+    pinned_declared_runtime: dict[str, Any] | None = None
     ledger: str | Path | None = None  # None: $EXECSYS_LEDGER or the user data dir
     warnings: list[str] = field(default_factory=list)  # said as Note events when the probe starts
 
@@ -157,6 +160,8 @@ class ProbeOptions:
         unknown = set(overrides) - {f for f in cls.__dataclass_fields__ if f not in ("identity", "identity_reason",
                                                                                     "decoding", "warnings",
                                                                                     "declared_runtime",
+                                                                                    "pinned_runtime",
+                                                                                    "pinned_declared_runtime",
                                                                                     "repeats_given")}
         if unknown:
             raise TypeError(f"unknown probe option(s): {', '.join(sorted(unknown))}")
@@ -228,7 +233,9 @@ class ProbeOptions:
             resume=first_given(given("resume"), False) or False,
             max_body=_or(given("max_body"), 8 << 20),
             declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file",
-                                                                            "api_key_env")},
+                                                                            "api_key_env", "endpoint")},
+            pinned_runtime=dict(lock.observed("runtime")) if lock is not None else None,
+            pinned_declared_runtime=dict(lock.declared("runtime")) if lock is not None else None,
             ledger=given("ledger"),
             warnings=warnings,
         )

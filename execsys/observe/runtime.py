@@ -169,8 +169,11 @@ def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_bod
 
 
 def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0,
-                     fingerprint_timeout: float = 30.0) -> dict[str, Any]:
-    """What the endpoint says about itself. Raises InputError when it does not answer."""
+                     fingerprint_timeout: float = 30.0, ask_fingerprint: bool = True) -> dict[str, Any]:
+    """What the endpoint says about itself. Raises InputError when it does not answer.
+
+    ``ask_fingerprint=False`` sends no completion (the fingerprint is then None): for an observer whose
+    own requests' responses carry the fingerprint, such as a probe pass."""
     import httpx
 
     from execsys.observe.http import observation_client
@@ -205,7 +208,8 @@ def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: floa
             props = _json_any(client, f"{root}/props", timeout)
             build = props.get("build_info") if isinstance(props, dict) else None
             observed["build_info"] = build if isinstance(build, str) else None
-            observed["system_fingerprint"] = _fingerprint(client, api, models, fingerprint_timeout)
+            observed["system_fingerprint"] = (_fingerprint(client, api, models, fingerprint_timeout)
+                                              if ask_fingerprint else None)
     except InputError:
         raise
     return observed
@@ -325,11 +329,13 @@ def read_env_file(path: str) -> dict[str, str]:
     return values
 
 
-def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True) -> dict[str, Any]:
+def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True,
+                    ask_fingerprint: bool = True) -> dict[str, Any]:
     """Observe the runtime as declared (engine, endpoint, process, env).
 
     An endpoint that is declared but does not answer raises InputError when
     ``require_endpoint`` (pin); otherwise it is recorded as ``endpoint: {"error": ...}``.
+    ``ask_fingerprint=False``: no completion is sent (see :func:`observe_endpoint`).
     """
     declared = declared_runtime or {}
     observed: dict[str, Any] = {"engine": engine_version(declared.get("engine"), declared.get("process"))}
@@ -341,7 +347,8 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
             register_secret(api_key)
         timeout = float(declared.get("ready_timeout") or 5.0)
         try:
-            observed["endpoint"] = observe_endpoint(endpoint, api_key=api_key, timeout=min(timeout, 10.0))
+            observed["endpoint"] = observe_endpoint(endpoint, api_key=api_key, timeout=min(timeout, 10.0),
+                                                    ask_fingerprint=ask_fingerprint)
         except InputError as exc:
             if require_endpoint:
                 raise
