@@ -39,6 +39,27 @@ modules=(
   "digest|execsys/digest.py|tests/test_digest_files_and_trees.py|20"
   "identity|execsys/identity.py|tests/identity/test_golden.py tests/identity/test_verify.py tests/identity/test_pin.py tests/identity/test_lock.py tests/identity/test_diff.py tests/identity/test_redaction.py tests/identity/test_engine.py tests/identity/test_notes.py tests/identity/test_live.py tests/identity/test_refs.py"
   "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_reports.py|30"
+  # the decision tables (issue 26): every test in them runs in milliseconds
+  "run.record|execsys/run/record.py|tests/test_run_decisions.py|30"
+  "run.gate|execsys/run/gate.py|tests/test_run_decisions.py|30"
+  "run.watch|execsys/run/watch.py|tests/test_run_decisions.py|30"
+  "run.results|execsys/run/results.py|tests/test_run_decisions.py|30"
+  "harnesses.lm_eval|execsys/harnesses/lm_eval.py|tests/test_run_decisions.py|30"
+  "fleet|execsys/fleet.py|tests/test_fleet_decisions.py tests/test_fleet.py|60"
+  "redact|execsys/redact.py|tests/test_redact_properties.py tests/test_secrets.py tests/test_reliability_redact.py|60"
+  "doctor.node_checks.check|execsys/doctor/node_checks/check.py|tests/test_node_check_decisions.py|30"
+  "doctor.node_checks.npd|execsys/doctor/node_checks/npd.py|tests/test_node_check_decisions.py|30"
+  "doctor.node_checks.slurm|execsys/doctor/node_checks/slurm.py|tests/test_node_check_decisions.py|30"
+  "doctor.node_checks.slurm_prolog|execsys/doctor/node_checks/slurm_prolog.py|tests/test_node_check_decisions.py|30"
+  "doctor.node_checks.nhc|execsys/doctor/node_checks/nhc.py|tests/test_node_check_decisions.py|30"
+  "doctor.hazards.clock_skew|execsys/doctor/hazards/clock_skew.py|tests/test_hazard_thresholds.py|30"
+  "doctor.hazards.unread_env_config|execsys/doctor/hazards/unread_env_config.py|tests/test_hazard_thresholds.py|30"
+  "doctor.hazards.stub_executables|execsys/doctor/hazards/stub_executables.py|tests/test_hazard_thresholds.py|30"
+  "doctor.hazards.interop_mangling|execsys/doctor/hazards/interop_mangling.py|tests/test_hazard_thresholds.py|30"
+  "doctor.remote|execsys/doctor/remote.py|tests/test_hazard_thresholds.py|30"
+  "plan.checks|execsys/plan/checks.py|tests/test_plan_decisions.py tests/test_plan_checks.py|30"
+  "plan.paired|execsys/plan/paired.py|tests/test_plan_decisions.py|30"
+  "probes.margin|execsys/probes/margin.py|tests/test_margin_decisions.py|30"
 )
 
 report() {
