@@ -3,10 +3,19 @@
 Two numbers side by side claim comparable conditions. ``compare`` names the components that moved
 between the two results' identities (via the identity diff) and labels the comparison:
 
-- ``causal`` only when exactly the declared intervention moved, and the two results came from one
-  session or crossed only boundaries licensed (measured at agreement 1.0) for their identities;
+- ``causal`` only when the declared intervention is exactly what moved between the two identities,
+  and the two results came from one session (or one paired run) or crossed only boundaries licensed
+  (measured at agreement 1.0) for their identities;
 - ``descriptive`` otherwise: both numbers are reported, no causal sentence is produced, and the
-  reasons say why (more than the intervention moved; the crossed axis is unstable or unmeasured).
+  reasons say why ("you named budget; what moved: artifact"; the crossed axis is unstable or
+  unmeasured; the arms' identities were not observed; the result changed since its run recorded it).
+
+What moved is derived from the identities, never from the label: the arms of a paired run compare
+by their own identities (``arms.<ARM>.identity`` in the plan-run record); a plan run that recorded
+one identity for both arms did not observe what its arms differ in, so the comparison is
+descriptive. A sidecar is a claim, checked whenever it is read: the run it names must be in the
+ledger (whose record, not the sidecar, then says what the run ran under), and every result file
+read must still have the BLAKE3 the run recorded for it.
 
 Every comparison is recorded in the ledger (kind ``comparison``), so that ``execsys scope --audit``
 can flag it later if an axis it crossed is found unstable.
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +71,8 @@ class Result:
     paired_failures: list[str] = field(default_factory=list)  # checks that failed in that run
     run: str | None = None  # the execsys run (or attach) record that produced or described it
     caveats: list[str] = field(default_factory=list)  # "{side}" reasons that make it descriptive
+    # a paired-run arm whose own identity was not observed: why (its identity is then the run's)
+    unobserved: str | None = None
 
     def binary(self) -> dict[str, bool] | None:
         """Outcomes as right/wrong, or None when they are answers rather than scores."""
@@ -104,12 +116,12 @@ def load_result(ref: str, ledger: Ledger) -> Result:
             raise InputError(f"{ref}: name one arm of the paired run as {record.id}:ARM (arms: {', '.join(arms)})")
         outcomes = {case: {"correct": bool(o.get(part, {}).get("correct"))}
                     for case, o in (record.body.get("outcomes") or {}).items() if part in o and not o[part].get("error")}
-        ident = record.identity or record.body.get("identity") or f"unpinned:{record.id}"
-        identity = _identity(ident, ledger)
-        host = (record.body.get("arms") or {}).get(part, {}).get("host")
+        arm = (record.body.get("arms") or {}).get(part)
+        arm = arm if isinstance(arm, dict) else {}
+        identity, unobserved = _arm_identity(record, part, arm, ledger)
         failures = [f"{c.get('name')}: {c.get('detail')}" for c in record.body.get("checks") or [] if not c.get("passed")]
-        return Result(ref, identity, outcomes, session=record.id, host=host, paired_run=record.id,
-                      paired_failures=failures)
+        return Result(ref, identity, outcomes, session=record.id, host=arm.get("host"), paired_run=record.id,
+                      paired_failures=failures, unobserved=unobserved)
     if record.kind == "probe":
         try:
             index = int(part or 0)
@@ -128,10 +140,25 @@ def load_result(ref: str, ledger: Ledger) -> Result:
     raise InputError(f"{ref}: ledger record {record.id} is a {record.kind} record, not a result")
 
 
+def _arm_identity(record: Any, arm_name: str, arm: dict[str, Any], ledger: Ledger) -> tuple[IdentityRef, str | None]:
+    """The arm's own identity (``arms.<ARM>.identity``), or the run's with the reason it is not the arm's."""
+    if "identity" in arm:
+        own = arm.get("identity")
+        own = own.get("id") if isinstance(own, dict) else own
+        if isinstance(own, str) and own:
+            return _known_identity(own, None, ledger), None
+        reason = arm.get("identity_reason")
+        unobserved = str(reason) if isinstance(reason, str) and reason else (
+            f"{record.id} observed no identity for arm {arm_name}")
+    else:
+        unobserved = f"{record.id} records one identity for both arms"
+    ident = record.identity or record.body.get("identity") or f"unpinned:{record.id}"
+    return _identity(str(ident), ledger), unobserved
+
+
 def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = None) -> Result | None:
     """A harness's own result file (None when no harness adapter claims it)."""
     from execsys.harnesses import registry
-    from execsys.harnesses.base import sidecar_name
 
     adapter = registry.for_file(path)
     if adapter.name == "other":
@@ -140,20 +167,12 @@ def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = 
     if not loaded.outcomes:
         raise InputError(f"{path}: no per-case outcomes to compare" + (f" ({'; '.join(loaded.notes)})"
                                                                        if loaded.notes else ""))
-    sidecar_file = path.with_name(sidecar_name(path.name))
-    if run is None and sidecar_file.is_file():
-        with_sidecar = read_json_object(sidecar_file, "run sidecar")
-        run = with_sidecar if with_sidecar is not None else None
-    caveats: list[str] = []
+    run, caveats = _provenance(path, loaded.sources, ledger, run)
     ident: str | None = None
     lock: str | None = None
     if run is not None:
         ident = (run.get("identity") or {}).get("id")
         lock = (run.get("identity") or {}).get("lock")
-        if run.get("attached_after"):
-            caveats.append("identity recorded after the run for {side} (attached): descriptive only")
-        elif run.get("drifted"):
-            caveats.append(f"run {run.get('id')} for {{side}} drifted: its result is not attributable to one system")
     if not ident and loaded.embedded:
         ident = loaded.embedded.get("identity")
     run_id = (run or {}).get("id") or (loaded.embedded or {}).get("run")
@@ -164,6 +183,97 @@ def _load_harness_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = 
         identity = _known_identity(str(ident), lock, ledger)
     return Result(str(path), identity, loaded.outcomes, session=str(run_id) if run_id else None,
                   run=str(run_id) if run_id else None, caveats=caveats)
+
+
+def _provenance(path: Path, sources: list[Path], ledger: Ledger,
+                run: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """The run record that describes ``path`` and the "{side}" caveats it earns.
+
+    ``run`` is the ledger's record when the result was named by its run id; else the sidecar beside
+    the result is read, and the ledger's record of the run it names replaces it (a sidecar is a
+    file anyone can write). Every file read (``path`` and the ``sources`` its outcomes came from)
+    whose BLAKE3 the run recorded is hashed again: a file changed since is not that run's result."""
+    from execsys.harnesses.base import sidecar_name
+
+    caveats: list[str] = []
+    recorded: str | None = None
+    if run is not None:
+        entry = _recorded_entry(run, path)
+        recorded = _digest_of(entry)
+    else:
+        sidecar_file = path.with_name(sidecar_name(path.name))
+        sidecar = read_json_object(sidecar_file, "run sidecar") if sidecar_file.is_file() else None
+        if sidecar is None:
+            return None, []
+        entry = sidecar.get("result") if isinstance(sidecar.get("result"), dict) else None
+        recorded = _digest_of(entry)
+        claimed = sidecar.get("id")
+        stored = _recorded_run(ledger, claimed)
+        if stored is None:
+            caveats.append(f"the sidecar of {{side}}'s result {path} names {_safe(claimed)}, which the ledger never "
+                           "recorded: nothing vouches for it")
+            run = sidecar
+        else:
+            run = stored
+            in_ledger = _recorded_entry(stored, path, recorded)
+            if in_ledger is None or _digest_of(in_ledger) != recorded:
+                caveats.append(f"the sidecar of {{side}}'s result {path} does not match what {stored.get('id')} "
+                               "recorded in the ledger")
+    run_id = _safe(run.get("id"))
+    if recorded is None:
+        caveats.append(f"{run_id} recorded no BLAKE3 for {{side}}'s result {path}: it cannot be re-checked")
+    for file, digest in [(path, recorded), *((s, _digest_of(_recorded_entry(run, s))) for s in sources)]:
+        now = _hash(file) if digest else None
+        if digest and now != digest:
+            caveats.append(f"{{side}}'s result {file} changed after {run_id} recorded it (BLAKE3 {digest[:16]} then, "
+                           f"{(now or 'unreadable')[:16]} now): it is not what the run produced")
+    if run.get("attached_after"):
+        caveats.append("identity recorded after the run for {side} (attached): descriptive only")
+    elif run.get("drifted"):
+        caveats.append(f"run {run_id} for {{side}} drifted: its result is not attributable to one system")
+    return run, caveats
+
+
+def _safe(value: Any) -> str:
+    """A value a file supplied, for one line of a reason."""
+    return " ".join(str(value).split())[:120]
+
+
+def _recorded_run(ledger: Ledger, run_id: Any) -> dict[str, Any] | None:
+    """The body of the ``run``/``attach`` record ``run_id`` in the ledger, or None."""
+    if not isinstance(run_id, str) or not run_id.startswith(("run-", "attach-")):
+        return None
+    try:
+        record = ledger.get(run_id)
+    except InputError:
+        return None
+    return record.body if record.kind in ("run", "attach") and isinstance(record.body, dict) else None
+
+
+def _recorded_entry(run: dict[str, Any], path: Path, digest: str | None = None) -> dict[str, Any] | None:
+    """The run's ``results`` entry for ``path``: by path, else the one entry with its name (and digest)."""
+    entries = [e for e in run.get("results") or [] if isinstance(e, dict)]
+    here = os.path.abspath(path)
+    for entry in entries:
+        if os.path.abspath(str(entry.get("path"))) == here:
+            return entry
+    named = [e for e in entries if Path(str(e.get("path"))).name == path.name
+             and (digest is None or e.get("blake3") == digest)]
+    return named[0] if len(named) == 1 else None
+
+
+def _digest_of(entry: dict[str, Any] | None) -> str | None:
+    digest = (entry or {}).get("blake3")
+    return digest if isinstance(digest, str) and digest else None
+
+
+def _hash(path: Path) -> str | None:
+    from execsys.digest import hash_file
+
+    try:
+        return hash_file(path)
+    except (OSError, InputError):
+        return None
 
 
 def _known_identity(ident: str, lock: str | None, ledger: Ledger) -> IdentityRef:
@@ -203,7 +313,7 @@ def _load_run(ref: str, record_ref: str, part: str, ledger: Ledger) -> Result:
         raise InputError(f"{ref}: the run's result {path} is no longer there")
     loaded = _load_harness_file(path, ledger, run=record.body)
     if loaded is None:
-        loaded = _load_file(path, ledger)
+        loaded = _load_file(path, ledger, run=record.body)
         loaded.run = loaded.session = record.id
     loaded.ref = ref
     return loaded
@@ -215,7 +325,7 @@ def _identity(ident: str, ledger: Ledger) -> IdentityRef:
     return resolve_identity(ident, ledger)
 
 
-def _load_file(path: Path, ledger: Ledger) -> Result:
+def _load_file(path: Path, ledger: Ledger, run: dict[str, Any] | None = None) -> Result:
     try:
         data = json.loads(read_bounded(path, RECORD_FILE_LIMIT, "result file").decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -236,9 +346,13 @@ def _load_file(path: Path, ledger: Ledger) -> Result:
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
         raise InputError(f"{path}: 'concurrency' must be an integer")
     session, host = data.get("session"), data.get("host")
+    # the file names its own identity; a run's sidecar beside it still vouches (or not) for its content
+    described, caveats = _provenance(path, [], ledger, run)
     return Result(str(path), identity, {str(k): v for k, v in outcomes.items()},
                   session=str(session) if session is not None else None,
-                  host=str(host) if host is not None else None, concurrency=concurrency)
+                  host=str(host) if host is not None else None, concurrency=concurrency,
+                  run=str(described["id"]) if described and isinstance(described.get("id"), str) else None,
+                  caveats=caveats)
 
 
 @dataclass
@@ -293,7 +407,17 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
     reasons: list[str] = []
     moved: list[str] | None
     changes: dict[str, Any] = {}
-    if a.identity.identity is not None and b.identity.identity is not None:
+    unobserved = [(side, r) for side, r in (("A", a), ("B", b)) if r.unobserved]
+    if unobserved:
+        # a plan run that recorded one identity for both arms: the arms' own systems were never observed
+        moved = None
+        if len(unobserved) == 2 and a.unobserved == b.unobserved:
+            reasons.append(f"the arms' identities were not observed ({a.unobserved}): what moved between them "
+                           "is unknown")
+        else:
+            reasons.extend(f"arm {side}'s identity was not observed ({r.unobserved}): what moved is unknown"
+                           for side, r in unobserved)
+    elif pinned(a.identity) and pinned(b.identity):
         from execsys.identity import diff_identities
 
         report = diff_identities(a.identity.identity, b.identity.identity)
@@ -304,26 +428,22 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
         moved = None
         reasons.append("the components that moved cannot be named: "
                        + ", ".join(f"{r.ref} has no pinned identity record" for r in (a, b)
-                                   if r.identity.identity is None))
+                                   if not pinned(r.identity)))
     for side, result in (("A", a), ("B", b)):
-        reasons.extend(caveat.format(side=side) for caveat in result.caveats)
+        # replace, not format: a caveat may quote a path or run id with braces in it
+        reasons.extend(caveat.replace("{side}", side) for caveat in result.caveats)
     paired_control = bool(a.paired_run) and a.paired_run == b.paired_run
     if paired_control:
-        # Both arms of one pre-registered paired run: the intervention is what the arms differ in,
-        # and the run's own order, placement, window and identity checks decide the label.
-        reasons = [f"the paired run's check failed ({f})" for f in a.paired_failures]
-    elif moved is not None:
-        extra = [m for m in moved if m not in intervention]
-        if not intervention:
+        # Both arms of one pre-registered paired run: the run's own order, placement, window and
+        # identity checks stand in for the session; what moved still comes from the arms' identities.
+        reasons.extend(f"the paired run's check failed ({f})" for f in a.paired_failures)
+    if moved is not None:
+        mismatch = intervention_mismatch(intervention, moved)
+        if mismatch:
+            reasons.append(mismatch)
+        elif not intervention and not paired_control:
             reasons.append("no intervention declared (give --intervention COMPONENT)"
                            + (f"; moved: {', '.join(moved)}" if moved else "; no component moved"))
-        elif extra and not any(m in moved for m in intervention):
-            reasons.append(f"the declared intervention ({', '.join(intervention)}) did not move; "
-                           f"{', '.join(extra)} moved instead")
-        elif extra:
-            reasons.append(f"more than the declared intervention moved: {', '.join(extra)}")
-        elif not any(m in moved for m in intervention):
-            reasons.append(f"the declared intervention ({', '.join(intervention)}) did not move")
 
     crossed = [] if paired_control else crossed_axes(a, b)
     scopes: dict[str, ScopeReport] = {}
@@ -346,6 +466,19 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
     if record:
         comparison.record = ledger.append("comparison", comparison.to_json(), identity=a.identity.id)
     return comparison
+
+
+def pinned(ref: IdentityRef) -> bool:
+    """Whether the identity's components are known (not an id the ledger knows only from the records
+    taken under it): only then can what moved be derived from it."""
+    return ref.identity is not None and bool(ref.identity.components)
+
+
+def intervention_mismatch(intervention: list[str], moved: list[str]) -> str | None:
+    """Why a named intervention does not license a causal reading: it is not exactly what moved."""
+    if not intervention or set(intervention) == set(moved):
+        return None
+    return f"you named {', '.join(intervention)}; what moved: {', '.join(moved) or 'nothing'}"
 
 
 def _paired(a: Result, b: Result, mcnemar_exact, paired_difference_ci) -> dict[str, Any] | None:

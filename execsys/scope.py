@@ -7,7 +7,10 @@ unstable axes, which any causal claim may cross only with a contemporaneous pair
 A boundary belongs to one identity: probes taken under another identity do not count here.
 
 It also runs the backward consequence (``audit``): comparisons already recorded in the ledger that
-crossed an axis since found unstable need re-evaluation or a paired control.
+crossed an axis since found unstable need re-evaluation or a paired control, and a comparison
+recorded causal whose two identities do not back it -- what moved, derived from them, is not
+exactly the intervention named, or the arms of a paired run had no identities of their own -- is
+``not causal``.
 """
 
 from __future__ import annotations
@@ -531,7 +534,7 @@ class AuditFinding:
     crossed: list[str]
     unstable_now: list[str]
     unmeasured_now: list[str]
-    verdict: str  # "needs re-evaluation or a paired control" | "ok"
+    verdict: str  # "needs re-evaluation or a paired control" | "not causal" | "ok"
     statement: str
     runs: list[str] = field(default_factory=list)  # the execsys runs compared, when results came from runs
 
@@ -558,6 +561,48 @@ class AuditReport:
 
 
 NEEDS_REEVALUATION = "needs re-evaluation or a paired control"
+NOT_CAUSAL = "not causal"
+
+
+def _identities_disagree(ledger: Ledger, body: dict[str, Any]) -> str | None:
+    """Why a comparison recorded causal is not backed by its two identities (None when it is).
+
+    What moved is derived again from the identities the comparison names (the recorded ``moved``
+    when the ledger cannot resolve them); an arm of a paired run counts only by its own identity."""
+    from execsys.compare import intervention_mismatch, pinned
+
+    sides = [body.get(k) if isinstance(body.get(k), dict) else {} for k in ("a", "b")]
+    unobserved = []
+    for side in sides:
+        record_id, _, arm = str(side.get("ref") or "").partition(":")
+        if not record_id.startswith("plan-run-") or not arm:
+            continue
+        try:
+            plan_run = ledger.get(record_id)
+        except InputError:
+            continue
+        own = ((plan_run.body.get("arms") or {}).get(arm) or {}) if isinstance(plan_run.body, dict) else {}
+        if not (isinstance(own, dict) and own.get("identity")):
+            unobserved.append(f"{record_id}:{arm}")
+    if unobserved:
+        return f"the arms' identities were not observed ({', '.join(unobserved)}): what moved is unknown"
+    moved = body.get("moved")
+    identities = [str(side.get("identity") or "") for side in sides]
+    resolved = []
+    for ident in identities:
+        try:
+            found = resolve_identity(ident, ledger) if ident else None
+        except InputError:
+            found = None
+        resolved.append(found.identity if found is not None and pinned(found) else None)
+    if resolved[0] is not None and resolved[1] is not None:
+        from execsys.identity import diff_identities
+
+        moved = list(diff_identities(resolved[0], resolved[1]).moved)
+    if not isinstance(moved, list):
+        return None  # neither derivable now nor recorded then: nothing to hold the label against
+    intervention = [str(i) for i in body.get("intervention") or []]
+    return intervention_mismatch(intervention, [str(m) for m in moved])
 
 
 def audit(ledger: Ledger, identity_id: str | None = None) -> AuditReport:
@@ -587,7 +632,11 @@ def audit(ledger: Ledger, identity_id: str | None = None) -> AuditReport:
                 elif axis in scope.unmeasured and axis not in unmeasured_now and axis not in unstable_now:
                     unmeasured_now.append(axis)
         paired = bool(body.get("paired_control"))
-        if unstable_now and not paired:
+        unbacked = _identities_disagree(ledger, body) if body.get("label") == "causal" else None
+        if unbacked:
+            verdict = NOT_CAUSAL
+            statement = f"Comparison {record.id} was recorded causal, but {unbacked}: {NOT_CAUSAL}."
+        elif unstable_now and not paired:
             figures = "; ".join(
                 f"{axis} agreement {scopes[i].measured[axis].figure()}"
                 for axis in unstable_now for i in identities if axis in scopes[i].measured

@@ -10,10 +10,13 @@ from execsys.errors import ExitCode
 HELP = "compare two results: what moved, and whether a causal claim is licensed"
 DESCRIPTION = """\
 Each result carries its identity and per-case outcomes. compare names the components that moved
-between the two identities and labels the comparison causal only when exactly the declared
-intervention moved and the results came from one session (or crossed only boundaries measured at
-agreement 1.0 for their identities). Otherwise it is descriptive: both numbers, no causal sentence.
-Every comparison is recorded in the ledger (kind comparison) for 'execsys scope --audit'.
+between the two identities and labels the comparison causal only when the declared intervention is
+exactly what moved and the results came from one session (or crossed only boundaries measured at
+agreement 1.0 for their identities). Otherwise it is descriptive: both numbers, no causal sentence,
+and the reason ("you named budget; what moved: artifact"). The arms of a paired run compare by their
+own identities; a sidecar must name a run the ledger recorded, and each result file must still have
+the BLAKE3 its run recorded. Every comparison is recorded in the ledger (kind comparison) for
+'execsys scope --audit'.
 
 A result is a JSON file (execsys.result/1):
   {"identity": "execsys.lock.json", "session": "s1", "host": "gpu1",

@@ -134,4 +134,9 @@ def _render_audit(report) -> None:
     for finding in report.findings:
         key = "ok" if finding.verdict == "ok" else "fail"
         out.print(f"[{console.STYLES[key]}]{console.symbol(key)}[/] {escape(finding.statement)}")
-    out.print(f"\n{len(report.flagged)} of {report.checked} comparisons need re-evaluation or a paired control")
+    from execsys.scope import NOT_CAUSAL
+
+    unbacked = sum(1 for f in report.flagged if f.verdict == NOT_CAUSAL)
+    out.print(f"\n{len(report.flagged) - unbacked} of {report.checked} comparisons need re-evaluation or a paired "
+              "control" + (f"; {unbacked} recorded causal are not causal (their identities do not back it)"
+                           if unbacked else ""))

@@ -30,6 +30,8 @@ class HarnessResult:
     outcomes: dict[str, Any]
     embedded: dict[str, Any] | None = None  # {"identity": ID, "run": RUN_ID} from the harness's own metadata
     notes: list[str] = field(default_factory=list)
+    # the other files the outcomes were read from (lm-eval's samples files), whose digests a run recorded too
+    sources: list[Path] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class LmEvalHarness:
                 break
         outcomes: dict[str, Any] = {}
         notes: list[str] = []
+        sources: list[Path] = []
         stamp = _stamp(path)
         tasks = sorted(configs) or sorted(data.get("results") or {})
         for task in tasks:
@@ -81,6 +82,7 @@ class LmEvalHarness:
             if samples is None:
                 notes.append(f"no samples_{task}_*.jsonl beside {path.name} (run lm-eval with --log_samples)")
                 continue
+            sources.append(samples)
             metric = _first_metric(configs.get(task) or {}, data, task)
             for line_no, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
                 if not line.strip():
@@ -92,7 +94,7 @@ class LmEvalHarness:
                 if metric is None or metric not in sample:
                     raise InputError(f"{samples}:{line_no}: no value for metric {metric!r}")
                 outcomes[f"{task}/{sample.get('doc_id')}"] = sample[metric]
-        return HarnessResult(path, NAME, outcomes, embedded, notes)
+        return HarnessResult(path, NAME, outcomes, embedded, notes, sources)
 
 
 def graded_samples(path: Path) -> list[SampleOutput]:

@@ -130,12 +130,24 @@ def test_results_named_by_a_ledger_record_carry_its_identity(tmp_path: Path, loc
 TINY_QA = {f"tiny_qa/{doc}": 0.0 for doc in range(6)}
 
 
-def sidecar(result: Path, run_id: str, identity: str | None, lock: Path | str | None = None, **extra) -> dict:
+def sidecar(result: Path, run_id: str, identity: str | None, lock: Path | str | None = None,
+            ledger: Ledger | None = None, **extra) -> dict:
+    """The sidecar `execsys run` (or attach) writes beside ``result``, with the file's BLAKE3; recorded in
+    ``ledger`` as the run it names when one is given (a sidecar naming a run nobody recorded is not vouched for)."""
+    import blake3
+
+    entry = {"path": str(result), "blake3": blake3.blake3(result.read_bytes()).hexdigest(), "harness": "lm-eval"}
     body = {"schema": "execsys.run/1", "id": run_id, "verdict": "clean", "drifted": False,
             "identity": {"id": identity, "lock": str(lock) if lock else None, "how": "pinned"} if identity else None,
-            "results": [{"path": str(result), "harness": "lm-eval"}], **extra}
-    result.with_name(result.name + ".execsys.json").write_text(json.dumps(dict(body, result=body["results"][0])))
+            "results": [entry], **extra}
+    result.with_name(result.name + ".execsys.json").write_text(json.dumps(dict(body, result=entry)))
+    if ledger is not None:
+        ledger.append(run_id.split("-", 1)[0], body, identity=identity, record_id=run_id)
     return body
+
+
+def never_recorded(side: str, result: Path, run_id: str) -> str:
+    return f"the sidecar of {side}'s result {result} names {run_id}, which the ledger never recorded: nothing vouches for it"
 
 
 def known(ledger: Ledger, lock: Path) -> dict:
@@ -232,15 +244,15 @@ def test_the_sidecar_execsys_wrote_beside_a_result_names_its_identity_and_run(
     base, (runtime_lock, runtime) = locks["base"][1], locks["runtime"]
     # lm-eval kept the identity it was started with; the sidecar (written after the run) is the word that counts
     results = lm_eval_output(tmp_path / "out", embedded={"identity": base, "run": "run-20261201T101010-0000000a"})
-    sidecar(results, "run-20261201T121212-0000000c", runtime, runtime_lock)
+    sidecar(results, "run-20261201T121212-0000000c", runtime, runtime_lock, ledger)
     a = load_result(str(results), ledger)
     assert (a.identity.id, a.identity.source, a.session, a.run) == (
         runtime, str(runtime_lock), "run-20261201T121212-0000000c", "run-20261201T121212-0000000c")
     assert a.identity.identity is not None and a.identity.host() == "gpu1" and a.caveats == []
-    # with only the run id in the sidecar, lm-eval's own identity is used, and the sidecar's run
-    sidecar(results, "run-20261201T121212-0000000c", None)
+    # with no identity in the run's record, lm-eval's own identity is used, and the sidecar's run
+    sidecar(results, "run-20261201T121212-0000000e", None, None, ledger)
     assert (load_result(str(results), ledger).identity.id, load_result(str(results), ledger).session) == (
-        base, "run-20261201T121212-0000000c")
+        base, "run-20261201T121212-0000000e")
 
 
 def test_a_lock_re_pinned_since_the_run_is_not_taken_for_its_identity(tmp_path: Path, locks, ledger: Ledger,
@@ -263,12 +275,12 @@ def test_what_a_sidecar_says_about_the_run_makes_the_comparison_descriptive(tmp_
                                                                            ledger: Ledger) -> None:
     (base_lock, base) = locks["base"]
     clean = lm_eval_output(tmp_path / "clean")
-    sidecar(clean, "run-20261201T101010-0000000a", base, base_lock)
+    sidecar(clean, "run-20261201T101010-0000000a", base, base_lock, ledger)
     attached = lm_eval_output(tmp_path / "attached")
-    sidecar(attached, "attach-20261201T101010-0000000b", base, base_lock, schema="execsys.attach/1",
+    sidecar(attached, "attach-20261201T101010-0000000b", base, base_lock, ledger, schema="execsys.attach/1",
             attached_after=True, drifted=True)
     drifted = lm_eval_output(tmp_path / "drifted")
-    sidecar(drifted, "run-20261201T101010-0000000d", base, base_lock, drifted=True)
+    sidecar(drifted, "run-20261201T101010-0000000d", base, base_lock, ledger, drifted=True)
     a, b, d = (load_result(str(p), ledger) for p in (clean, attached, drifted))
     assert b.caveats == ["identity recorded after the run for {side} (attached): descriptive only"]
     unprobed = f"different sessions and restart was never probed under identity {base[:12]}"
@@ -278,6 +290,54 @@ def test_what_a_sidecar_says_about_the_run_makes_the_comparison_descriptive(tmp_
     assert compare(d, a, ledger, record=False).reasons == [
         "run run-20261201T101010-0000000d for A drifted: its result is not attributable to one system", undeclared,
         unprobed]
+
+
+def test_a_sidecar_is_checked_against_the_ledger_and_the_files_it_describes(tmp_path: Path, locks,
+                                                                            ledger: Ledger) -> None:
+    import blake3
+
+    (base_lock, base), (_, runtime) = locks["base"], locks["runtime"]
+    results = lm_eval_output(tmp_path / "out")
+    samples = results.with_name(f"samples_tiny_qa_{LM_EVAL_STAMP}.jsonl")
+    # a run nobody recorded: the sidecar names its identity, and nothing vouches for it
+    sidecar(results, "run-20261201T121212-00000001", base, base_lock)
+    got = load_result(str(results), ledger)
+    assert (got.identity.id, got.run) == (base, "run-20261201T121212-00000001")
+    assert got.caveats == [never_recorded("{side}", results, "run-20261201T121212-00000001")]
+    # a recorded run: the ledger's record says what it ran under, whatever the sidecar says now
+    body = sidecar(results, "run-20261201T121212-00000002", base, base_lock, ledger)
+    forged = dict(body, identity={"id": runtime, "lock": None}, result=body["results"][0])
+    results.with_name(results.name + ".execsys.json").write_text(json.dumps(forged))
+    got = load_result(str(results), ledger)
+    assert (got.identity.id, got.caveats) == (base, [])
+    # the run recorded the samples file too: the outcomes come from it, so it is re-checked
+    entry = {"path": str(samples), "blake3": blake3.blake3(samples.read_bytes()).hexdigest(), "harness": "lm-eval"}
+    body = dict(body, id="run-20261201T121212-00000003", results=[body["results"][0], entry])
+    ledger.append("run", body, identity=base, record_id=body["id"])
+    results.with_name(results.name + ".execsys.json").write_text(json.dumps(dict(body, result=body["results"][0])))
+    assert load_result(str(results), ledger).caveats == []
+    samples.write_text(samples.read_text().replace('"exact_match": 0.0', '"exact_match": 1.0'))
+    now = blake3.blake3(samples.read_bytes()).hexdigest()
+    edited = load_result(str(results), ledger)
+    assert edited.caveats == [f"{{side}}'s result {samples} changed after run-20261201T121212-00000003 recorded it "
+                              f"(BLAKE3 {entry['blake3'][:16]} then, {now[:16]} now): it is not what the run produced"]
+    assert set(edited.outcomes.values()) == {1.0}
+    assert compare(edited, load_result(str(results), ledger), ledger, record=False).reasons[:2] == [
+        edited.caveats[0].replace("{side}", "A"), edited.caveats[0].replace("{side}", "B")]
+    # the results file edited and its sidecar rewritten to match: the ledger still has the digest of the run
+    results.write_text(results.read_text().replace('"tiny_qa"', '"tiny_qa" '))
+    fresh = blake3.blake3(results.read_bytes()).hexdigest()
+    rewritten = dict(body, result=dict(body["results"][0], blake3=fresh))
+    results.with_name(results.name + ".execsys.json").write_text(json.dumps(rewritten))
+    assert load_result(str(results), ledger).caveats[0] == (
+        f"the sidecar of {{side}}'s result {results} does not match what run-20261201T121212-00000003 recorded in "
+        "the ledger")
+    # a sidecar without a digest cannot be re-checked, and says so
+    del rewritten["result"]["blake3"]
+    results.with_name(results.name + ".execsys.json").write_text(json.dumps(dict(rewritten, id="run-x")))
+    assert load_result(str(results), ledger).caveats[:2] == [
+        never_recorded("{side}", results, "run-x"),
+        f"run-x recorded no BLAKE3 for {{side}}'s result {results}: it cannot be re-checked"]
 
 
 def test_a_sidecar_that_is_not_a_run_record_is_ignored(tmp_path: Path, locks, ledger: Ledger) -> None:
@@ -292,12 +352,15 @@ def test_a_sidecar_that_is_not_a_run_record_is_ignored(tmp_path: Path, locks, le
 def run_record(ledger: Ledger, kind: str, results: list[tuple[Path, str]], identity: str | None,
                lock: Path | None = None, **extra) -> str:
     """A run (or attach) record as `execsys run` appends it: the results it found, the identity it ran under."""
+    import blake3
+
     from execsys.ledger import new_id
 
     record_id = new_id(kind)
     body = {"schema": f"execsys.{kind}/1", "id": record_id, "drifted": False,
             "identity": {"id": identity, "lock": str(lock) if lock else None} if identity else None,
-            "results": [{"path": str(path), "harness": harness} for path, harness in results], **extra}
+            "results": [{"path": str(path), "harness": harness, "blake3": blake3.blake3(path.read_bytes()).hexdigest()}
+                        for path, harness in results], **extra}
     return ledger.append(kind, body, identity=identity, record_id=record_id)
 
 

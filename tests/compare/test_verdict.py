@@ -49,18 +49,22 @@ def test_what_makes_a_comparison_descriptive(tmp_path: Path, locks, ledger: Ledg
     b = load_result(str(write_result(tmp_path / "b.json", locks["both"][0], OUT_B)), ledger)
     more = compare(a, b, ledger, ["runtime"], record=False)
     assert more.label == "descriptive" and more.moved == ["runtime", "hardware"]
-    assert more.reasons == ["more than the declared intervention moved: hardware"]
+    assert more.reasons == ["you named runtime; what moved: runtime, hardware"]
     assert more.statement == (f"Descriptive only: A ({a.ref}) 0.750 over 12 cases, B ({b.ref}) 0.250 over 12 "
-                              "cases. No causal claim: more than the declared intervention moved: hardware.")
+                              "cases. No causal claim: you named runtime; what moved: runtime, hardware.")
     assert compare(a, b, ledger, ["budget"], record=False).reasons == [
-        "the declared intervention (budget) did not move; runtime, hardware moved instead"]
+        "you named budget; what moved: runtime, hardware"]
     assert compare(a, b, ledger, record=False).reasons == [
         "no intervention declared (give --intervention COMPONENT); moved: runtime, hardware"]
     same = compare(a, a, ledger, record=False)
     assert same.reasons == ["no intervention declared (give --intervention COMPONENT); no component moved"]
-    assert compare(a, a, ledger, ["runtime"], record=False).reasons == [
-        "the declared intervention (runtime) did not move"]
+    assert compare(a, a, ledger, ["runtime"], record=False).reasons == ["you named runtime; what moved: nothing"]
     assert compare(a, b, ledger, ["runtime", "hardware"], record=False).label == "causal"
+    assert compare(a, b, ledger, ["hardware", "runtime"], record=False).label == "causal"  # a set, not a sequence
+    # a bundle of which only a part moved is not what moved either
+    runtime_only = load_result(str(write_result(tmp_path / "c.json", locks["runtime"][0], OUT_B)), ledger)
+    assert compare(a, runtime_only, ledger, ["runtime", "hardware"], record=False).reasons == [
+        "you named runtime, hardware; what moved: runtime"]
     with pytest.raises(UsageError, match=r"^--intervention 'vibes': not a component \(one of model, artifact, "):
         compare(a, b, ledger, ["vibes"], record=False)
 
@@ -147,16 +151,30 @@ def test_crossed_axes_name_what_separates_two_results() -> None:
 def test_the_arms_of_one_paired_run_are_a_paired_control(ledger: Ledger, locks) -> None:
     outcomes = {f"q{i}": {"A": {"correct": OUT_A[f"q{i}"]}, "B": {"correct": OUT_B[f"q{i}"]}} for i in range(12)}
     outcomes["q12"] = {"A": {"correct": True}, "B": {"error": "timeout"}}
-    run = ledger.append("plan-run", {"arms": {"A": {"host": "gpu1"}, "B": {"host": "gpu2"}}, "outcomes": outcomes,
-                                     "checks": [{"name": "order", "passed": True}]}, identity=locks["base"][1])
+    base = locks["base"][1]
+    run = ledger.append("plan-run", {"arms": {"A": {"host": "gpu1", "identity": base},
+                                              "B": {"host": "gpu2", "identity": base}}, "outcomes": outcomes,
+                                     "checks": [{"name": "order", "passed": True}]}, identity=base)
     a, b = load_result(f"{run}:A", ledger), load_result(f"{run}:B", ledger)
     assert (len(a.outcomes), len(b.outcomes), a.host, b.host, a.paired_run) == (13, 12, "gpu1", "gpu2", run)
+    assert (a.identity.id, a.unobserved) == (base, None)
     result = compare(a, b, ledger, record=False)
     assert result.paired_control and result.crossed == [] and result.label == "causal"
+    assert result.moved == [] and result.reasons == []
     assert result.paired is not None and result.paired["only_in_a"] == 1
     assert result.statement.startswith("Causal, inside one contemporaneous paired run: switching from "
                                        f"{run}:A to {run}:B moved the rate by -0.500 ")
-    failed = ledger.append("plan-run", {"arms": {"A": {}, "B": {}}, "outcomes": outcomes,
+    assert compare(a, b, ledger, ["budget"], record=False).reasons == ["you named budget; what moved: nothing"]
+    # one identity for both arms, as plan runs recorded before arms.<ARM>.identity: what moved is unknown
+    one = ledger.append("plan-run", {"arms": {"A": {"host": "gpu1"}, "B": {"host": "gpu2"}}, "outcomes": outcomes,
+                                     "checks": [{"name": "order", "passed": True}]}, identity=base)
+    blind = compare(load_result(f"{one}:A", ledger), load_result(f"{one}:B", ledger), ledger, ["budget"],
+                    record=False)
+    assert (blind.label, blind.moved) == ("descriptive", None)
+    assert blind.reasons == [f"the arms' identities were not observed ({one} records one identity for both arms): "
+                             "what moved between them is unknown"]
+    failed = ledger.append("plan-run", {"arms": {"A": {"identity": base}, "B": {"identity": base}},
+                                        "outcomes": outcomes,
                                         "checks": [{"name": "window", "passed": False, "detail": "arms 3 h apart"}]})
     broken = compare(load_result(f"{failed}:A", ledger), load_result(f"{failed}:B", ledger), ledger, record=False)
     assert broken.label == "descriptive"
@@ -171,7 +189,8 @@ def test_a_paired_comparison_reports_the_interval_of_b_minus_a(tmp_path: Path) -
     both = set(range(11))
     a, b = _arms(both | {11}, both | {12, 13, 14, 15, 16}, paired_run="plan-run-1")
     with Ledger.open(tmp_path / "ledger.sqlite3") as ledger:
-        result = compare(a, b, ledger, ["runtime"], record=False)
+        # no intervention named: the arms share one identity, so the claim is the switch from A to B
+        result = compare(a, b, ledger, record=False)
     paired = result.paired
     assert paired is not None
     assert (paired["n"], paired["b"], paired["c"]) == (20, 1, 5)
@@ -187,7 +206,9 @@ def test_a_paired_comparison_reports_the_interval_of_b_minus_a(tmp_path: Path) -
 
 def test_a_paired_run_whose_arm_errored_on_every_case_shares_no_case(ledger: Ledger) -> None:
     outcomes = {f"q{i}": {"A": {"correct": True}, "B": {"error": "timeout"}} for i in range(3)}
-    run = ledger.append("plan-run", {"arms": {"A": {}, "B": {}}, "outcomes": outcomes, "checks": []})
+    ident = "c" * 64
+    run = ledger.append("plan-run", {"arms": {"A": {"identity": ident}, "B": {"identity": ident}},
+                                     "outcomes": outcomes, "checks": []})
     result = compare(load_result(f"{run}:A", ledger), load_result(f"{run}:B", ledger), ledger, record=False)
     assert result.paired is not None and (result.paired["n"], result.paired["only_in_a"]) == (0, 3)
     assert result.statement == (
@@ -259,17 +280,17 @@ def test_lists_in_the_reasons_and_the_sentence_are_comma_separated(tmp_path: Pat
     b = load_result(str(write_result(tmp_path / "b.json", locks["both"][0], OUT_B)), ledger)
     c = load_result(str(write_result(tmp_path / "c.json", three, OUT_B)), ledger)
     assert compare(a, b, ledger, ["budget", "tools"], record=False).reasons == [
-        "the declared intervention (budget, tools) did not move; runtime, hardware moved instead"]
+        "you named budget, tools; what moved: runtime, hardware"]
     assert compare(a, c, ledger, ["runtime"], record=False).reasons == [
-        "more than the declared intervention moved: model, hardware"]
+        "you named runtime; what moved: model, runtime, hardware"]
     assert compare(a, a, ledger, ["runtime", "budget"], record=False).reasons == [
-        "the declared intervention (runtime, budget) did not move"]
+        "you named runtime, budget; what moved: nothing"]
     both = compare(a, b, ledger, ["runtime", "hardware"], record=False)
     assert both.statement.startswith("Causal, inside one session: changing runtime, hardware moved the rate by -0.500 ")
     descriptive = compare(a, c, ledger, ["budget"], record=False)
     assert descriptive.statement == (
-        f"Descriptive only: A ({a.ref}) 0.750 over 12 cases, B ({c.ref}) 0.250 over 12 cases. No causal claim: the "
-        "declared intervention (budget) did not move; model, runtime, hardware moved instead.")
+        f"Descriptive only: A ({a.ref}) 0.750 over 12 cases, B ({c.ref}) 0.250 over 12 cases. No causal claim: you "
+        "named budget; what moved: model, runtime, hardware.")
     assert compare(a, c, ledger, record=False).statement.endswith(
         "No causal claim: no intervention declared (give --intervention COMPONENT); moved: model, runtime, hardware.")
 
@@ -281,8 +302,8 @@ def test_every_reason_is_in_the_sentence_and_every_changed_component_in_the_effe
     b = load_result(str(write_result(tmp_path / "b.json", both_lock, {"c1": "42", "c2": "y"}, session="s2")), ledger)
     descriptive = compare(a, b, ledger, ["runtime"], record=False)
     assert descriptive.statement == (
-        f"Descriptive only: A ({a.ref}) and B ({b.ref}): outcomes agree on 1/2 shared cases. No causal claim: more "
-        f"than the declared intervention moved: hardware; different sessions and restart was never probed under "
+        f"Descriptive only: A ({a.ref}) and B ({b.ref}): outcomes agree on 1/2 shared cases. No causal claim: you "
+        f"named runtime; what moved: runtime, hardware; different sessions and restart was never probed under "
         f"identity {base[:12]}; different sessions and restart was never probed under identity {both[:12]}.")
     same_session = load_result(str(write_result(tmp_path / "c.json", both_lock, {"c1": "42", "c2": "y"})), ledger)
     a_first = load_result(str(write_result(tmp_path / "d.json", base_lock, {"c1": "42", "c2": "x"})), ledger)
