@@ -49,3 +49,30 @@ def test_attach_refuses_what_it_cannot_attach(tmp_path, ledger_path):
     assert missing.returncode == 2 and "no such result file" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.execsys.json"))
+
+
+RUN_HARNESS = "import sys; open(sys.argv[1], 'w').write('[1, 0, 1]')"
+
+
+def test_attach_over_a_result_execsys_run_recorded_refuses_and_writes_nothing(tmp_path, ledger_path):
+    """A run pinned the identity before the harness started; attach would replace that with one taken now."""
+    result = tmp_path / "scores.jsonl"
+    ran = run_cli("run", "--json", "--watch", "0", "--result", result.name, "--", sys.executable, "-c",
+                  RUN_HARNESS, str(result), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    run_id = ran.json()["id"]
+    sidecar = result.with_name(result.name + ".execsys.json")
+    before = sidecar.read_bytes()
+    ledger_before = run_cli("ledger", "export", "--json", cwd=tmp_path).stdout
+    for extra in ([], ["--sidecar-dir", str(tmp_path)], ["--json"]):
+        refused = run_cli("attach", str(result), *extra, cwd=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert run_id in line and "verdict clean" in line and "Traceback" not in refused.stderr
+        assert refused.stdout == ""
+    assert sidecar.read_bytes() == before
+    assert run_cli("ledger", "export", "--json", cwd=tmp_path).stdout == ledger_before
+    # a result no run recorded, beside it, is still attached
+    other = tmp_path / "other.jsonl"
+    other.write_text("[1]")
+    assert run_cli("attach", str(other), cwd=tmp_path).returncode == 0

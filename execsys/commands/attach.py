@@ -16,8 +16,11 @@ examples:
   execsys attach out/tiny/results_2026-12-01T10-00-00.json out/tiny/samples_gsm8k_*.jsonl
   execsys attach logs/*.eval --lock eval/execsys.lock.json --json
 
+A result that 'execsys run' recorded already has its identity pinned before the run: attach
+refuses it (exit 2, naming the run and its verdict) and writes nothing.
+
 exit codes: 0 attached and the lock still matches; 1 attached but the system has moved since the lock
-(new-identity); 2 a missing result or lock
+(new-identity); 2 a missing result or lock, or a result a run recorded
 """
 
 

@@ -4,6 +4,11 @@ Many results already exist. Their identity can still be written down, but only a
 *now*: the engine may have been upgraded or restarted since the run. So the sidecar says
 ``"attached_after": true`` with that sentence, the lock is verified at attach time (the verdict is
 kept), and ``compare`` treats such a result as descriptive only.
+
+Provenance is never downgraded: a result ``execsys run`` recorded (its sidecar, beside the result or
+in ``--sidecar-dir``, is an ``execsys.run/…`` record, or a run in the ledger recorded this file with
+this digest) already has the identity pinned *before* it was made. Attaching to it is refused
+(InputError naming the run and its verdict) before anything is written.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import read_json_object
 from execsys.harnesses import registry
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
@@ -58,7 +64,32 @@ class AttachOptions:
                 raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
         if overrides:
             raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
+        for path in paths:
+            for sidecar in dict.fromkeys((sidecar_path(path, None), sidecar_path(path, sidecar_dir))):
+                body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
+                if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
+                    raise InputError(_recorded_by_run(path, body))
         return cls(paths, declaration, lock, lock_path, sidecar_dir)
+
+
+RUN_SCHEMA_PREFIX = "execsys.run/"
+
+
+def _recorded_by_run(path: Path, run: dict[str, Any]) -> str:
+    """The one line that refuses to attach to a result a run recorded."""
+    run_id = " ".join(str(run.get("id") or "?").split())[:80]
+    verdict = " ".join(str(run.get("verdict") or "?").split())[:40]
+    return (f"{path}: recorded by execsys run {run_id} (verdict {verdict}) with the identity pinned before it ran; "
+            "attach would replace that with an after-the-fact record: nothing written")
+
+
+def _refuse_if_a_run_recorded(ledger: Ledger, results: list[dict[str, str]]) -> None:
+    """A run in the ledger that recorded one of these files, as it is now, is its provenance."""
+    wanted = {(r["path"], r["blake3"]) for r in results}
+    for record in ledger.iter(kind="run"):
+        for entry in record.body.get("results") or []:
+            if isinstance(entry, dict) and (entry.get("path"), entry.get("blake3")) in wanted:
+                raise InputError(_recorded_by_run(Path(str(entry["path"])), record.body))
 
 
 @dataclass
@@ -105,6 +136,8 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     for result in attached.results:
         target = sidecar_path(Path(result["path"]), options.sidecar_dir)
         attached.sidecars.append(str(target))
+    with Ledger.open() as ledger:
+        _refuse_if_a_run_recorded(ledger, attached.results)
     body = attached.to_json()
     for result, target in zip(attached.results, attached.sidecars, strict=True):
         atomic_write_json(target, scrub(dict(body, result=result)))
