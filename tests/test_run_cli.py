@@ -292,3 +292,22 @@ def test_a_run_inside_a_job_reuses_the_identity_its_task_prolog_exported(tmp_pat
     gone = run_cli("run", "--", sys.executable, "-c", "pass", cwd=job,
                    env=dict(env, EXECSYS_LOCK=str(tmp_path / "missing.lock.json")))
     assert gone.returncode == 2 and "EXECSYS_LOCK" in gone.stderr and len(gone.stderr.strip().splitlines()) == 1
+
+
+def test_two_runs_writing_one_result_keep_both_records_and_the_sidecar_links_the_earlier(tmp_path, ledger_path):
+    out = tmp_path / "res" / "scores.jsonl"
+    out.parent.mkdir()
+    harness = _harness(tmp_path)
+    ids = []
+    for _ in range(3):
+        result, record = _run_json("--watch", "0", "--result", "res/*.jsonl", "--", *harness, str(out), "2", "0",
+                                   cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert [Path(r["path"]) for r in record["results"]] == [out]
+        ids.append(record["id"])
+    runs = {body["id"]: body for body in _ledger_runs(tmp_path)}
+    assert set(ids) <= set(runs)  # the ledger has every run's row
+    assert all(runs[i]["results"][0]["path"] == str(out) for i in ids)
+    sidecar = json.loads((out.parent / "scores.jsonl.execsys.json").read_text())
+    assert sidecar["schema"] == "execsys.run/2"
+    assert sidecar["id"] == ids[2] and sidecar["previous"] == [ids[1], ids[0]]  # newest first

@@ -1,5 +1,10 @@
 """Step 7, the record: ``execsys.run/1`` in the ledger and a sidecar beside each result file.
 
+A sidecar (``execsys.run/2``) is the run record plus ``result`` (the file it describes) and
+``previous``: the ids of the earlier runs (or attaches) whose sidecar this one replaced at that
+path, newest first, so a result two runs wrote names the latest and still links the earlier ones
+(each is in the ledger). Readers accept ``execsys.run/1`` sidecars, which have no ``previous``.
+
 The verdict is one word a reader can act on, chosen by precedence (the booleans behind it are
 kept too): ``interrupted`` (stopped by a signal; partial results still digested) > ``failed`` (the
 harness exited non-zero) > ``drifted`` (the runtime changed mid-run, or verify-after found a new
@@ -20,6 +25,7 @@ from execsys.harnesses.base import sidecar_name
 from execsys.redact import scrub
 
 SCHEMA = "execsys.run/1"
+SIDECAR_SCHEMA = "execsys.run/2"  # SCHEMA's body plus "result" and "previous"
 VERDICTS = ("clean", "drifted", "overridden", "failed", "interrupted", "refused")
 
 
@@ -193,6 +199,19 @@ def write_sidecars(record: RunRecord, sidecar_dir: Path | None) -> list[str]:
     body = record.to_json()
     for result in record.results:
         target = sidecar_path(Path(result["path"]), sidecar_dir)
-        atomic_write_json(target, scrub(dict(body, result=result)))
+        atomic_write_json(target, scrub(dict(body, schema=SIDECAR_SCHEMA, result=result,
+                                             previous=earlier_records(target, record.id))))
         written.append(os.fspath(target))
     return written
+
+
+def earlier_records(sidecar: Path, run_id: str) -> list[str]:
+    """The record ids the sidecar at ``sidecar`` names (its own, then its ``previous``), newest first."""
+    from execsys.fsutil import read_json_object
+
+    body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
+    if body is None or not str(body.get("schema") or "").startswith(("execsys.run/", "execsys.attach/")):
+        return []
+    earlier = [body.get("id"), *(body.get("previous") if isinstance(body.get("previous"), list) else [])]
+    ids = [i for i in earlier if isinstance(i, str) and i.startswith(("run-", "attach-")) and i != run_id]
+    return list(dict.fromkeys(ids))
