@@ -417,7 +417,8 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
         else:
             reasons.extend(f"arm {side}'s identity was not observed ({r.unobserved}): what moved is unknown"
                            for side, r in unobserved)
-    elif pinned(a.identity) and pinned(b.identity):
+    elif a.identity.identity is not None and b.identity.identity is not None and pinned(a.identity) \
+            and pinned(b.identity):
         from execsys.identity import diff_identities
 
         report = diff_identities(a.identity.identity, b.identity.identity)

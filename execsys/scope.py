@@ -571,7 +571,7 @@ def _identities_disagree(ledger: Ledger, body: dict[str, Any]) -> str | None:
     when the ledger cannot resolve them); an arm of a paired run counts only by its own identity."""
     from execsys.compare import intervention_mismatch, pinned
 
-    sides = [body.get(k) if isinstance(body.get(k), dict) else {} for k in ("a", "b")]
+    sides: list[dict[str, Any]] = [side if isinstance(side := body.get(k), dict) else {} for k in ("a", "b")]
     unobserved = []
     for side in sides:
         record_id, _, arm = str(side.get("ref") or "").partition(":")

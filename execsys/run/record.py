@@ -212,6 +212,7 @@ def earlier_records(sidecar: Path, run_id: str) -> list[str]:
     body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
     if body is None or not str(body.get("schema") or "").startswith(("execsys.run/", "execsys.attach/")):
         return []
-    earlier = [body.get("id"), *(body.get("previous") if isinstance(body.get("previous"), list) else [])]
+    previous = body.get("previous")
+    earlier = [body.get("id"), *(previous if isinstance(previous, list) else [])]
     ids = [i for i in earlier if isinstance(i, str) and i.startswith(("run-", "attach-")) and i != run_id]
     return list(dict.fromkeys(ids))
