@@ -106,9 +106,10 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
         target = sidecar_path(Path(result["path"]), options.sidecar_dir)
         attached.sidecars.append(str(target))
     body = attached.to_json()
-    for result, target in zip(attached.results, attached.sidecars, strict=True):
-        atomic_write_json(target, scrub(dict(body, result=result)))
+    # the ledger first: one that cannot be opened or written (exit 2) leaves no sidecar behind
     with Ledger.open() as ledger:
         ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
+    for result, target in zip(attached.results, attached.sidecars, strict=True):
+        atomic_write_json(target, scrub(dict(body, result=result)), follow_symlinks=False)
     emit(on_event, RunRecorded(attached.id, "attached", tuple(attached.sidecars)))
     return attached
