@@ -575,3 +575,17 @@ def test_a_read_only_or_full_result_directory_costs_the_sidecar_not_the_run(tmp_
     assert not sidecar.exists() and not [p for p in small_tmpfs.iterdir() if p.name.endswith(".tmp")]
     [run] = _ledger_bodies(ledger_path)
     assert run["id"] == record["id"] and run["sidecar_errors"] == record["sidecar_errors"]
+
+
+def test_a_system_that_cannot_be_re_observed_after_the_run_is_recorded_as_drifted(tmp_path, ledger_path):
+    """The harness turns a declared file into a FIFO: verify-after cannot read it. The run is still
+    recorded, and cannot claim the same system after it."""
+    (tmp_path / "env").write_text("A=1\n")
+    (tmp_path / "execsys.toml").write_text('[runtime]\nenv_file = "env"\n')
+    code = "import os; os.unlink('env'); os.mkfifo('env')"
+    result = _run_plain(tmp_path, "--", sys.executable, "-c", code, timeout=60)
+    assert result.returncode == 1, result.stderr
+    record = json.loads(result.stdout)
+    assert record["verdict"] == "drifted" and record["verify_after"]["verdict"] == "unverified"
+    assert "could not be re-observed" in record["verdict_detail"] and "FIFO" in record["verify_after"]["sentence"]
+    assert [r["id"] for r in _ledger_bodies(ledger_path)] == [record["id"]]
