@@ -415,6 +415,7 @@ def test_a_sighup_before_the_harness_starts_records_it_never_started(tmp_path, l
         signal.signal(signal.SIGHUP, previous)
     assert reached_outside == []
     assert not marker.exists()
+    assert not (tmp_path / "execsys.lock.json").exists()  # the identity step stopped where it was: no pin
     assert record.verdict == "interrupted" and record.signals == ["SIGHUP"] and record.exit_code is None
     assert record.exit_status == 128 + signal.SIGHUP
     assert [r["verdict"] for r in _ledger_bodies(ledger_path)] == ["interrupted"]

@@ -7,9 +7,10 @@ SIGTERM and SIGHUP are forwarded to its process group (when this runs on the mai
 second SIGINT kills the group, and a ``cancel`` (the TUI's stop) sends SIGINT; after a cancel, a
 SIGTERM or a SIGHUP the harness has ``grace_s`` to stop before the group gets SIGKILL. Because the
 harness has its own session, the SIGHUP a closing terminal or ssh session sends reaches only us:
-forwarding it is what keeps the harness from running on orphaned. SIGTERM and SIGHUP are held for
-the whole run (one arriving before the harness starts means it is not started), so whatever
-happens, the results it left are digested and the run is recorded.
+forwarding it is what keeps the harness from running on orphaned. SIGTERM and SIGHUP are handled
+for the whole run: one arriving before the harness starts stops the gate or the identity step
+where it is and the harness is never started; one arriving after it exited is ignored while the
+run is recorded. So whatever happens, the results it left are digested and the run is recorded.
 """
 
 from __future__ import annotations
@@ -61,39 +62,15 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     record = RunRecord(id=new_id("run"), command=redact_argv(options.command), cwd=str(options.cwd),
                        harness=adapter.name, lock_path=str(options.lock_path))
     with Ledger.open() as ledger, _held_signals() as held:
-        # The lock's verification reads only; it runs beside the doctor (both wait mostly on
-        # subprocesses and sockets) and is used only once the gate has let the run through.
-        lock = options.lock
-        early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
-                                                  exclude=[options.lock_path])) if lock is not None else None
-        # 1. gate
-        emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
-                                   else "doctor skipped (--gate off)"))
-        gate = run_gate(options.declaration, options.gate, options.override, ledger)
-        record.doctor = gate.to_json()
-        if gate.refused:
-            record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
-                              "--override REASON (recorded) or --gate warn")
-            emit(on_event, StepFinished("gate", "fail", record.refused))
+        try:
+            identity = _gate_and_identity(options, record, ledger, on_event)
+        except _Stopped as stopped:  # SIGTERM or a hangup during the gate or the identity: never started
+            record.signals.append(signal.Signals(stopped.signum).name)
+            emit(on_event, StepFinished("run", "fail", f"not started: {record.signals[0]} received"))
             return _finish(record, ledger, options, on_event)
-        if gate.mode == "off":
-            emit(on_event, StepFinished("gate", "skip", "doctor skipped (--gate off), recorded"))
-        elif gate.failing:
-            how = f"overridden: {gate.override}" if gate.overridden else "--gate warn"
-            emit(on_event, StepFinished("gate", "warn", f"{len(gate.failing)} failing ({how}): "
-                                        + "; ".join(gate.failing)))
-        else:
-            emit(on_event, StepFinished("gate", "ok", f"doctor {gate.verdict} ({gate.report_id})"))
-
-        # 2. identity
-        whose = f" (the job's, from {JOB_LOCK_ENV})" if options.job is not None else ""
-        emit(on_event, StepStarted("identity", f"verifying {options.lock_path}{whose}" if options.lock is not None
-                                   else f"no lock at {options.lock_path}: pinning the system now"))
-        identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
         if identity is None:
-            emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
             return _finish(record, ledger, options, on_event)
-        emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}{whose}"))
+        held.collect_only()
 
         # 3 + 4. run, watched
         harness_dirs = adapter.output_dirs(options.command, options.cwd, os.environ)
@@ -109,7 +86,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
                                        if watcher.active else "watch off" if options.watch_s == 0
                                        else "watch off: no [runtime] endpoint or process declared"))
             watcher.start()
-            if held:  # a hangup or SIGTERM during the gate or the identity: the harness never starts
+            if held:  # a hangup or SIGTERM just before the start: the harness never starts
                 record.signals.extend(signal.Signals(s).name for s in held)
                 emit(on_event, StepFinished("run", "fail", f"not started: {record.signals[0]} received"))
             else:
@@ -171,6 +148,45 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         emit(on_event, StepFinished("results", "ok" if record.results and not record.result_errors else "warn",
                                     text))
         return _finish(record, ledger, options, on_event)
+
+
+def _gate_and_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
+                       on_event: OnEvent | None) -> Identity | None:
+    """Steps 1 and 2: the gate, then the identity the run is under; None when either refused."""
+    # The lock's verification reads only; it runs beside the doctor (both wait mostly on
+    # subprocesses and sockets) and is used only once the gate has let the run through.
+    lock = options.lock
+    early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
+                                              exclude=[options.lock_path])) if lock is not None else None
+    # 1. gate
+    emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
+                               else "doctor skipped (--gate off)"))
+    gate = run_gate(options.declaration, options.gate, options.override, ledger)
+    record.doctor = gate.to_json()
+    if gate.refused:
+        record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
+                          "--override REASON (recorded) or --gate warn")
+        emit(on_event, StepFinished("gate", "fail", record.refused))
+        return None
+    if gate.mode == "off":
+        emit(on_event, StepFinished("gate", "skip", "doctor skipped (--gate off), recorded"))
+    elif gate.failing:
+        how = f"overridden: {gate.override}" if gate.overridden else "--gate warn"
+        emit(on_event, StepFinished("gate", "warn", f"{len(gate.failing)} failing ({how}): "
+                                    + "; ".join(gate.failing)))
+    else:
+        emit(on_event, StepFinished("gate", "ok", f"doctor {gate.verdict} ({gate.report_id})"))
+
+    # 2. identity
+    whose = f" (the job's, from {JOB_LOCK_ENV})" if options.job is not None else ""
+    emit(on_event, StepStarted("identity", f"verifying {options.lock_path}{whose}" if options.lock is not None
+                               else f"no lock at {options.lock_path}: pinning the system now"))
+    identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
+    if identity is None:
+        emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
+        return None
+    emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}{whose}"))
+    return identity
 
 
 def _finish(record: RunRecord, ledger: Ledger, options: RunOptions, on_event: OnEvent | None) -> RunRecord:
@@ -359,16 +375,46 @@ def _forward_signals(received: list[int], signums: tuple[int, ...]):
     return restore
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP before the harness started: unwinds the gate or the identity step (which can
+    take minutes hashing an artifact) like Ctrl-C would, so the run is recorded as never started."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Held(list):
+    """The SIGTERM/SIGHUP received during a run, in order. Until :meth:`collect_only` each one also
+    raises :class:`_Stopped` where the main thread is; after it they are only collected, for the
+    wait loop to forward to the harness."""
+
+    raising = True
+
+    def collect_only(self) -> None:
+        self.raising = False
+
+
 @contextlib.contextmanager
-def _held_signals() -> Iterator[list[int]]:
-    """SIGTERM and SIGHUP, collected (not acted on) for the whole run: their default action would
-    end this process before the run is recorded. The list is what arrived, in order."""
-    received: list[int] = []
-    restore = _forward_signals(received, BOUNDED_SIGNALS)
+def _held_signals() -> Iterator[_Held]:
+    """SIGTERM and SIGHUP, handled for the whole run: their default action would end this process
+    before the run is recorded, and would leave the harness (in a session of its own) running."""
+    held = _Held()
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        held.append(signum)
+        if held.raising:
+            raise _Stopped(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in BOUNDED_SIGNALS}
     try:
-        yield received
+        yield held
     finally:
-        restore()
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
 
 
 def _hook_reports(hook_dir: Path) -> dict[str, Any]:
