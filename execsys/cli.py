@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from execsys import __version__
 from execsys.errors import ExecsysError, ExitCode
+from execsys.termsafe import shown
 
 # name -> module under execsys.commands. A new command is one module plus one line here.
 COMMANDS: dict[str, str] = {
@@ -47,7 +48,7 @@ class Parser(argparse.ArgumentParser):
         from execsys.redact import redact_text
 
         # argparse echoes the offending value: `--timeout sk-...` must not print the key
-        sys.stderr.write(f"{self.prog}: error: {redact_text(message)} (see '{self.prog} --help')\n")
+        sys.stderr.write(f"{self.prog}: error: {_one_line(redact_text(message))} (see '{self.prog} --help')\n")
         raise SystemExit(ExitCode.USAGE)
 
 
@@ -240,7 +241,7 @@ def _internal_error(command: str, exc: BaseException) -> int:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split()) or "unknown error"
+    return shown(" ".join(text.split())) or "unknown error"
 
 
 if __name__ == "__main__":  # pragma: no cover

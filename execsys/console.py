@@ -6,7 +6,9 @@ plain text when piped; ``NO_COLOR`` is honoured by rich itself.
 
 Everything the consoles print passes through the same redaction as what is
 recorded (:func:`execsys.redact.redact_text`): a restart command or an error
-echoing a ``--token`` never reaches a terminal or a CI log. A terminal that
+echoing a ``--token`` never reaches a terminal or a CI log. It also passes through
+:func:`execsys.termsafe.neutralise`: an ESC sequence or bidi override inside a model
+id or a host name is shown escaped, never obeyed by the terminal. A terminal that
 cannot encode a character (``PYTHONIOENCODING=ascii``, a C locale) gets ASCII
 instead of a crash: status symbols and dashes become their ASCII look-alikes and
 anything else a ``\\uXXXX`` escape, which inside JSON is the JSON escape itself
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from execsys.redact import redact_text, scrub
+from execsys.termsafe import neutralise, shown
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -124,7 +127,7 @@ class RedactingStream:
             redacted = redact_text(plain)
             if redacted != plain:
                 clean = redacted
-        self._stream.write(clean)
+        self._stream.write(neutralise(clean))
         return len(text)
 
     def flush(self) -> None:
@@ -179,7 +182,7 @@ def warn(message: str) -> None:
     """One warning line on stderr."""
     from rich.markup import escape
 
-    err().print(f"[yellow]warning:[/] {escape(redact_text(message))}")
+    err().print(f"[yellow]warning:[/] {escape(shown(redact_text(message)))}")
 
 
 def stderr_is_terminal() -> bool:

@@ -184,6 +184,26 @@ def _check_values(data: dict[str, Any], where: str, text: str) -> None:
         elif isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
             raise InputError(f"{where}:{_line_for(text, name)}: '{name}' is a TOML date/time; write it as a "
                              f"string (\"{value}\")")
+        elif isinstance(value, str) and "\x00" in value:
+            # no path, URL, command or name can hold one: the OS and every URL parser refuse it later, mid-work
+            raise InputError(f"{where}:{_line_for(text, name)}: '{name}' contains a NUL character")
+        elif isinstance(value, str) and name.rsplit(".", 1)[-1] == "endpoint" and value:
+            _check_url(value, f"{where}:{_line_for(text, name)}: '{name}'")
+
+
+def _check_url(value: str, what: str) -> None:
+    """An endpoint the HTTP client can use: http(s), a host, a port that is a number (``http://[::1`` is not)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - reading it is the check: a port that is not a number raises here
+    except ValueError as exc:
+        raise InputError(f"{what} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"{what} must be an http:// or https:// URL with a host, not {value!r}")
+    if any(ord(c) < 0x21 or ord(c) == 0x7f for c in value):
+        raise InputError(f"{what} has a space or control character in it")
 
 
 def _head(name: str) -> str:

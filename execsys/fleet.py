@@ -149,12 +149,16 @@ def _doctor_hazards(body: dict[str, Any]) -> dict[str, str]:
     if isinstance(hazards, dict):  # execsys_facts: {id: status}
         # json keys are str already; a status may not be
         return {intern(k): intern(v if type(v) is str else str(v)) for k, v in hazards.items()}
+    if hazards is not None and not isinstance(hazards, list):
+        raise ValueError(f"its hazards are {type(hazards).__name__}, not a list")
     return {intern(str(item["id"])): intern(str(item.get("status", "error")))
             for item in hazards or [] if isinstance(item, dict) and item.get("id")}
 
 
 def _host_of_doctor(body: dict[str, Any], fallback: str) -> str:
     host = body.get("host") or {}
+    if not isinstance(host, dict):
+        return str(host) if isinstance(host, str) and host else fallback
     return str(host.get("name") if host.get("name") not in (None, "local") else host.get("hostname") or fallback)
 
 
@@ -211,7 +215,19 @@ class _Reader:
 
     def records(self, data: Any, host_hint: str, report: str, *, named_by_file: bool = False
                 ) -> list[HostRecord]:
-        """The host records in one document; ``named_by_file`` keeps the inventory name (Ansible)."""
+        """The host records in one document; ``named_by_file`` keeps the inventory name (Ansible).
+
+        A document of any other shape (a string where a table belongs, a list of numbers) is a problem
+        of that one host, never the end of the fleet's answer: the shapes are checked where they are
+        read, and what slips past that is caught here, per document."""
+        try:
+            return self._records(data, host_hint, report, named_by_file=named_by_file)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+            return [HostRecord(host_hint, report, problem=f"malformed report ({type(exc).__name__}: "
+                                                          f"{_one_line(exc)})")]
+
+    def _records(self, data: Any, host_hint: str, report: str, *, named_by_file: bool = False
+                 ) -> list[HostRecord]:
         if isinstance(data, dict) and isinstance(data.get(_ANSIBLE_PAYLOAD), str):
             # ansible-core >= 2.19 fact cache: {"__payload__": "<json>"} in a file named s<schema>_<host>
             try:
@@ -223,7 +239,7 @@ class _Reader:
             return [HostRecord(host_hint, report, problem="not an execsys report (expected a JSON object)")]
         schema = data.get("schema")
         if "kind" in data and isinstance(data.get("body"), dict) and "created_at" in data:  # ledger export
-            return self.records(data["body"], host_hint, report)
+            return self._records(data["body"], host_hint, report)
         if schema == "execsys.doctor/1":
             hosts = data.get("hosts")
             bodies: list[Any] = hosts if isinstance(hosts, list) else [data]
@@ -232,7 +248,8 @@ class _Reader:
                 if not isinstance(body, dict):
                     continue
                 host = host_hint if named_by_file else _host_of_doctor(body, host_hint)
-                error = (body.get("host") or {}).get("error")
+                host_table = body.get("host")
+                error = host_table.get("error") if isinstance(host_table, dict) else None
                 out.append(HostRecord(host, report, hazards=_doctor_hazards(body),
                                       problem=str(error) if error else None))
             return out
@@ -522,6 +539,7 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
     source = _ledger_records(options, reader) if options.ledger_since else _file_records(options, reader)
     records: list[HostRecord] = []
     seen: Counter[str] = Counter()
+    keys: set[str] = set()  # every key given: one series per key, so node_exporter never sees a duplicate
     identities: Counter[str] = Counter()
     digests: Counter[str] = Counter()
     hazard_rank: dict[str, tuple[int, ...]] = {}
@@ -533,7 +551,12 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
         records.append(record)
         host = record.host
         times = seen[host] = seen.get(host, 0) + 1
-        record.key = host if times == 1 else f"{host}#{times}"
+        key = host if times == 1 else f"{host}#{times}"
+        while key in keys:  # hosts a, a and a#2: the second a is a#2, so the host a#2 is keyed a#2#2
+            times += 1
+            key = f"{host}#{times}"
+        keys.add(key)
+        record.key = key
         if record.identity is not None:
             identities[record.identity] = identities.get(record.identity, 0) + 1
         if record.digest is not None:
@@ -568,7 +591,10 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
 
 
 def _label(value: str) -> str:
-    """A label value in the exposition format (backslash, quote and newline escaped)."""
+    """A label value in the exposition format (backslash, quote and newline escaped; UTF-8 only, so a lone
+    surrogate read from a report's JSON becomes its visible escape)."""
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     if "\\" not in value and '"' not in value and "\n" not in value:
         return value
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

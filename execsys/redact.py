@@ -90,7 +90,7 @@ _KEY_SHAPED = re.compile(
 
 
 _HEADER_WORDS = ("authorization", "cookie", "api-key")
-_KEY_PREFIXES = ("sk-", "gh", "hf_", "xox", "AKIA", "eyJ")
+_KEY_PREFIXES = ("sk-", "gh", "github_pat_", "hf_", "xox", "AKIA", "eyJ")  # "github" holds no "gh"
 # NAME=value inside a command line ('env HF_TOKEN=hf_... vllm serve'): environment-variable-shaped names
 # only, so prose such as 'max_tokens=512' stays readable; starts only where a word starts (linear).
 _ENV_ASSIGNMENT = re.compile(r"""(?<![\w-])([A-Z][A-Z0-9_]*=)('[^'\n]{0,4096}'|"[^"\n]{0,4096}"|[^\s'"]+)""")

@@ -42,7 +42,10 @@ def detect() -> dict:
         found["repo"] = repo.working_tree_dir
     except Exception:  # noqa: BLE001 - not a repository: nothing to fill in
         pass
+    _from_listener(found)
     for package, engine in ENGINE_PACKAGES.items():
+        if "engine" in found:
+            break
         try:
             metadata.version(package)
             found["engine"] = engine
@@ -55,6 +58,8 @@ def detect() -> dict:
                 found["engine"] = engine
                 break
     for port, engine in COMMON_PORTS.items():
+        if "endpoint" in found:
+            break
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 found["endpoint"] = f"http://127.0.0.1:{port}/v1"
@@ -63,6 +68,26 @@ def detect() -> dict:
         except OSError:
             continue
     return found
+
+
+def _from_listener(found: dict) -> None:
+    """The first serving engine listening here (the doctor's discovery: its engine processes and socket
+    table) fills in the engine, endpoint and process; the weights it says it loaded (vLLM's /v1/models
+    ``root``, llama.cpp's /props, SGLang's /get_model_info, the argv's --model) the artifact path."""
+    from execsys.observe import engines
+    from execsys.observe.listener import engine_listeners
+
+    listening = engine_listeners()
+    if not listening:
+        return
+    first = listening[0]
+    found["engine"], found["endpoint"], found["process"] = first["engine"], first["endpoint"], first["process"]
+    try:
+        native = engines.introspect(first["engine"], first["root"], process={"argv": first["argv"]}, timeout=2.0)
+    except Exception:  # noqa: BLE001 - a pre-fill: an engine that answers oddly leaves the path to the user
+        native = None
+    if native is not None and native.model_path:
+        found["artifact"] = native.model_path
 
 
 def render_template(found: dict) -> str:
@@ -77,9 +102,11 @@ def render_template(found: dict) -> str:
 
     text = resources.files("execsys.data").joinpath("init_template.toml").read_text(encoding="utf-8")
     return Template(text).substitute(
-        artifact_line='# path = "models/model.gguf"',
+        artifact_line=line("path", found.get("artifact"), '"models/model.gguf"'),
         engine_line=line("engine", found.get("engine"), '"vllm"        # vllm, sglang, llama.cpp, llama-cpp-python, ...'),
         endpoint_line=line("endpoint", found.get("endpoint"), '"http://127.0.0.1:8000/v1"'),
+        process_line=line("process", found.get("process"), '"vllm serve"   # a word of its argv: finds the '
+                                                           'serving process when no endpoint is local'),
         host_line=line("host", found.get("host"), '"gpu1"'),
         gpu_line=line("gpu", found.get("gpu"), '"NVIDIA H100 80GB HBM3"'),
         gpu_count_line=line("gpu_count", found.get("gpu_count"), "1", quote=False),

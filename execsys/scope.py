@@ -34,6 +34,10 @@ AUDIT_SCHEMA = "execsys.scope-audit/1"
 # across a restart is a wider licence than agreement within one session); concurrency is orthogonal.
 AXES: tuple[str, ...] = ("session", "restart", "concurrency", "hosts", "redeploy")
 CHAIN: tuple[str, ...] = ("session", "restart", "hosts", "redeploy")
+# Axes whose passes straddle an event the probe causes or expects (a restart, a redeploy): a record
+# licenses them only with evidence the event happened (its ``evidence``); without a way to see it, the
+# licence is "unverified"; a record that saw no such event licenses nothing.
+EVENT_AXES: tuple[str, ...] = ("restart", "redeploy")
 
 _LICENCE_PHRASE = {
     "session": "comparable within one session{host}",
@@ -205,6 +209,10 @@ class ScopeReport:
     host: str | None = None
     other_identities: dict[str, list[str]] = field(default_factory=dict)  # identity -> probe record ids
     excluded: list[dict[str, str]] = field(default_factory=list)  # {record, reason}: this identity, not the axis
+    # {record, axis, reason}: probes run under this identity's lock that measured another system
+    another_system: list[dict[str, str]] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # licensed axes whose event could not be confirmed
+    unverified_why: dict[str, str] = field(default_factory=dict)
     ref: IdentityRef | None = None  # the identity as resolved (components for the contract); not in the JSON
     grader: dict[str, Any] | None = None  # the grader's own verdict agreement (probe grader), beside the axes
 
@@ -224,10 +232,13 @@ class ScopeReport:
             "statement": self.statement,
             "licence": self.licence,
             "host": self.host,
+            "unverified": self.unverified,
             "ignored": {
                 "reason": "probes taken under a different identity do not count: a boundary belongs to one pinned identity",
                 "records": sum(len(v) for v in self.other_identities.values()),
                 "identities": sorted(self.other_identities),
+                # probes under this identity's lock whose engine was not the pinned system
+                "another_system": self.another_system,
             },
             "excluded": self.excluded,
             "grader": self.grader,
@@ -266,6 +277,8 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
     per_axis: dict[str, list[Record]] = {}
     other: dict[str, list[str]] = {}
     excluded: list[dict[str, str]] = []
+    another: list[dict[str, str]] = []
+    unverified_why: dict[str, str] = {}
     for record in _final_records(ledger):
         body = record.body
         axis = body.get("axis")
@@ -274,6 +287,14 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         owner = record.identity or body.get("identity")
         if isinstance(owner, dict):
             owner = owner.get("id")
+        raw_check = body.get("system_check")
+        check: dict[str, Any] = raw_check if isinstance(raw_check, dict) else {}
+        if check.get("verdict") == "differs" and identity_id in (check.get("lock"), owner):
+            # taken under this lock, but what answered was another system: it counts toward no identity
+            another.append({"record": record.id, "axis": str(axis),
+                            "reason": str(check.get("sentence") or "the engine answering the probe was not "
+                                          "the pinned system")})
+            continue
         if owner != identity_id:
             other.setdefault(str(owner or "none (probe taken without a pinned identity)"), []).append(record.id)
             continue
@@ -284,6 +305,18 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
             excluded.append({"record": record.id, "reason": f"{axis} probe saw the engine change between passes: "
                              "it measured the engine change, not the axis"})
             continue
+        if axis in EVENT_AXES:
+            raw_evidence = body.get("evidence")
+            evidence: dict[str, Any] = raw_evidence if isinstance(raw_evidence, dict) else {}
+            verdict = evidence.get("verdict")
+            if verdict == "not-observed":
+                seen = evidence.get("sentence") or f"no {axis} observed"
+                excluded.append({"record": record.id,
+                                 "reason": f"{axis} probe: {seen}: it licenses nothing across {_AXIS_NOUN[axis]}"})
+                continue
+            if verdict != "observed":
+                unverified_why.setdefault(axis, str(evidence.get("sentence") or f"{record.id} was recorded before "
+                                          f"execsys confirmed that {_AXIS_NOUN[axis]} happened (execsys.probe/1)"))
         per_axis.setdefault(axis, []).append(record)
         if host is None:
             scope = body.get("scope")
@@ -313,15 +346,26 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
             break  # nothing wider than an unstable boundary is licensed
         if axis in licensed:
             licence = axis
-    statement = _statement(identity_id, measured, licensed, unstable, unmeasured, licence, host, other)
+    unverified = [a for a in licensed if a in unverified_why]
+    statement = _statement(identity_id, measured, licensed, unstable, unmeasured, licence, host, other, unverified)
     grader = _grader_boundary(ledger, identity_id)
     if grader is not None:
         statement += f" Grader: {grader['sentence']}."
     if excluded:
-        statement += (f" {len(excluded)} probe record{'s' if len(excluded) != 1 else ''} of this identity measured "
-                      "an engine change rather than its axis and did not count.")
+        changes = [e for e in excluded if "saw the engine change" in e["reason"]]
+        missing = len(excluded) - len(changes)
+        if changes:
+            statement += (f" {len(changes)} probe record{'s' if len(changes) != 1 else ''} of this identity measured "
+                          "an engine change rather than its axis and did not count.")
+        if missing:
+            statement += (f" {missing} probe record{'s' if missing != 1 else ''} of this identity saw no sign of the "
+                          "restart or redeploy it measures and did not count.")
+    if another:
+        statement += (f" {len(another)} probe record{'s' if len(another) != 1 else ''} taken under this lock measured "
+                      "another system (the engine answering was not the pinned one) and did not count.")
     return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other,
-                       excluded, grader=grader)
+                       excluded, grader=grader, another_system=another, unverified=unverified,
+                       unverified_why={a: unverified_why[a] for a in unverified})
 
 
 def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
@@ -350,7 +394,7 @@ def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
 
 def _statement(identity_id: str, measured: dict[str, AxisMeasure], licensed: list[str], unstable: list[str],
                unmeasured: list[str], licence: str | None, host: str | None,
-               other: dict[str, list[str]]) -> str:
+               other: dict[str, list[str]], unverified: list[str] | None = None) -> str:
     short = identity_id[:12]
     host_text = f" on host {host}" if host else ""
     parts: list[str] = []
@@ -362,6 +406,8 @@ def _statement(identity_id: str, measured: dict[str, AxisMeasure], licensed: lis
             extra = ", also under concurrent load"
         elif "concurrency" in unstable:
             extra = ", with requests sent one at a time"
+        if licence in (unverified or []):
+            claim += f", unverified ({_AXIS_NOUN[licence]} could not be confirmed from here)"
         parts.append(f"Identity {short}: {claim}{extra} ({licence} agreement {m.figure()}).")
     elif not measured:
         parts.append(f"Identity {short}: no comparability is licensed: no boundary has been probed under this identity.")
@@ -371,6 +417,9 @@ def _statement(identity_id: str, measured: dict[str, AxisMeasure], licensed: lis
         parts.append(
             f"Causal claims crossing {axis} need a contemporaneous paired control ({axis} agreement {measured[axis].figure()})."
         )
+    others = [a for a in (unverified or []) if a != licence]
+    if others:
+        parts.append("Licensed unverified (the event could not be confirmed from here): " + ", ".join(others) + ".")
     if unmeasured:
         parts.append("Not licensed (never probed under this identity): " + ", ".join(unmeasured) + ".")
     if other:
@@ -421,6 +470,8 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
             continue
         ci = f"{m.ci95[0]:.2f}-{m.ci95[1]:.2f}" if m.ci95 else "-"
         verdict = "licensed" if m.stable else "unstable: paired control required"
+        if m.stable and axis in report.unverified:
+            verdict = f"licensed, unverified: {_md_cell(report.unverified_why.get(axis, ''))}"
         lines.append(f"| {axis} | {m.agreement_rate:.2f} | {m.m}/{m.n} | {ci} | {verdict} | `{m.record}` |")
     if report.grader is not None:
         lines += ["", f"Grader: {report.grader['sentence']} (`execsys probe grader`)."]

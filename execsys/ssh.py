@@ -41,7 +41,10 @@ class Destination:
             if not parts.hostname:
                 raise ValueError(f"not an ssh destination: {text!r}")
             user = f"{parts.username}@" if parts.username else ""
-            return cls(text, f"{user}{parts.hostname}", parts.port)
+            target = f"{user}{parts.hostname}"
+            if target.startswith("-"):  # ssh://-oProxyCommand=...@h would reach ssh as an option
+                raise ValueError(f"not an ssh destination: {text!r} (a user or host cannot start with '-')")
+            return cls(text, target, parts.port)
         return cls(text, text, None)
 
 

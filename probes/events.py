@@ -19,7 +19,8 @@ from .agreement import Tally
 if TYPE_CHECKING:
     from .record import ProbeRecord
 
-__all__ = ["CaseDone", "Note", "PassFinished", "PassStarted", "ProbeFinished", "RunOpened", "ServedModelDiffers"]
+__all__ = ["CaseDone", "Note", "PassFinished", "PassStarted", "ProbeFinished", "RunOpened", "ServedModelDiffers",
+           "SystemDiffers"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,16 @@ class ServedModelDiffers(Note):
     case_id: str = ""
     requested: str = ""
     answered: str = ""
+
+
+@dataclass(frozen=True)
+class SystemDiffers(Note):
+    """The runtime observed at the start or end of a pass is not the pinned system (``message`` names what
+    differs: "the engine answering this probe is not the pinned system: runtime argv +--n_batch 7"); the
+    record will count toward no identity. Said once per distinct difference, as it is seen."""
+
+    pass_index: int = 0
+    at: str = ""  # "start" | "end" of the pass
 
 
 @dataclass(frozen=True)

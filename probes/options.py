@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 120.0
+MAX_IN_FLIGHT = 1024  # --concurrency, --load: far above any serving batch, far below a memory problem
 DECODING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "repeat_penalty", "stop")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # what API keys look like (OpenAI/Anthropic, Hugging Face, GitHub, Slack, AWS): a value of that shape
@@ -141,6 +142,9 @@ class ProbeOptions:
     resume: bool | str = False
     max_body: int = 8 << 20
     declared_runtime: dict[str, Any] = field(default_factory=dict)  # [runtime] table, for re-observation
+    # the lock's runtime (what each pass's observation is compared with); None without a lock
+    pinned_runtime: dict[str, Any] | None = None
+    pinned_declared_runtime: dict[str, Any] | None = None
     ledger: str | Path | None = None  # None: $EXECSYS_LEDGER or the user data dir
     warnings: list[str] = field(default_factory=list)  # said as Note events when the probe starts
 
@@ -156,6 +160,8 @@ class ProbeOptions:
         unknown = set(overrides) - {f for f in cls.__dataclass_fields__ if f not in ("identity", "identity_reason",
                                                                                     "decoding", "warnings",
                                                                                     "declared_runtime",
+                                                                                    "pinned_runtime",
+                                                                                    "pinned_declared_runtime",
                                                                                     "repeats_given")}
         if unknown:
             raise TypeError(f"unknown probe option(s): {', '.join(sorted(unknown))}")
@@ -169,7 +175,12 @@ class ProbeOptions:
         endpoints = [e for e in (given("endpoints") or []) if e]
         if not endpoints and not command and runtime_t.get("endpoint"):
             endpoints = [runtime_t["endpoint"]]
-        cases = first_given(given("cases"), probe_t.get("cases"))
+        declared_cases = probe_t.get("cases")
+        if isinstance(declared_cases, str) and declared_cases and declaration.path is not None:
+            # a path in execsys.toml is relative to the file, as the grader probe's and the doctor's are;
+            # --cases is relative to where it was typed
+            declared_cases = os.path.join(Path(declaration.path).resolve().parent, os.path.expanduser(declared_cases))
+        cases = first_given(given("cases"), declared_cases)
         if not cases and given("case_list") is None:
             raise UsageError("--cases FILE is required (JSON Lines: {\"id\", \"prompt\" | \"messages\"})")
         if given("sample_seed") is not None and given("n") is None:
@@ -211,7 +222,7 @@ class ProbeOptions:
             baseline=given("baseline"),
             order_seed=_or(given("order_seed"), 0),
             timeout=_seconds(first_given(given("timeout"), probe_t.get("timeout"), DEFAULT_TIMEOUT), "--timeout"),
-            retries=max(0, _or(given("retries"), 3)),
+            retries=_or(given("retries"), 3),
             api_key_env=api_key_env,
             want_tokens=bool(given("want_tokens")),
             logprobs=_count(first_given(given("logprobs"), probe_t.get("logprobs"), DEFAULT_TOP_K), "--logprobs"),
@@ -222,7 +233,9 @@ class ProbeOptions:
             resume=first_given(given("resume"), False) or False,
             max_body=_or(given("max_body"), 8 << 20),
             declared_runtime={k: v for k, v in runtime_t.items() if k in ("engine", "process", "env_file",
-                                                                            "api_key_env")},
+                                                                            "api_key_env", "endpoint")},
+            pinned_runtime=dict(lock.observed("runtime")) if lock is not None else None,
+            pinned_declared_runtime=dict(lock.declared("runtime")) if lock is not None else None,
             ledger=given("ledger"),
             warnings=warnings,
         )
@@ -244,6 +257,11 @@ class ProbeOptions:
             raise UsageError("--repeats must be at least 2")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
+        if self.concurrency > MAX_IN_FLIGHT or (self.load is not None and self.load > MAX_IN_FLIGHT):
+            # each request in flight is a thread and a connection: a billion of them is memory, not a probe
+            raise UsageError(f"--concurrency and --load are at most {MAX_IN_FLIGHT} requests in flight")
+        if self.retries < 0:
+            raise UsageError("--retries must be 0 or more")
         if self.n is not None and self.n < 1:
             raise UsageError("--n must be at least 1")
         _seconds(self.timeout, "--timeout")

@@ -1,4 +1,9 @@
-"""The probe record, schema ``execsys.probe/1``: what one probe measured, in one JSON object.
+"""The probe record, schema ``execsys.probe/2``: what one probe measured, in one JSON object.
+
+``/2`` added ``system_check`` (the serving runtime observed at the start and end of every pass,
+compared with the lock: ``matches-lock`` | ``differs`` | ``unverified``; a differing record has
+``identity: null`` and counts toward no identity) and ``evidence`` (restart and redeploy: whether
+the event was observed). Readers accept ``/1`` records, which carry neither.
 
 The record says m agreeing out of n cases that completed on every pass, the Wilson 95%
 interval, both comparison levels, which cases flipped and where, and the boundary the
@@ -25,7 +30,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from execsys.ledger import Ledger, Record
 
-SCHEMA = "execsys.probe/1"
+SCHEMA = "execsys.probe/2"
+READABLE_SCHEMAS = ("execsys.probe/1", SCHEMA)  # /1: before system_check and evidence
 RESULT_KIND = "probe-result"  # one case's result row of a large probe (parent = run id)
 GRADING_KIND = "probe-grading"  # one grading of one case by ``probe grader`` (parent = run id, key <repeat>:<case>)
 CASES_INLINE_LIMIT = 2000  # up to this many cases, the ``probe`` ledger row holds the case list itself
@@ -126,12 +132,21 @@ class ProbeRecord:
     tarr: float | None = None  # TARr@N: share of compared cases whose N raw outputs are all identical
     tara: float | None = None  # TARa@N: the same over parsed answers (None without an extractor)
     stopped: dict[str, Any] | None = None  # --until-width: {"reason": "width" | "max-n" | "cases", ...}
+    # the serving runtime as each pass saw it, against the lock (probes/system.py); None: not observed
+    system_check: dict[str, Any] | None = None
+    # restart / redeploy: {"event", "verdict": "observed" | "not-observed" | "unverified", "sentence", ...}
+    evidence: dict[str, Any] | None = None
+    schema: str = SCHEMA  # what the record was written as (a /1 record read back keeps saying so)
 
     @property
     def exit_code(self) -> int:
-        """0 when every completed case agreed, 1 below that, 2 when no case completed."""
+        """0 when every completed case agreed, 1 below that -- or when the probe measured another system
+        than the pinned one, or saw no sign of the restart or redeploy it measures -- 2 when no case completed."""
         if self.n == 0:
             return 2
+        if (self.system_check or {}).get("verdict") == "differs" or \
+                (self.evidence or {}).get("verdict") == "not-observed":
+            return 1
         return 0 if self.m == self.n else 1
 
     def to_json(self) -> dict[str, Any]:
@@ -171,7 +186,7 @@ class ProbeRecord:
 
     def _json(self, cases: Any) -> dict[str, Any]:
         return {
-            "schema": SCHEMA,
+            "schema": self.schema,
             "id": self.id,
             "run": self.run,
             "axis": self.axis,
@@ -204,6 +219,8 @@ class ProbeRecord:
             "tarr": self.tarr,
             "tara": self.tara,
             "stopped": self.stopped,
+            "system_check": self.system_check,
+            "evidence": self.evidence,
         }
 
     @classmethod
@@ -224,6 +241,9 @@ class ProbeRecord:
             baseline=data.get("baseline"), cases_in_ledger=bool(data.get("cases_in_ledger")),
             identity_reason=data.get("identity_reason"), logprobs=data.get("logprobs"),
             tar_n=data.get("tar_n"), tarr=data.get("tarr"), tara=data.get("tara"), stopped=data.get("stopped"),
+            system_check=data.get("system_check") if isinstance(data.get("system_check"), dict) else None,
+            evidence=data.get("evidence") if isinstance(data.get("evidence"), dict) else None,
+            schema=str(data.get("schema") or "execsys.probe/1"),
         )
 
 

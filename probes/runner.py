@@ -24,7 +24,9 @@ connections ends the probe after :data:`UNREACHABLE_STREAK` consecutive connecti
 Ledger: kind ``probe-run`` at the start (the parameters), ``probe-case`` per case per pass
 as it completes (parent = run id, key = ``"<pass>:<case id>"``, body with the output text,
 digest and outcome), ``probe-step`` for axis steps such as a restart (key ``restart:<pass>``),
-``probe-window`` for when each pass sent its requests (key ``window:<pass>``), and kind ``probe``
+``probe-window`` for when each pass sent its requests (key ``window:<pass>``), ``probe-system`` for
+the serving runtime observed at the start and end of each pass (key ``system:<pass>:start|end``, see
+:mod:`execsys.probes.system`), and kind ``probe``
 for the final record (parent = run id, key ``final``, identity column set). ``--resume
 --retry-errored`` sends the errored cases again under ``<pass>:<case id>#retry<r>`` (the errored row
 stays; the newest row counts) and writes the new final record under ``final#retry<r>``.
@@ -64,7 +66,16 @@ from .axes import AXES, Axis, PassSchedule
 from .cases import Case, CaseFile, cases_digest, pass_indices, select
 from .client import CommandClient, Completion, EndpointClient
 from .compare import Extractor, digest, divergence_between, parse_extractor
-from .events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened, ServedModelDiffers
+from .events import (
+    CaseDone,
+    Note,
+    PassFinished,
+    PassStarted,
+    ProbeFinished,
+    RunOpened,
+    ServedModelDiffers,
+    SystemDiffers,
+)
 from .margin import (
     DEFAULT_TIE_MARGIN,
     margin_at,
@@ -82,6 +93,15 @@ from .record import (
     ProbeRecord,
     load_record,
     result_key,
+)
+from .system import (
+    DIFFERS,
+    SystemObserver,
+    answered_differences,
+    combine,
+    step_key,
+    summarise,
+    with_differences,
 )
 
 __all__ = [
@@ -189,6 +209,8 @@ class RunContext:
         self.retry = False  # --retry-errored: errored cases are sent again
         self.retry_keys: dict[tuple[int, str], str] = {}  # (pass, case id) -> the key its retry goes to
         self.axis = axis or AXES[options.axis]
+        self.system = SystemObserver(pinned_runtime=options.pinned_runtime,
+                                     pinned_declared=options.pinned_declared_runtime, lock_id=options.identity)
 
     def step(self, key: str) -> dict[str, Any] | None:
         return self.steps.get(key)
@@ -217,6 +239,51 @@ class RunContext:
             return info
         info["runtime"] = _engine_facts(observed)
         return info
+
+    def system_runtime(self, index: int) -> dict[str, Any]:
+        """The runtime as a pass observes it: the target's endpoint, the engine and process as the lock
+        pinned them (else as declared), so the observation is comparable with the lock."""
+        declared = _declared_runtime(self.options, self.target_url(index))
+        for key in ("engine", "process"):
+            pinned = (self.options.pinned_declared_runtime or {}).get(key)
+            if pinned:
+                declared[key] = pinned
+        return declared
+
+    def serving_process(self, index: int) -> tuple[dict[str, Any] | None, str | None]:
+        """The process serving target ``index`` now (``{"pid", "started_at"}``), or None and why not."""
+        from execsys.observe.listener import listener, local_port
+
+        endpoint = self.system_runtime(index).get("endpoint")
+        if not endpoint:
+            return None, "no endpoint to find its serving process by"
+        if local_port(endpoint) is None:
+            return None, f"{redact_text(str(endpoint))} is not served from this machine: its process is not observable here"
+        facts = listener(endpoint)
+        if not facts:
+            return None, f"no process visible here listens on {redact_text(str(endpoint))}'s port"
+        return facts, None
+
+    def observe_system(self, schedule: PassSchedule, at: str) -> None:
+        """Observe the runtime at the start or end of a pass and judge it against the lock; a differing
+        system is said at once (once per distinct difference). A resumed pass keeps its first look."""
+        key = step_key(schedule.index, at)
+        if key in self.steps:
+            return
+        entry = self.system.observe(schedule.target, self.system_runtime(schedule.target), schedule.label, at)
+        entry["target"] = schedule.target
+        # a kind of its own, as the windows: probe-step rows stay the axis's own steps
+        self.ledger.append(SYSTEM_KIND, {"step": key, **entry}, parent=self.run_id, key=key)
+        self.steps[key] = entry
+        if entry["verdict"] == DIFFERS:
+            from .system import sentence as system_sentence
+
+            message = redact_text(system_sentence(entry["differences"]))
+            if len(self.clients) > 1:
+                message = f"{self.clients[schedule.target].display}: {message}"
+            if message not in self.notes:
+                self.notes.append(message)
+                self._emit(SystemDiffers(message, schedule.index, at))
 
     def note_event(self, message: str) -> None:
         """Say ``message`` now (redacted), without keeping it in the record."""
@@ -248,8 +315,9 @@ class RunContext:
 
 def _declared_runtime(options: ProbeOptions, endpoint: str) -> dict[str, Any]:
     declared = {"endpoint": endpoint, "api_key_env": options.api_key_env, **options.declared_runtime}
-    declared["endpoint"] = endpoint
-    return {k: v for k, v in declared.items() if v is not None}
+    # a command target has no URL of its own: the declared [runtime] endpoint is what serves it
+    declared["endpoint"] = endpoint or options.declared_runtime.get("endpoint")
+    return {k: v for k, v in declared.items() if v not in (None, "")}
 
 
 def _engine_facts(observed: dict[str, Any]) -> dict[str, Any]:
@@ -343,12 +411,15 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
                 stopped = {"reason": reason, "until_width": options.until_width, "max_n": options.max_n,
                            "early": False}
 
+        if options.until_width is not None:
+            for schedule in sent:
+                ctx.observe_system(schedule, "end")
         record = _build_record(options, ctx, axis, schedules, cases, clients, models, extractor,
                                baseline, parameters, started_at, digest_of_cases, stopped)
         record_id = new_id("probe")
         record.id = record_id
         final_key = "final" if final is None else f"final{RETRY_MARK}{final_retry + 1}"
-        stored_id = ledger.append("probe", record.ledger_json(), identity=options.identity, parent=run_id,
+        stored_id = ledger.append("probe", record.ledger_json(), identity=record.identity, parent=run_id,
                                   key=final_key, record_id=record_id)
         if stored_id != record_id:  # another process finished the same run first: report theirs
             record = load_record(ledger, ledger.get(stored_id))
@@ -362,6 +433,7 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
 
 
 WINDOW_KIND = "probe-window"  # when one pass sent its requests (parent = run id, key window:<pass>)
+SYSTEM_KIND = "probe-system"  # the runtime at the start/end of one pass (parent = run id, key system:<pass>:<at>)
 UNTIL_WIDTH_ROUND = 10  # cases per round of an --until-width probe
 
 
@@ -404,11 +476,15 @@ def _send_passes(ctx: RunContext, sent: list[PassSchedule], cases: Sequence[Case
             params = dict(options.decoding)
             if models[schedule.target] is not None:
                 params["model"] = models[schedule.target]
+            pass_ctx.observe_system(schedule, "start")
             start = time.time()
             _run_pass(pass_ctx, schedule, todo, cases, clients[schedule.target], params, extractor, done_before,
                       count, judge_pass, tally)
             pass_ctx.windows[schedule.index] = {"start": _iso(start), "end": _iso(time.time()),
                                                 "start_unix": round(start, 6), "end_unix": round(time.time(), 6)}
+            if not cancel.is_set() and options.until_width is None:
+                # an --until-width probe's passes end with its last round: looked at once all rounds are sent
+                pass_ctx.observe_system(schedule, "end")
         if cancel.is_set():
             return
         errored = ctx.pass_errors.get(schedule.index, 0)
@@ -566,7 +642,7 @@ def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, passes: int) ->
     read row by row, so resuming a large probe holds no per-case state."""
     fixed: set[tuple[int, str]] = set()
     for row in ledger.iter(parent=run_id):
-        if row.kind in ("probe-step", WINDOW_KIND):
+        if row.kind in ("probe-step", WINDOW_KIND, SYSTEM_KIND):
             ctx.steps[row.key or ""] = row.body
             continue
         if row.kind != "probe-case":
@@ -981,7 +1057,11 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
     boundary = axis.boundary(options)
     n, m = fold.n, fold.m
     holds = fold.holds
+    system_check = _system_check(ctx, schedules, passes_info)
+    evidence = axis.evidence(ctx, schedules, baseline)
     statement = axis.statement(boundary, n, holds, ctx.engine_change)
+    if evidence is not None and evidence.get("verdict") == "not-observed" and n:
+        statement = f"{evidence['sentence']}: this measures nothing {boundary}"
     record_sentence = sentence(options.axis, options.compare, fold, statement, nothing="no case completed on every pass")
     split = split_summary(flip_margins)
     split_text = split_sentence(split)
@@ -1001,7 +1081,14 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         ci = fold.ci95()
         stopped = {**stopped, "width": (ci[1] - ci[0]) if ci else None}
     scope = {"axis": options.axis, "boundary": boundary, "holds": holds if n else None, "level": options.compare,
-             "statement": statement, "engine_changed": ctx.engine_change is not None}
+             "statement": statement, "engine_changed": ctx.engine_change is not None,
+             "system": system_check["verdict"], "evidence": evidence.get("verdict") if evidence else None}
+    identity, identity_reason = options.identity, options.identity_reason
+    if system_check["verdict"] == DIFFERS and options.identity:
+        # a measurement of another system than the pinned one counts toward no identity
+        identity = None
+        identity_reason = (f"{system_check['sentence']} (identity {options.identity[:12]} was pinned): this probe "
+                           "counts toward no identity")
 
     target: dict[str, Any] = {
         "kind": parameters["target_kind"],
@@ -1016,7 +1103,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         baseline_info = {"id": baseline.id, "run": baseline.run, "identity": baseline.identity,
                          "started_at": baseline.started_at, "target": baseline.target.get("endpoints")}
     return ProbeRecord(
-        axis=options.axis, identity=options.identity, target=target, n=n, m=m, agreement_rate=fold.rate(),
+        axis=options.axis, identity=identity, target=target, n=n, m=m, agreement_rate=fold.rate(),
         ci95=fold.ci95(), compare=fold.compare_json(extractor.spec if extractor else None),
         errored=fold.errored, flipped=fold.flipped,
         cases=case_results if inline else LedgerCases(ledger.path, ctx.run_id, len(cases)),
@@ -1024,10 +1111,34 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
         sentence=record_sentence, run=ctx.run_id, passes=passes_info, repeats=len(schedules),
         decoding=options.decoding, cases_file=parameters["cases_file"], cases_digest=digest_of_cases,
         errored_cases=fold.errored_cases, engine_changed=ctx.engine_change is not None, notes=list(ctx.notes),
-        baseline=baseline_info, identity_reason=options.identity_reason,
+        baseline=baseline_info, identity_reason=identity_reason, system_check=system_check, evidence=evidence,
         logprobs=logprobs_info, tar_n=len(schedules), tarr=fold.level_json(fold.m_output)["rate"],
         tara=fold.level_json(fold.m_outcome)["rate"] if fold.outcomes else None, stopped=stopped,
     )
+
+
+def _system_check(ctx: RunContext, schedules: list[PassSchedule], passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """``system_check`` from the passes' observations (and the models their responses named): one
+    target's, or one per host."""
+    answered: dict[int, list[dict[str, Any]]] = {}
+    if ctx.system.comparable:
+        for schedule, info in zip(schedules, passes, strict=True):
+            answered.setdefault(schedule.target, []).extend(
+                answered_differences([info], ctx.options.pinned_runtime))
+    by_target: dict[int, list[dict[str, Any]]] = {}
+    for schedule in schedules:
+        if schedule.source != "send":
+            continue
+        for at in ("start", "end"):
+            entry = ctx.steps.get(step_key(schedule.index, at))
+            if entry is not None:
+                by_target.setdefault(schedule.target, []).append(entry)
+    lock_id = ctx.options.identity
+    if len(ctx.clients) > 1:
+        return combine([with_differences(summarise(by_target.get(i, []), lock_id=lock_id, target=client.display),
+                                         answered.get(i, []))
+                        for i, client in enumerate(ctx.clients)], lock_id=lock_id)
+    return with_differences(summarise(by_target.get(0, []), lock_id=lock_id), answered.get(0, []))
 
 
 def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, schedules: list[PassSchedule],

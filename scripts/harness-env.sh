@@ -22,13 +22,17 @@ key=$(printf '%s\n' "$("$PY" -c 'import sys; print(sys.version.split()[0])')" "$
 cache="${EXECSYS_HARNESS_CACHE:-$HOME/.cache/execsys-test-harness}"
 venv="$cache/$key"
 
+mkdir -p "$cache"
+# Two test runs at once (two checkouts, a CI run beside a developer's) must not build one venv together:
+# the second waits for the first, then finds it complete.
+exec 9>"$venv.lock"
+flock 9
 if [ ! -f "$venv/.complete" ]; then
   start=$(date +%s)
   echo "harness-env: building $venv (first time only)" >&2
   # Built in place (a venv and its console scripts embed their own path); `.complete` marks it whole,
   # so an interrupted build is thrown away and redone rather than half-used.
   rm -rf "$venv"
-  mkdir -p "$cache"
   "$PY" -m venv "$venv" >&2
   pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
   "${pip[@]}" "$torch_req" >&2
@@ -39,4 +43,5 @@ fi
 # This checkout's execsys: its entry point registers the Inspect hook (dependencies are already there
 # after the first time, so this is an editable reinstall of a few seconds).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation -e "$repo" >&2
+flock -u 9
 echo "$venv"

@@ -61,6 +61,8 @@ fi
 
 # execsys run's tests drive real harnesses from their own cached venv (minutes the first time only).
 bash scripts/harness-env.sh >/dev/null
+# vLLM's tests serve from its own cached venv (CPU build; about 30 minutes the first time on 2 shared cores).
+export EXECSYS_VLLM_VENV="$(bash scripts/vllm-env.sh)"
 
 set +e
 "$PY" -m pytest "$@"

@@ -6,11 +6,13 @@ from collections.abc import Iterator
 import pytest
 
 pytest_plugins = [
+    "tests.fixtures.markers",
     "tests.fixtures.common",
     "tests.fixtures.sshd",
     "tests.fixtures.llama",
     "tests.fixtures.slurm",
     "tests.fixtures.tui",
+    "tests.fixtures.vllm",
 ]
 
 EXPECTS_ERROR = "expects_error_notification"

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.markers import starts_real_service
+
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "contrib" / "ansible" / "library"
 EXECSYS = str(Path(sys.executable).with_name("execsys"))
@@ -24,6 +28,7 @@ CLEAN_PATH = "/usr/bin:/bin"
 
 
 def _ansible(name: str) -> str:
+    starts_real_service("ansible-core")
     found = shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     if found is None:
         pytest.skip(f"{name} not installed (the test extra installs ansible-core)")

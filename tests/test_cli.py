@@ -260,3 +260,27 @@ def test_an_empty_path_does_not_fall_back_to_the_default(cli, tmp_path: Path, ar
     line = one_line_error(cli(*args, cwd=tmp_path), command)
     assert "path is empty" in line
     assert not (tmp_path / "execsys.lock.json").exists()
+
+
+@pytest.mark.parametrize(("toml", "says"), [
+    ('[artifact]\npath = "model\\u0000.bin"\n', "execsys.toml:2: 'artifact.path' contains a NUL character"),
+    ('[runtime]\nendpoint = "http://[::1"\n', "execsys.toml:2: 'runtime.endpoint' is not a URL (Invalid IPv6 URL)"),
+    ('[runtime]\nendpoint = "http://127.0.0.1:9/v\\u0000"\n', "'runtime.endpoint' contains a NUL character"),
+    ('[runtime]\nendpoint = "http://127.0.0.1:port/v1"\n', "'runtime.endpoint' is not a URL"),
+    ('[runtime]\nendpoint = "127.0.0.1:8000"\n', "'runtime.endpoint' must be an http:// or https:// URL with a host"),
+    ('[grader.judge]\nendpoint = "ftp://judge/v1"\n', "'grader.judge.endpoint' must be an http:// or https:// URL"),
+], ids=["nul-path", "open-ipv6", "nul-endpoint", "port-not-a-number", "no-scheme", "judge-ftp"])
+def test_a_declared_value_no_system_can_use_is_refused_at_loading(cli, tmp_path: Path, toml: str, says: str) -> None:
+    (tmp_path / "execsys.toml").write_text(toml)
+    line = one_line_error(cli("pin", cwd=tmp_path), "pin")
+    assert says in line
+    assert not (tmp_path / "execsys.lock.json").exists()
+
+
+def test_a_task_prolog_lock_path_that_cannot_be_exported_writes_nothing(cli, tmp_path: Path, ledger_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"w")
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n')
+    lock = tmp_path / "x\ny.lock.json"
+    line = one_line_error(cli("pin", "--task-prolog", "--lock", str(lock), cwd=tmp_path), "pin")
+    assert line.startswith("execsys pin: error: --task-prolog: EXECSYS_LOCK: cannot export")
+    assert not lock.exists() and not ledger_path.exists()

@@ -206,7 +206,8 @@ def test_remote_mismatch_is_an_integrity_defect(cli, tmp_path: Path, ssh_config_
     assert "0/2" in result.stdout  # neither the local copy nor the host holds the expected bytes
 
 
-@pytest.mark.parametrize("dest", ["-oProxyCommand=touch {marker}", "", "two words"])
+@pytest.mark.parametrize("dest", ["-oProxyCommand=touch {marker}", "", "two words", "ssh://-oProxyCommand=id@h",
+                                  "ssh://-oProxyCommand=id@h:22"])
 def test_a_bad_destination_is_a_usage_error_and_runs_nothing(cli, tmp_path: Path, dest: str) -> None:
     marker = tmp_path / "ran"
     path = tmp_path / "model.gguf"

@@ -577,17 +577,26 @@ def test_package_prefixes_pythonpath_and_a_second_copy(tmp_path, monkeypatch):
 
 
 def test_package_prefixes_user_site_shadow(tmp_path, monkeypatch):
+    """The user site is off inside a venv (the suite's own interpreter), so the python3 the hazard finds
+    first is the base interpreter behind it, with a pip of its own: its pip shadowed from a user site."""
     _clean_python_env(monkeypatch)
-    _prepend_path(monkeypatch, Path(sys.executable).parent)
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(base)
+    for pip in ("pip", "pip3"):
+        (bindir / pip).write_text(f"#!/bin/sh\nexec {base} -m pip \"$@\"\n")
+        (bindir / pip).chmod(0o755)
+    _prepend_path(monkeypatch, bindir)
+    version = subprocess.run([base, "-c", "import importlib.metadata as m; print(m.version('pip'))"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     userbase = tmp_path / "userbase"
     site = userbase / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
-    (site / "rich-0.0.2.dist-info").mkdir(parents=True)
+    (site / "pip-0.0.2.dist-info").mkdir(parents=True)
     monkeypatch.setenv("PYTHONUSERBASE", str(userbase))
     result = run_hazard("package-prefixes", DoctorOptions(timeout=10))
-    if sys.prefix != sys.base_prefix:
-        pytest.skip("user site is disabled inside a venv")
-    assert result.status == "fail"
-    assert result.summary.startswith("rich: user site 0.0.2 shadows the environment's")
+    assert result.status == "fail", result
+    assert result.summary.startswith(f"pip: user site 0.0.2 shadows the environment's {version} (0.0.2 in {site}")
 
 
 def test_package_prefixes_global_pip_target(tmp_path, monkeypatch):
@@ -738,9 +747,29 @@ def test_port_collisions_free_port_is_ok():
     assert f"port {port}: nothing listening" in result.evidence
 
 
+def test_port_collisions_a_declared_process_that_is_not_running_is_a_finding(listen):
+    """`doctor --port 8000 --process llama-server` with no llama-server anywhere used to say ✓."""
+    import uuid
+
+    port = _free_port()
+    name = f"llama-server-{uuid.uuid4().hex[:8]}"
+    absent = run_hazard("port-collisions", DoctorOptions(ports=[port], process=name))
+    assert absent.status == "fail"
+    assert absent.summary == f"the declared process {name!r} is not running"
+    assert [f.id for f in absent.findings] == ["port-collisions/declared-process-not-running"]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    by_pid = run_hazard("port-collisions", DoctorOptions(ports=[port], pid=gone.pid))
+    assert (by_pid.status, by_pid.summary) == ("fail", f"the declared pid {gone.pid} is not running")
+    proc = listen("4", "plain", port)  # running, and the one listening: nothing to say
+    running = run_hazard("port-collisions", DoctorOptions(ports=[port], pid=proc.pid))
+    assert running.status == "ok", running.summary
+
+
 # -- clock-skew (local) ----------------------------------------------------------------------
 
 def test_clock_skew_reports_kernel_state_and_clocksource():
+    """This host's real kernel state and clocksource are read (the planted cases below pin the verdicts)."""
     result = run_hazard("clock-skew", DoctorOptions())
     assert result.status in ("ok", "warn")
     text = "\n".join(result.evidence)
@@ -749,5 +778,52 @@ def test_clock_skew_reports_kernel_state_and_clocksource():
         assert f"clocksource: {source.read_text().strip()}" in text
     if sys.platform.startswith("linux"):
         assert "adjtimex: state" in text
-        unsync = "kernel clock is not synchronised" in text
-        assert (result.status == "warn") == (unsync or "clocksource is" in result.summary)
+
+
+class _Adjtimex:
+    """libc as the hazard calls it, answering adjtimex(2) with a planted kernel state: the kernel's own
+    cannot be changed from a test (and the doctor never changes it)."""
+
+    def __init__(self, state: int, status: int, maxerror_us: int = 16000000):
+        self.state, self.status, self.maxerror_us = state, status, maxerror_us
+
+    def adjtimex(self, ref) -> int:
+        tx = ref._obj
+        tx.status, tx.maxerror, tx.esterror, tx.offset = self.status, self.maxerror_us, 1500, 250
+        return self.state
+
+
+def _planted_clock(monkeypatch, tmp_path: Path, *, state: int, status: int, current: str, available: str):
+    from execsys.doctor.hazards import clock_skew
+
+    source = tmp_path / "clocksource0"
+    source.mkdir()
+    (source / "current_clocksource").write_text(current + "\n")
+    (source / "available_clocksource").write_text(available + "\n")
+    monkeypatch.setattr(clock_skew, "CLOCKSOURCE", str(source))
+    monkeypatch.setattr(clock_skew, "_libc", lambda: _Adjtimex(state, status))
+    return run_hazard("clock-skew", DoctorOptions())
+
+
+@pytest.mark.parametrize(("state", "status", "current", "available", "verdict", "summary", "finding"), [
+    (0, 0x0001, "tsc", "tsc hpet acpi_pm", "ok", "kernel clock synchronised, clocksource tsc", None),
+    (5, 0x0040, "tsc", "tsc hpet", "warn", "kernel clock is not synchronised (no NTP/PTP discipline: STA_UNSYNC)",
+     "clock-skew/kernel-clock-unsynchronised"),
+    (0, 0x0040, "kvm-clock", "kvm-clock tsc", "warn", "kernel clock is not synchronised",
+     "clock-skew/kernel-clock-unsynchronised"),  # STA_UNSYNC alone, state TIME_OK
+    (5, 0x0000, "tsc", "tsc", "warn", "kernel clock is not synchronised", "clock-skew/kernel-clock-unsynchronised"),
+    (0, 0x0000, "hpet", "hpet acpi_pm", "warn", "clocksource is hpet: tsc was probably marked unstable",
+     "clock-skew/tsc-unstable"),
+    (0, 0x0000, "acpi_pm", "tsc acpi_pm", "warn", "clocksource is acpi_pm although tsc is available",
+     "clock-skew/slow-clocksource"),
+    (0, 0x0000, "kvm-clock", "kvm-clock hpet", "ok", "kernel clock synchronised, clocksource kvm-clock", None),
+], ids=["synchronised-tsc", "unsync-time-error", "sta-unsync-only", "time-error-only", "tsc-demoted",
+        "slow-with-tsc", "kvm-clock"])
+def test_clock_skew_verdict_from_a_planted_kernel_state_and_clocksource(
+        monkeypatch, tmp_path, state, status, current, available, verdict, summary, finding):
+    result = _planted_clock(monkeypatch, tmp_path, state=state, status=status, current=current, available=available)
+    assert result.status == verdict, result
+    assert result.summary.startswith(summary)
+    assert f"adjtimex: state {state}, maxerror 16000.0 ms, esterror 1.5 ms, offset 0.250 ms" in result.evidence
+    assert f"clocksource: {current} (available: {available})" in result.evidence
+    assert [f.id for f in result.findings] == ([finding] if finding else [])

@@ -46,3 +46,32 @@ def test_ports_default_by_scheme_and_a_bad_port_is_no_port():
     assert local_port("127.0.0.1:8000") == 8000
     assert local_port("http://127.0.0.1:notaport/v1") is None
     assert local_port(None) is None
+
+
+def test_init_beside_a_real_llama_cpp_server_prefills_it(cli, tmp_path, llama_server):
+    """The doctor's discovery finds the suite's real llama.cpp server (llama-cpp-python) with its argv;
+    init pre-fills engine, endpoint, process and the weights from its --model. The machine may be shared:
+    the declaration names the first engine listening here, which may be another's."""
+    import sys
+
+    from execsys.observe.listener import engine_listeners
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    listening = engine_listeners()
+    ours = [entry for entry in listening if entry["pid"] == llama_server.pid]
+    assert [(e["engine"], e["process"], e["endpoint"]) for e in ours] == [
+        ("llama-cpp-python", "llama_cpp.server", llama_server.base_url)]
+    assert "--model" in ours[0]["argv"]
+    result = cli("init", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    runtime = tomllib.loads((tmp_path / "execsys.toml").read_text())["runtime"]
+    first = listening[0]
+    assert (runtime["engine"], runtime["endpoint"], runtime["process"]) == (
+        first["engine"], first["endpoint"], first["process"])
+    if first["pid"] == llama_server.pid:
+        artifact = tomllib.loads((tmp_path / "execsys.toml").read_text())["artifact"]
+        assert artifact["path"] == str(llama_server.model_path)

@@ -49,7 +49,7 @@ def test_eight_of_twenty_flipped_is_twelve_of_twenty(cli, tmp_path, flip_endpoin
     result = cli("probe", "session", "--endpoint", flip_endpoint.base_url, "--cases", str(cases), "--json")
     assert result.returncode == 1, result.stderr
     record = result.json()
-    assert record["schema"] == "execsys.probe/1"
+    assert record["schema"] == "execsys.probe/2"
     assert (record["m"], record["n"], record["errored"]) == (12, 20, 0)
     assert record["agreement_rate"] == pytest.approx(0.60)
     assert [round(x, 2) for x in record["ci95"]] == [0.39, 0.78]

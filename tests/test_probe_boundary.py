@@ -7,6 +7,7 @@ shows (the TUI draws from them alone)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -99,6 +100,22 @@ def test_flags_win_over_the_declaration_and_zero_is_a_value_not_a_default():
         ProbeOptions.from_sources(decl, None, axis="sideways")
 
 
+def test_declared_cases_resolve_beside_the_declaration_and_the_flag_where_it_was_typed(tmp_path, monkeypatch):
+    """One rule for every path in execsys.toml: `[probe] cases` is beside the file, as the grader's are."""
+    from execsys.probes.runner import ProbeOptions
+
+    monkeypatch.chdir(tmp_path)
+    decl = parse('[probe]\ncases = "declared.jsonl"\n', tmp_path / "eval" / "execsys.toml")
+    options = ProbeOptions.from_sources(decl, None, axis="session", endpoints=["http://127.0.0.1:9/v1"])
+    assert options.cases == str(tmp_path / "eval" / "declared.jsonl")
+    typed = ProbeOptions.from_sources(decl, None, axis="session", endpoints=["http://127.0.0.1:9/v1"],
+                                      cases="mine.jsonl")
+    assert typed.cases == "mine.jsonl"
+    absolute = parse(f'[probe]\ncases = "{tmp_path}/abs.jsonl"\n', tmp_path / "eval" / "execsys.toml")
+    assert ProbeOptions.from_sources(absolute, None, axis="session",
+                                     endpoints=["http://127.0.0.1:9/v1"]).cases == f"{tmp_path}/abs.jsonl"
+
+
 # -- refused inputs: one line, exit 2, nothing recorded ---------------------------------------------
 
 
@@ -151,7 +168,9 @@ def test_the_restart_command_is_printed_redacted(cli, tmp_path, llama_server):
     restart = f"true --token {token} -H 'Authorization: Bearer {bearer}'"
     result = cli("probe", "restart", "--endpoint", llama_server.base_url, "--cases", "cases.jsonl",
                  "--restart", restart, "--json", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    # `true` restarts nothing: a finding (exit 1), said in a line of its own; the command stays redacted
+    assert result.returncode == 1, result.stderr
+    assert result.json()["evidence"]["verdict"] == "not-observed"
     [line] = [x for x in result.stderr.splitlines() if x.startswith("restarting the server before pass B: ")]
     assert "true --token <redacted>" in line
     assert token not in result.stderr and bearer not in result.stderr
@@ -193,3 +212,20 @@ def test_events_carry_texts_agreement_and_the_run_id(tmp_path, llama_server, led
     options.resume = record.run
     again = run_probe(options, on_event=events.append)
     assert again.id == record.id and RunOpened(record.run, resumed=True) in events
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ({"retries": -1}, "--retries must be 0 or more"),
+    ({"concurrency": 1_000_000_000}, "--concurrency and --load are at most 1024 requests in flight"),
+    ({"concurrency": 1025}, "--concurrency and --load are at most 1024 requests in flight"),
+    ({"axis": "concurrency", "load": 1025}, "--concurrency and --load are at most 1024 requests in flight"),
+], ids=["negative-retries", "a-billion-in-flight", "just-over", "load-just-over"])
+def test_numbers_that_cannot_be_a_probe_are_refused_before_anything_runs(flags, message):
+    from execsys.probes.runner import ProbeOptions
+
+    decl = parse('[probe]\ncases = "c.jsonl"\n')
+    given = {"axis": "session", "endpoints": ["http://127.0.0.1:9/v1"], **flags}
+    with pytest.raises(UsageError, match=re.escape(message)):
+        ProbeOptions.from_sources(decl, None, **given)
+    limit = {key: (0 if key == "retries" else 1024) for key in flags if key != "axis"}
+    ProbeOptions.from_sources(decl, None, **{**given, **limit})  # the boundary itself is fine

@@ -171,15 +171,22 @@ def test_restart_never_ready_ends_with_a_clear_message(cli, tmp_path, llama_serv
 class CountingProxy(LoopbackServer):
     """A loopback HTTP proxy (stdlib) in front of a real server that counts the completion requests in
     flight: llama-cpp-python answers one request at a time, so only here can K concurrent requests be
-    seen. ``arrivals`` is the number in flight as each completion request arrived, in arrival order."""
+    seen. ``arrivals`` is the number in flight as each completion request arrived, in arrival order.
 
-    def __init__(self, upstream_port: int):
+    With ``hold_after=N, hold_until=K`` the requests after the first N are held before they go upstream
+    until K are in flight at once (at most ``hold_s``), once: the tiny model answers so fast that a
+    loaded machine could finish one request before the K-th is sent, and K in flight would then be
+    luck. A client that never sends K at once is still caught: the hold times out with fewer."""
+
+    def __init__(self, upstream_port: int, *, hold_after: int | None = None, hold_until: int = 0,
+                 hold_s: float = 20.0):
         import http.client
         import threading
 
         self.arrivals: list[int] = []
         self.in_flight = 0
-        lock = threading.Lock()
+        lock = threading.Condition()
+        held = {"open": hold_after is None}
         proxy = self
 
         class Handler(JsonHandler):
@@ -192,6 +199,11 @@ class CountingProxy(LoopbackServer):
                     with lock:
                         proxy.in_flight += 1
                         proxy.arrivals.append(proxy.in_flight)
+                        lock.notify_all()
+                        if not held["open"] and hold_after is not None and len(proxy.arrivals) > hold_after:
+                            lock.wait_for(lambda: held["open"] or proxy.in_flight >= hold_until, timeout=hold_s)
+                            held["open"] = True
+                            lock.notify_all()
                 try:
                     upstream = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=120)
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
@@ -220,7 +232,7 @@ class CountingProxy(LoopbackServer):
 def test_concurrency_axis_keeps_k_requests_in_flight_during_pass_b(cli, tmp_path, llama_server):
     load, n = 4, 8
     cases = write_prompts(tmp_path / "cases.jsonl", n=n)
-    with CountingProxy(llama_server.port) as proxy:
+    with CountingProxy(llama_server.port, hold_after=n, hold_until=load) as proxy:
         result = cli("probe", "concurrency", "--endpoint", proxy.base_url, "--cases", str(cases), "--json",
                      "--load", str(load))
     record = result.json()

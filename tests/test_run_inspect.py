@@ -129,3 +129,59 @@ def test_a_failing_hook_never_breaks_the_eval_and_says_it_could_not_record(eval_
     record = RunRecord(id="run-x", command=["inspect"], cwd=".", exit_code=0, hook={"reports": [report]})
     assert record.verdict == "clean"
     assert "the Inspect hook could not record" in record.verdict_detail()
+
+
+# -- the hook's mismatch is a real mismatch (unit level: Inspect's event shapes, no Inspect run) ------
+
+def _model_event(model: str, output_model: str | None, response: dict | None = None, **fields):
+    from types import SimpleNamespace
+
+    call = SimpleNamespace(response=response) if response is not None else None
+    return SimpleNamespace(event="model", model=model, output=SimpleNamespace(model=output_model), call=call,
+                           **fields)
+
+
+def test_a_provider_qualified_name_is_the_served_model_without_its_qualifier():
+    from execsys.harnesses.inspect_names import served_model, unqualified
+
+    requested = "openai-api/local/tiny"
+    # Inspect's own label (a placeholder, a retried attempt's output) against the served `tiny`
+    assert served_model(_model_event(requested, requested), None) == "tiny"
+    assert served_model(_model_event(requested, "tiny"), None) == "tiny"
+    # the endpoint's own answer wins over the output's label when Inspect kept the response
+    event = _model_event(requested, requested, {"model": "tiny-v2"})
+    assert served_model(event, event.call.response) == "tiny-v2"
+    # an error response names nothing: the output's name is used
+    errored = _model_event(requested, "tiny", {"error": {"message": "busy"}, "model": "x"})
+    assert served_model(errored, errored.call.response) == "tiny"
+    # a real other model stays other; only the requested qualifier is taken off, longest first
+    assert unqualified("openai-api/local/not-the-pinned-model", "openai-api/local/not-the-pinned-model") == \
+        "not-the-pinned-model"
+    assert unqualified("meta-llama/Llama-3", "openai-api/local/meta-llama/Llama-3") == "meta-llama/Llama-3"
+    assert unqualified("openai-api/local/meta-llama/Llama-3", "openai-api/local/meta-llama/Llama-3") == \
+        "meta-llama/Llama-3"
+    assert unqualified("tiny", None) == "tiny" and unqualified("a/b", "tiny") == "a/b"
+    assert served_model(_model_event(requested, None), None) is None
+
+
+def test_the_run_verdict_names_the_watchs_drift_before_a_per_call_count():
+    from execsys.run.record import RunRecord
+
+    drift = [{"at": "2026-12-02T10:00:01Z", "component": "runtime.process.argv",
+              "before": ["python", "-m", "llama_cpp.server"], "after": None},
+             {"at": "2026-12-02T10:00:03Z", "component": "runtime.process.argv", "before": None,
+              "after": ["python", "-m", "llama_cpp.server", "--n_batch", "7"]}]
+    hook = {"reports": [{"recorded": True, "mismatches": 1}], "model_calls": 4, "mismatches": 1}
+    record = RunRecord(id="run-1", command=["inspect"], cwd=".", exit_code=0, drift=drift, hook=hook)
+    detail = record.verdict_detail()
+    assert detail.startswith("drifted: the runtime changed during the run (runtime.process.argv at "
+                             "2026-12-02T10:00:01Z: python -m llama_cpp.server -> None; 2 drift events)")
+    assert detail.index("the runtime changed") < detail.index("1 model call(s) answered by another model")
+    assert detail.endswith(": compare this result causally with nothing")
+    # a per-call count alone is the cause when the watch saw nothing; verify-after's new identity after that
+    alone = RunRecord(id="run-2", command=["inspect"], cwd=".", exit_code=0, hook=hook)
+    assert alone.verdict_detail().startswith("drifted: 1 model call(s) answered by another model")
+    after = RunRecord(id="run-3", command=["x"], cwd=".", exit_code=0,
+                      verify_after={"verdict": "new-identity", "sentence": "1 changed (runtime)"})
+    assert after.verdict_detail() == ("drifted: the system after the run is not the pinned one (1 changed "
+                                      "(runtime)): compare this result causally with nothing")

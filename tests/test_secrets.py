@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_identity import git, make_repo
+from tests.fixtures.git_repo import git, make_repo
 
 SECRETS = {
     "HF_TOKEN": "hf_PlantedTokenValue0001",

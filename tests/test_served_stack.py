@@ -1,5 +1,6 @@
-"""The serving stack, read from the serving process's own interpreter: a real venv (with its system
-site-packages: the real llama-cpp-python and numpy installed there) serving a real llama-cpp-python server."""
+"""The serving stack, read from the serving process's own interpreter: a real venv (no system
+site-packages: llama-cpp-python and numpy installed into it, from pip's cache) serving a real
+llama-cpp-python server. Nothing is expected of the base interpreter behind the venv."""
 
 from __future__ import annotations
 
@@ -29,10 +30,15 @@ class VenvLlamaServer(LlamaServer):
 
 @pytest.fixture(scope="module")
 def serving_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real venv (pip installed in it by ensurepip) that sees the system's real llama-cpp-python and numpy."""
+    """A fresh venv of its own (pip in it by ensurepip, no system site-packages) with the test venv's
+    llama-cpp-python (its server extra) and numpy installed into it: pip's cache holds both wheels, so
+    this is a local install, not a build."""
     pytest.importorskip("llama_cpp")
     venv = tmp_path_factory.mktemp("serving") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    f"llama-cpp-python[server]=={version('llama_cpp_python')}", f"numpy=={version('numpy')}"],
+                   check=True, timeout=600)
     return venv
 
 
@@ -70,15 +76,28 @@ def test_the_serving_venv_s_distributions_are_what_pin_records(cli, tmp_path: Pa
         pinned = cli("pin", "--json", cwd=tmp_path)
     assert pinned.returncode == 0, pinned.stderr
     assert stack["interpreter"]["prefix"] == str(serving_venv)
-    # installed in the venv itself, and seen through its system-site-packages, read as files
+    # installed in the venv itself, read as files
     assert stack["distributions"]["llama-cpp-python"] == version("llama_cpp_python")
     assert stack["distributions"]["numpy"] == version("numpy")
     assert "pip" not in stack["distributions"]  # installed in the venv itself, but no serving library
     assert stack["torch"] == {"verdict": "not installed in the serving interpreter"}
     assert stack["container"]["verdict"] in ("not in a container", "image", "unverifiable")
-    recorded = pinned.json()["components"]["runtime"]["observed"]["stack"]
+    # one container verdict: the stack's agrees with the environment component's
+    environment = pinned.json()["components"]["environment"]["observed"]["container"]
+    if environment == "none":
+        assert stack["container"]["verdict"] == "not in a container"
+    else:
+        assert stack["container"]["verdict"] != "not in a container"
+        assert stack["container"]["container"] == environment
+    runtime = pinned.json()["components"]["runtime"]["observed"]
+    recorded = runtime["stack"]
     assert recorded["interpreter"]["executable"] == os.path.realpath(python)
+    assert recorded["interpreter"]["prefix"] == str(serving_venv)
     assert recorded["distributions"] == stack["distributions"]
+    # the engine's version, too, is the venv's: the base interpreter behind it has none
+    assert runtime["process"]["interpreter"] == str(python)
+    assert (runtime["engine"]["version"], runtime["engine"]["found_in"]) == (
+        version("llama_cpp_python"), "the serving process's interpreter")
 
 
 def test_container_of_a_process_that_is_gone_is_unverifiable() -> None:

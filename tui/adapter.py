@@ -276,7 +276,8 @@ def save_declaration(paths: Paths, tables: dict[str, dict[str, Any]]) -> Path:
 
 
 def pin(paths: Paths, tables: dict[str, dict[str, Any]], on_event: OnEvent | None = None):
-    """Save the declaration, then pin it as ``execsys pin`` does; returns (identity, diff vs the previous lock)."""
+    """Save the declaration, then pin it as ``execsys pin`` does; returns (identity, diff vs the previous lock,
+    the licences a new identity leaves behind or None)."""
     from execsys.identity import PinOptions, run_pin
 
     save_declaration(paths, tables)
@@ -286,7 +287,7 @@ def pin(paths: Paths, tables: dict[str, dict[str, Any]], on_event: OnEvent | Non
         previous = None
     options = PinOptions.from_sources(load_declaration(paths), previous, lock_path=paths.lock, ledger=paths.ledger)
     report = at_background_priority(lambda: run_pin(options, on_event=on_event))
-    return report.identity, report.diff
+    return report.identity, report.diff, report.superseded
 
 
 # -- probes ----------------------------------------------------------------------------

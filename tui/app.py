@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from execsys.tui.screens.base import StepScreen
 from execsys.tui.screens.doctor import DoctorScreen
 from execsys.tui.state import STEPS, DoctorState, Paths
 from textual.app import App, SystemCommand
@@ -106,12 +107,27 @@ class ExecsysApp(App[int]):
         self.autostart = autostart
         self._initial_theme = theme
         self._exit_after_paint = os.environ.get(EXIT_AFTER_PAINT_ENV) == "1"
+        self._frames_with_content = 0  # frames written since the first step's screen had its content
+
 
     # -- start-up --------------------------------------------------------
     def on_mount(self) -> None:
         self.theme = self._initial_theme
         self.switch_mode("doctor")
-        self.call_after_refresh(self._first_paint)
+
+    def post_display_hook(self) -> None:
+        """The first paint is a frame of the first step with its content, written to the terminal.
+
+        A refresh of the app can come before the step's screen has composed its rows (only mode-setting
+        escapes reach the terminal then): counting frames of a screen that says it has its content, and
+        acting after the second, means that a whole frame of it was written before anything follows."""
+        if self._frames_with_content >= 2:
+            return
+        screen = self.screen
+        if isinstance(screen, StepScreen) and screen.is_mounted and screen.has_first_content():
+            self._frames_with_content += 1
+            if self._frames_with_content == 2:
+                self.call_later(self._first_paint)
 
     def _first_paint(self) -> None:
         """Paint first, then read the ledger: the first screen never waits on disk or a check."""

@@ -7,7 +7,8 @@ and the engine you restarted never bound it. Every result then mixes two
 systems. For each declared port this lists every listening TCP socket across
 addresses and families with the owning pids and (redacted) command lines. When
 sockets of other users cannot be attributed (not root), it says so rather than
-claiming the port is clean.
+claiming the port is clean. A process named with ``--process``/``--pid`` that is not running at all
+is a finding too: the ports are then answered by nothing, or by something else, never by what was declared.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from execsys.redact import redact_argv
 
 ID = "port-collisions"
 TITLE = "Who answers on the declared ports"
-FINDINGS = ("several-listeners", "unseen-second-listener", "listener-not-visible", "not-the-declared-engine")
+FINDINGS = ("several-listeners", "unseen-second-listener", "listener-not-visible", "not-the-declared-engine",
+            "declared-process-not-running")
 
 FIX = ("Stop the stray listener (kill the extra pid), bind the engine to one explicit address and family "
        "(e.g. --host 127.0.0.1), do not start engines with SO_REUSEPORT, and point the harness at "
@@ -67,6 +69,16 @@ def _declared_matcher(ctx):
     return by_name, what
 
 
+def _declared_process_missing(opts) -> str | None:
+    """A sentence when the process the operator named (not one derived from the engine's name) runs nowhere."""
+    if opts.pid:
+        if sysinfo.process(int(opts.pid)).error == "no such process":
+            return f"the declared pid {int(opts.pid)} is not running"
+    elif opts.process and not sysinfo.find_processes(opts.process):
+        return f"the declared process {opts.process!r} is not running"
+    return None
+
+
 def check(ctx) -> HazardResult:
     ports = ctx.ports()
     if not ports:
@@ -107,6 +119,10 @@ def check(ctx) -> HazardResult:
                                         f"declared {declared}", f"{ID}/not-the-declared-engine"))
     if hidden:
         evidence.append(f"{hidden} process(es) of other users could not be inspected (sockets are still listed)")
+    missing = _declared_process_missing(ctx.options)
+    if missing:
+        findings.append(Finding("fail", missing, f"{ID}/declared-process-not-running"))
+
     def summary(top: list[Finding]) -> str:
         return headline([f.text for f in top]) if top[0].level == "fail" else top[0].text
 

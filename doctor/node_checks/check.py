@@ -255,6 +255,7 @@ def inspected_environment(options: NodeCheckOptions, process_env: dict[str, str]
         if declared_path:
             path_source = "the declaration's [environment] variables"
         elif own.get("PATH", "").strip(":"):
+            variables["PATH"] = own["PATH"]  # a declared PATH of only colons is none: not over this one
             path_source = "this process's environment"
         else:
             variables["PATH"] = DEFAULT_PATH

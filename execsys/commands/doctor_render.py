@@ -56,9 +56,12 @@ def count_line(counts: dict[str, int], duration_s: float, verdict: str, accepted
 def render(report: DoctorReport, console, verbose: bool = False) -> None:
     from rich.markup import escape as rich_escape
 
+    from execsys.termsafe import shown
+
     def escape(text: str) -> str:
-        # a host given as ssh://user:password@host must not print its password (JSON is scrubbed too)
-        return rich_escape(redact_text(text))
+        # a host given as ssh://user:password@host must not print its password (JSON is scrubbed too);
+        # evidence quotes PATH entries, argv and file names: each line stays one line, its controls visible
+        return rich_escape(shown(redact_text(text)))
 
     many = len(report.hosts) > 1
     for index, host in enumerate(report.hosts):

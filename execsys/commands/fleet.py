@@ -84,13 +84,14 @@ def _names(items: list[str]) -> str:
 def render(report) -> None:
     from execsys import console
     from execsys.canonical import short
+    from execsys.termsafe import shown
 
     # Plain lines, redacted like every console line: nothing here is styled, and rich's import
     # would be a tenth of a 10,000-host run
     out = console.RedactingStream("stdout")
 
     def line(text: str) -> None:
-        out.write(text + "\n")
+        out.write(shown(text) + "\n")  # one line each: a newline inside a host name cannot forge another
 
     line(f"{report.hosts} host reports")
     k, n = report.identity_k, report.identity_n

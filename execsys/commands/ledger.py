@@ -63,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
                 table.add_column(column)
             from rich.text import Text
 
+            from execsys.termsafe import shown
+
             for r in records:
                 # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
                 cells = (r.id, r.kind, (r.identity or "")[:12], r.created_at, _summary(r)["summary"])
-                table.add_row(*(Text(redact_text(cell)) for cell in cells))
+                table.add_row(*(Text(shown(redact_text(cell))) for cell in cells))
             console.out().print(table)
             return ExitCode.OK
         if args.action == "show":

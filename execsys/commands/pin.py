@@ -57,6 +57,14 @@ def run(args: argparse.Namespace) -> int:
         console.warn(warning)
     options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock),
                                       engine_log=args.engine_log)
+    if args.task_prolog:
+        from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
+        from execsys.errors import InputError
+
+        try:  # checked before anything is observed or written, not after the lock and the ledger row
+            task_prolog_exports("0" * 64, options.lock_path)
+        except ValueError as exc:
+            raise InputError(f"--task-prolog: {exc}") from None
     artifact_path = decl.get("artifact", "path")
     base = Path(decl.path).resolve().parent if decl.path else Path.cwd()
     size = artifact_size(resolve(artifact_path, base)) if artifact_path else 0
@@ -72,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     identity = report.identity
     for note in identity.notes[len(decl.warnings):]:  # the declaration's own warnings were shown above
         console.warn(note)
+    if report.superseded is not None:  # on stderr, so --json and --task-prolog stay parseable
+        console.warn(report.superseded.sentence())
     if args.task_prolog:
         from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
 
@@ -141,13 +151,14 @@ def render(identity, out: Path, record_id: str) -> None:
     from rich.table import Table
 
     from execsys import COMPONENTS, console
+    from execsys.termsafe import shown
 
     table = Table(box=None, pad_edge=False, show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for name in COMPONENTS:
-        table.add_row(name, escape(component_summary(name, identity.components[name])))
+        table.add_row(name, escape(shown(component_summary(name, identity.components[name]))))
     console.out().print(table)
     console.out().print(f"identity {identity.id}", markup=False)
     console.out().print(f"lock     {out}  (ledger record {record_id})", markup=False)
-    console.out().print(f"observer {observer_line(identity.observer)}  (not part of the id)", markup=False)
+    console.out().print(f"observer {shown(observer_line(identity.observer))}  (not part of the id)", markup=False)

@@ -60,7 +60,13 @@ examples:
   execsys probe session ... --resume --retry-errored          send the errored cases again
   execsys probe session ... --resume          continue the newest unfinished run with these parameters
 
-exit codes: 0 every case agreed, 1 some disagreed, 2 usage error or no case completed."""
+Every pass observes the serving runtime at its start and end and compares it with the lock
+("system_check"): a probe of another system than the pinned one says so on stderr, records
+"identity": null and counts toward no scope. A restart or redeploy probe whose serving process
+(pid + start time) did not change is "no restart observed" / "no redeploy observed".
+
+exit codes: 0 every case agreed, 1 some disagreed, or the probe measured another system than the
+pinned one, or saw no restart/redeploy; 2 usage error or no case completed."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

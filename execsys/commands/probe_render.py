@@ -52,7 +52,7 @@ class ProgressReporter:
             self._progress.stop()
 
     def __call__(self, event: Any) -> None:
-        from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted
+        from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted, SystemDiffers
 
         if isinstance(event, PassStarted):
             self._errors.setdefault(event.pass_index, 0)
@@ -76,6 +76,10 @@ class ProgressReporter:
             if self._progress is None:
                 extra = f", {event.errored} errored" if event.errored else ""
                 self.console.print(f"pass {escape(event.label)}: done ({event.completed} completed{extra})")
+        elif isinstance(event, SystemDiffers):
+            # a warning that changes what the record counts for: one line, never wrapped
+            target = self._progress.console if self._progress is not None else self.console
+            target.print(f"[yellow]{escape(event.message)}[/]", soft_wrap=True)
         elif isinstance(event, Note):
             target = self._progress.console if self._progress is not None else self.console
             target.print(f"[dim]{escape(event.message)}[/]")

@@ -119,6 +119,7 @@ class StepPrinter:
         from execsys import console
         from execsys.redact import redact_text
         from execsys.run import events
+        from execsys.termsafe import shown
 
         status, text = None, None
         if isinstance(event, events.StepFinished):
@@ -135,7 +136,7 @@ class StepPrinter:
             status, text = "result", f"result   {event.path} {event.blake3[:16]} ({event.harness})"
         if status is None or text is None:
             return
-        text = redact_text(text)
+        text = shown(redact_text(text))  # argv, paths and drift values are the harness's and the engine's
         symbol = {"start": "→", "result": " "}.get(status) or console.symbol(status)
         # a line that cannot be shown (the terminal closed under a SIGHUP: EIO) must not stop the run
         # from being recorded

@@ -14,7 +14,10 @@ Setting two numbers side by side claims they came from comparable conditions. sc
 records of one pinned identity from the ledger and states the claim it licenses: the widest boundary
 measured with agreement 1.0, the axes never probed (unlicensed), and the unstable axes, which a
 causal claim may cross only with a contemporaneous paired control (execsys plan). Probes taken
-under another identity do not count. Axes: session, restart, concurrency, hosts, redeploy.
+under another identity do not count, nor do probes whose engine was not the pinned system (listed as
+ignored), nor restart/redeploy probes that saw no restart/redeploy; one whose event could not be
+seen from here (a remote endpoint) licenses its axis "unverified". Axes: session, restart,
+concurrency, hosts, redeploy.
 
 examples:
   execsys scope                                  the identity in ./execsys.lock.json
@@ -106,11 +109,17 @@ def _render(scope) -> None:
         m = scope.measured.get(axis)
         if m is None:
             key, text = "skip", "not probed: unlicensed"
+        elif m.stable and axis in scope.unverified:
+            why = escape(scope.unverified_why.get(axis, ""))
+            key, text = "warn", f"licensed, unverified  {m.figure()}: {why}  [dim]{m.record}[/]"
         elif m.stable:
             key, text = "ok", f"licensed  {m.figure()}  [dim]{m.record}[/]"
         else:
             key, text = "fail", f"unstable  {m.figure()}: paired control required  [dim]{m.record}[/]"
         out.print(f"  [{console.STYLES[key]}]{console.symbol(key)}[/] {axis:<12} {text}")
+    for ignored in scope.another_system:
+        out.print(f"  [{console.STYLES['skip']}]{console.symbol('skip')}[/] ignored      {escape(ignored['axis'])} "
+                  f"[dim]{escape(ignored['record'])}[/]: {escape(ignored['reason'])}")
 
 
 def _render_audit(report) -> None:

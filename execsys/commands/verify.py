@@ -74,6 +74,7 @@ def render(report) -> None:
     from execsys import console
     from execsys.commands.pin import observer_line
     from execsys.identity import describe_change
+    from execsys.termsafe import shown
 
     if report.schema_outdated:
         # an id defined over other fields: comparing would list every component as changed
@@ -84,12 +85,13 @@ def render(report) -> None:
         key = look[check.status]
         line = f"[{console.STYLES[key]}]{console.symbol(key)}[/] {name}: {check.status}"
         if check.reason:
-            line += f" ({escape(check.reason)})"
+            line += f" ({escape(shown(check.reason))})"
         console.out().print(line)
         for change in check.changes[:12]:
-            console.out().print(f"    {escape(describe_change(change))}")
+            console.out().print(f"    {escape(shown(describe_change(change)))}")
         if len(check.changes) > 12:
             console.out().print(f"    ... and {len(check.changes) - 12} more (--json lists all)")
-    console.out().print(f"pinned by   {observer_line(report.pinned_observer)}", markup=False)
-    console.out().print(f"checked by  {observer_line(report.observer)}  (observers are never compared)", markup=False)
-    console.out().print(f"{report.verdict}: {report.sentence}", markup=False)
+    console.out().print(f"pinned by   {shown(observer_line(report.pinned_observer))}", markup=False)
+    console.out().print(f"checked by  {shown(observer_line(report.observer))}  (observers are never compared)",
+                        markup=False)
+    console.out().print(f"{report.verdict}: {shown(report.sentence)}", markup=False)

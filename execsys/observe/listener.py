@@ -69,3 +69,71 @@ def listener(endpoint: str | None) -> dict[str, Any]:
     with contextlib.suppress(psutil.Error, OSError):
         return {"pid": pid, "started_at": round(psutil.Process(pid).create_time(), 2)}
     return {}
+
+
+# -- the serving engines listening here (init's pre-fill) ----------------------------------------
+
+# (engine, the argv word that names it, the [runtime] process hint that finds it again)
+_ENGINE_SHAPES = (
+    ("vllm", "vllm.entrypoints", "vllm.entrypoints"),
+    ("sglang", "sglang.launch_server", "sglang.launch_server"),
+    ("llama-cpp-python", "llama_cpp.server", "llama_cpp.server"),
+)
+
+
+def engine_of_argv(argv: list[str]) -> tuple[str, str] | None:
+    """(engine, the ``[runtime] process`` hint) a serving process's argv shows, or None.
+
+    ``python -m vllm.entrypoints.openai.api_server`` and ``vllm serve`` are vLLM; ``python -m
+    sglang.launch_server`` and ``sglang serve`` SGLang; ``python -m llama_cpp.server`` llama-cpp-python;
+    ``llama-server`` llama.cpp; ``ollama serve`` Ollama (its ``ollama runner`` children listen too, on
+    ports of their own, and are not what clients talk to)."""
+    import os
+
+    if not argv:
+        return None
+    words = [os.path.basename(a) for a in argv[:3]]
+    for engine, token, hint in _ENGINE_SHAPES:
+        if any(a == token or a.startswith(token + ".") for a in argv[:4]):
+            return engine, hint
+    for index, word in enumerate(words[:2]):
+        following = argv[index + 1] if index + 1 < len(argv) else ""
+        if word in ("vllm", "sglang") and following == "serve":
+            return word, f"{word} serve"
+        if word == "llama-server":
+            return "llama.cpp", "llama-server"
+        if word == "ollama" and following == "serve":
+            return "ollama", "ollama serve"
+    return None
+
+
+def engine_listeners() -> list[dict[str, Any]]:
+    """The serving engines listening on this machine, as the doctor finds them (its engine processes and
+    its socket table): ``{"engine", "process", "pid", "port", "address", "endpoint", "argv"}``, oldest
+    process first. Loopback and wildcard addresses only are reachable as ``127.0.0.1``; a listener bound
+    to one other address is reached by that address."""
+    from execsys.doctor import sysinfo
+    from execsys.redact import redact_argv
+
+    processes = [p for p in sysinfo.engine_processes() if engine_of_argv(p.cmdline)]
+    if not processes:
+        return []
+    table, _hidden = sysinfo.listeners()
+    found: list[dict[str, Any]] = []
+    ports: set[int] = set()
+    for proc in sorted(processes, key=lambda p: p.create_time or 0):
+        engine, hint = engine_of_argv(proc.cmdline) or ("", "")
+        # a forked worker holds its parent's listening socket: the port is the oldest process's
+        mine = sorted((lst for lst in table if proc.pid in lst.pids and lst.port not in ports),
+                      key=lambda lst: (lst.port, lst.family))
+        for lst in mine[:1]:
+            ports.add(lst.port)
+            wildcard = lst.address in ("0.0.0.0", "::", "::ffff:0.0.0.0")
+            host = "127.0.0.1" if wildcard or lst.address.startswith("127.") or lst.address in ("::1",) else (
+                f"[{lst.address}]" if ":" in lst.address else lst.address)
+            root = f"http://{host}:{lst.port}"
+            found.append({"engine": engine, "process": hint, "pid": proc.pid, "port": lst.port,
+                          "address": lst.address, "root": root,
+                          "endpoint": f"{root}/v1",
+                          "argv": redact_argv(proc.cmdline)})
+    return found

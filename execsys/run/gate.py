@@ -39,13 +39,14 @@ class GateOutcome:
                 "failing": self.failing, "override": self.override}
 
 
-def run_gate(declaration: Any, mode: str, override: str | None, ledger: Ledger) -> GateOutcome:
-    """Run the doctor as the declaration sets it up (``[doctor]``, ``[runtime]``, ``[environment]``)."""
+def run_gate(declaration: Any, mode: str, override: str | None, ledger: Ledger, lock: Any = None) -> GateOutcome:
+    """Run the doctor as ``execsys doctor --lock`` would: set up by the declaration (``[doctor]``,
+    ``[runtime]``, ``[environment]``) and checked against the lock's pins, so the gate is never weaker."""
     if mode == "off":
         return GateOutcome(mode, "off", None, override=override)
     from execsys.doctor.runner import DoctorOptions, run_doctor
 
-    options = DoctorOptions.from_sources(declaration, None)
+    options = DoctorOptions.from_sources(declaration, lock)
     report = run_doctor(options)
     report_id = ledger.append("doctor", report.to_json())
     failing = [f"{r.id}: {r.summary}" for r in report.hazards if r.status in ("fail", "error")]

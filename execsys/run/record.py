@@ -167,19 +167,36 @@ class RunRecord:
         body["verdict_detail"] = self.verdict_detail()
         return body
 
+    def drift_cause(self) -> str:
+        """Why the run drifted, first cause first: the watch's first drift event (what moved, when),
+        then the Inspect hook's per-call count, then verify-after's new identity. A per-call count
+        follows a drift event rather than replacing it: the event says what happened to the engine."""
+        mismatches = (self.hook or {}).get("mismatches")
+        counted = (f"{mismatches} model call(s) answered by another model or fingerprint than the pinned one"
+                   if mismatches else None)
+        if self.drift:
+            first = self.drift[0]
+            text = (f"the runtime changed during the run ({first.get('component')} at {first.get('at')}: "
+                    f"{_brief(first.get('before'))} -> {_brief(first.get('after'))}"
+                    + (f"; {len(self.drift)} drift events" if len(self.drift) > 1 else "") + ")")
+            return f"{text}; {counted}" if counted else text
+        if counted:
+            return counted
+        after = self.verify_after or {}
+        if after.get("verdict") == "new-identity":
+            return f"the system after the run is not the pinned one ({after.get('sentence') or 'new identity'})"
+        if after.get("verdict") == UNVERIFIED:
+            return after.get("sentence") or "the system could not be re-observed after the run"
+        return "the runtime changed during the run"
+
     def verdict_detail(self) -> str:
         """One sentence: the verdict and what it rests on."""
         if self.refused:
             return f"refused: {self.refused}"
-        mismatches = (self.hook or {}).get("mismatches")
         parts = {
             "interrupted": "stopped by a signal; partial results digested",
             "failed": f"the harness exited {self.exit_code}",
-            "drifted": ("the system could not be re-observed after the run"
-                        if (self.verify_after or {}).get("verdict") == UNVERIFIED and not self.drift and not mismatches
-                        else "the runtime changed during the run" if not mismatches else
-                        f"{mismatches} model call(s) answered by another model or fingerprint than "
-                        "the pinned one") + ": compare this result causally with nothing",
+            "drifted": self.drift_cause() + ": compare this result causally with nothing",
             "overridden": f"ran past a failing gate ({self.doctor.get('override')})",
             "clean": "gate passed, no drift, same system after, exit 0",
         }
@@ -193,6 +210,11 @@ class RunRecord:
 def _reason_only(path: str, error: str) -> str:
     """The error without the path it starts with, where it does (the caller names the path)."""
     return error.removeprefix(f"{path}: ").removeprefix(f"{path} ")
+
+
+def _brief(value: Any) -> str:
+    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def sidecar_path(result: Path, sidecar_dir: Path | None) -> Path:

@@ -33,7 +33,14 @@ from typing import Any
 from execsys.errors import InputError
 from execsys.fsutil import prepare_output
 from execsys.harnesses import registry
-from execsys.identity import Identity, VerifyReport, pin, record_identity, verify
+from execsys.identity import (
+    Identity,
+    VerifyReport,
+    pin,
+    record_identity,
+    superseded_licences,
+    verify,
+)
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
 from execsys.redact import redact_argv, scrub
@@ -161,7 +168,7 @@ def _gate_and_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
     # 1. gate
     emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
                                else "doctor skipped (--gate off)"))
-    gate = run_gate(options.declaration, options.gate, options.override, ledger)
+    gate = run_gate(options.declaration, options.gate, options.override, ledger, options.lock)
     record.doctor = gate.to_json()
     if gate.refused:
         record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
@@ -185,7 +192,11 @@ def _gate_and_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
     if identity is None:
         emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
         return None
-    emit(on_event, StepFinished("identity", "ok", f"identity {identity.id[:12]} {record.identity_how}{whose}"))
+    left_behind = (superseded_licences(ledger, options.lock.id, identity.id)
+                   if record.identity_how == "repinned" and options.lock is not None else None)
+    emit(on_event, StepFinished("identity", "ok" if left_behind is None else "warn",
+                                f"identity {identity.id[:12]} {record.identity_how}{whose}"
+                                + (f"; {left_behind.sentence()}" if left_behind is not None else "")))
     return identity
 
 

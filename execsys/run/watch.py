@@ -7,6 +7,7 @@ result that no single execution system produced, and nothing in the harness's ou
 time, argv, numerics environment); any field that differs from the previous observation is a drift
 event ``{at, component, before, after}``. It also asks, with one token, which model answers a request
 for the first listed one: a router re-pointing an alias keeps the list and changes that answer.
+The observation itself is :mod:`execsys.observe.serving`, shared with every probe pass.
 """
 
 from __future__ import annotations
@@ -16,84 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from execsys.ledger import now_iso
+from execsys.observe.serving import ServingObserver, changes, observe_serving
 
-# Facts that may be absent on one tick for reasons that are not a change (the engine gives no
-# fingerprint under load): compared only when both observations have a value.
-_OPTIONAL = {"runtime.endpoint.system_fingerprint", "runtime.endpoint.answered_model"}
-
-
-class ServingObserver:
-    """One observation of the serving runtime per call, flattened to ``{"runtime.<field>": value}``.
-
-    What a serving process's interpreter says of itself (its engine package's version, its stack)
-    is asked once per process -- the listener's pid and start time -- not on every tick: each ask
-    spawns that interpreter, and a watch every few seconds would otherwise cost a core. A restart
-    is a new process and is asked afresh; a package upgraded on disk under a process that keeps
-    running does not change what that process has loaded (verify-after re-reads it anyway).
-    """
-
-    def __init__(self) -> None:
-        self._answers: dict[tuple[Any, Any], Any] = {}
-
-    def __call__(self, declared_runtime: dict[str, Any]) -> dict[str, Any]:
-        from execsys.identity import observe_runtime
-        from execsys.observe.listener import listener as listener_of
-        from execsys.observe.passmemo import Answers, observation_pass
-
-        # scanned outside the pass: which process listens decides whose answers this tick re-enters
-        listener = listener_of(declared_runtime.get("endpoint"))
-        answers = self._answers.setdefault((listener.get("pid"), listener.get("started_at")), Answers())
-        with observation_pass(answers):
-            observed = observe_runtime(declared_runtime, require_endpoint=False)
-        flat = _flatten(observed, listener)
-        models = (observed.get("endpoint") or {}).get("models") or []
-        if models and declared_runtime.get("endpoint"):
-            flat["runtime.endpoint.answered_model"] = _answered_model(declared_runtime, str(models[0]))
-        return flat
-
-
-def _answered_model(declared_runtime: dict[str, Any], requested: str) -> str | None:
-    """Which model answers a request for the first listed one: a proxy or router re-pointing an alias
-    mid-run changes it while the model list stays the same."""
-    import os
-
-    from execsys.observe.served import answered_as
-
-    key_env = declared_runtime.get("api_key_env")
-    timeout = min(float(declared_runtime.get("ready_timeout") or 5.0), 10.0)
-    return answered_as(str(declared_runtime["endpoint"]), requested,
-                       api_key=os.environ.get(key_env) if key_env else None, timeout=timeout)
-
-
-def observe_serving(declared_runtime: dict[str, Any]) -> dict[str, Any]:
-    """One observation of the serving runtime, flattened to ``{"runtime.<field>": value}``."""
-    return ServingObserver()(declared_runtime)
-
-
-def _flatten(observed: dict[str, Any], listener: dict[str, Any]) -> dict[str, Any]:
-    endpoint = observed.get("endpoint") or {}
-    process = dict(observed.get("process") or {})
-    process.update(listener)
-    flat: dict[str, Any] = {"runtime.engine.version": (observed.get("engine") or {}).get("version")}
-    for key in ("models", "system_fingerprint", "server_version", "build_info", "openapi", "error"):
-        if key in endpoint:
-            flat[f"runtime.endpoint.{key}"] = endpoint[key]
-    for key in ("pid", "started_at", "exe", "argv", "numerics_env"):
-        if key in process:
-            flat[f"runtime.process.{key}"] = process[key]
-    return flat
-
-
-def changes(before: dict[str, Any], after: dict[str, Any], at: str) -> list[dict[str, Any]]:
-    """Drift events between two observations (a field that appears or disappears counts)."""
-    events = []
-    for key in sorted(set(before) | set(after)):
-        old, new = before.get(key), after.get(key)
-        if key in _OPTIONAL and (old is None or new is None):
-            continue
-        if old != new:
-            events.append({"at": at, "component": key, "before": old, "after": new})
-    return events
+__all__ = ["ServingObserver", "Watcher", "changes", "observe_serving"]
 
 
 class Watcher:

@@ -3,7 +3,8 @@
 Each axis is one module with an :class:`Axis` subclass that says which passes to run
 (``schedule``), what to do before a pass (``before_pass``: the restart axis restarts the
 server there), how to phrase the result and what a change of served model or fingerprint
-between passes means on it (``served_changed``, ``fingerprint_notes``). The runner knows no
+between passes means on it (``served_changed``, ``fingerprint_notes``), and whether the event it measures was seen to happen
+(``evidence``: a restart that restarted nothing measures nothing across restarts). The runner knows no
 axis by name: everything axis-specific is one of these hooks. ``AXES`` is the registry, one
 line per axis::
 
@@ -68,6 +69,13 @@ class Axis:
         """The served model or system_fingerprint differs between two passes: by default a note beside
         the rate (the restart axis says the engine changed instead)."""
         ctx.note_once(message)
+
+    def evidence(self, ctx: RunContext, schedules: list[PassSchedule],
+                 baseline: ProbeRecord | None) -> dict[str, Any] | None:
+        """Whether the event this axis measures happened (the restart and redeploy axes): ``{"event",
+        "verdict": "observed" | "not-observed" | "unverified", "sentence", ...}``; None for an axis whose
+        passes are themselves the event (a session, a load, two hosts)."""
+        return None
 
     def fingerprint_notes(self, passes: list[dict[str, Any]], baseline: ProbeRecord | None) -> list[str]:
         """Notes about the passes' fingerprints once they are known (the redeploy axis says whether

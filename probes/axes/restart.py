@@ -5,7 +5,10 @@ prefixes are gone. Before and after the restart the runtime is observed again (m
 list, server version, and the foundation's runtime observation where available): when the
 engine itself changed across the restart (an upgrade slipped in) the probe says so
 instead of calling the disagreement a restart effect. A restart command that fails or a
-server that never becomes ready ends the probe with the completed pass kept (resumable).
+server that never becomes ready ends the probe with the completed pass kept (resumable). The
+serving process (pid and start time) is looked at before and after the command: a command that
+returns 0 and restarts nothing is "no restart observed" (exit 1, licenses nothing), and one whose
+process cannot be seen from here (another host) leaves the restart unverified.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from execsys.redact import redact_text
 from . import Axis, PassSchedule, letters
 
 if TYPE_CHECKING:
+    from execsys.probes.record import ProbeRecord
     from execsys.probes.runner import ProbeOptions, RunContext
 
 
@@ -50,6 +54,7 @@ class RestartAxis(Axis):
         if ctx.step(key) is not None or ctx.pass_has_results(schedule.index):
             return  # restarted already before this pass (a resumed probe does not restart twice)
         before = ctx.observe(schedule.target)
+        process_before, unobservable = ctx.serving_process(schedule.target)
         # the command may carry a token (--token, an Authorization header): redacted like every line
         ctx.note_event(f"restarting the server before pass {schedule.label}: {redact_text(ctx.options.restart or '')}")
         started = time.monotonic()
@@ -63,13 +68,37 @@ class RestartAxis(Axis):
         if not ready:
             ctx.abort(f"the server did not become ready within {ctx.options.ready_timeout:g}s after the restart ({detail})")
         after = ctx.observe(schedule.target)
+        process_after, unobservable_after = ctx.serving_process(schedule.target)
         changed = runtime_changes(before, after)
         if changed:
             ctx.engine_changed("the engine changed across the restart (" + "; ".join(changed) + ")")
-        ctx.record_step(key, {
+        step = {
             "command": ctx.options.restart, "before": before, "after": after, "changed": changed,
             "restart_s": round(restart_s, 3), "ready_s": round(time.monotonic() - started, 3),
-        })
+            "process_before": process_before, "process_after": process_after,
+            "process_unobservable": unobservable or unobservable_after,
+        }
+        judged = restart_evidence(step, schedule.label)
+        if judged["verdict"] == "not-observed":
+            ctx.note(judged["sentence"])
+        ctx.record_step(key, step)
+
+    def evidence(self, ctx: RunContext, schedules: list[PassSchedule],
+                 baseline: ProbeRecord | None) -> dict[str, Any] | None:
+        """Observed when every restart step saw the serving process (pid + start time) change."""
+        judged = []
+        for schedule in schedules[1:]:
+            step = ctx.step(f"restart:{schedule.index}")
+            if step is not None:
+                judged.append(restart_evidence(step, schedule.label))
+        if not judged:
+            return {"event": "restart", "verdict": "unverified", "sentence": "restart unverified: no restart was "
+                    "recorded in this run", "restarts": []}
+        for verdict in ("not-observed", "unverified"):
+            worst = next((j for j in judged if j["verdict"] == verdict), None)
+            if worst is not None:
+                return {"event": "restart", "verdict": verdict, "sentence": worst["sentence"], "restarts": judged}
+        return {"event": "restart", "verdict": "observed", "sentence": judged[-1]["sentence"], "restarts": judged}
 
 
     def served_changed(self, ctx: RunContext, message: str) -> None:
@@ -79,6 +108,24 @@ class RestartAxis(Axis):
             ctx.engine_changed(message)
         else:
             ctx.note_once(message)
+
+
+def restart_evidence(step: dict[str, Any], label: str) -> dict[str, Any]:
+    """One restart step judged by the serving process it saw before and after the restart command."""
+    from execsys.probes.system import process_words
+
+    before, after = step.get("process_before"), step.get("process_after")
+    base = {"pass": label, "before": before, "after": after}
+    if not before or not after:
+        why = step.get("process_unobservable") or "this restart was recorded before execsys looked at the process"
+        return {**base, "verdict": "unverified",
+                "sentence": f"restart unverified: the serving process could not be observed ({why})"}
+    if (before.get("pid"), before.get("started_at")) == (after.get("pid"), after.get("started_at")):
+        return {**base, "verdict": "not-observed",
+                "sentence": f"no restart observed: the serving process before pass {label} ({process_words(after)}) "
+                            "is the one that served the pass before: the restart command restarted nothing"}
+    return {**base, "verdict": "observed",
+            "sentence": f"restart observed before pass {label}: {process_words(before)} -> {process_words(after)}"}
 
 
 def run_restart(command: str, timeout: float):

@@ -52,6 +52,10 @@ class StepScreen(Screen):
         found = super().active_bindings
         return {key: active for key, active in found.items() if self.offers(active.binding.action)}
 
+    def has_first_content(self) -> bool:
+        """Hook: False until the screen shows what its first paint must (the app's first-paint signal waits)."""
+        return True
+
     def offers(self, action: str) -> bool:
         """Hook: False while ``action`` would do nothing useful here (call ``refresh_bindings`` when that changes)."""
         return True

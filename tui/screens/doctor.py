@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Static
 from textual.worker import Worker, get_current_worker
 
 from execsys.console import STYLES, SYMBOLS
+from execsys.termsafe import shown
 
 CURSOR_MARK = "▸ "
 """Marks the selected hazard's row in text, so the selection shows without colour (NO_COLOR, monochrome)."""
@@ -76,6 +77,10 @@ class DoctorScreen(StepScreen):
         def __init__(self, hosts: list[str]) -> None:
             super().__init__()
             self.hosts = hosts
+
+    def has_first_content(self) -> bool:
+        table = self.query_one("#hazards", DataTable)
+        return bool(self._hazards) and table.row_count == len(self._hazards) and table.size.height > 0
 
     def on_mount(self) -> None:
         self._hazards = adapter.hazard_list()
@@ -308,7 +313,7 @@ class DoctorScreen(StepScreen):
             text.append("– not checked on this host yet (R checks every hazard)", style="dim")
         else:
             text.append(f"{SYMBOLS.get(result.status, '?')} {result.status}: ", style=f"bold {STYLES.get(result.status, '')}")
-            text.append(f"{result.summary}\n")
+            text.append(f"{shown(result.summary)}\n")
             if (host, hazard_id) in self.state.cancelled:
                 text.append("– the last re-run of this check was cancelled; this is the earlier result\n", style="dim")
             fix = getattr(result, "fix", None)
@@ -319,7 +324,7 @@ class DoctorScreen(StepScreen):
             if evidence:
                 text.append("\nEvidence\n", style="bold underline")
                 for line in evidence:
-                    text.append(f"  {line}\n")
+                    text.append(f"  {shown(line)}\n")  # PATH entries, argv, file names: another's text
             findings = list(getattr(result, "findings", None) or [])
             if findings:
                 # the ids are what [doctor] accept takes; an accepted finding is shown, marked, never hidden

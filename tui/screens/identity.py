@@ -28,6 +28,7 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 from execsys import COMPONENTS
+from execsys.termsafe import shown
 
 
 class Panel(VerticalScroll):
@@ -69,9 +70,11 @@ class IdentityScreen(StepScreen):
     class Pinned(Message):
         """Pinned, written to the lock and the ledger; ``diff`` is against the lock that was there before."""
 
-        def __init__(self, identity: Any, diff: Any, lock_path: str, tables: dict[str, dict[str, Any]]) -> None:
+        def __init__(self, identity: Any, diff: Any, lock_path: str, tables: dict[str, dict[str, Any]],
+                     superseded: Any = None) -> None:
             super().__init__()
             self.identity, self.diff, self.lock_path, self.tables = identity, diff, lock_path, tables
+            self.superseded = superseded  # the licences a new identity leaves behind (SupersededLicences)
 
     def __init__(self) -> None:
         super().__init__()
@@ -174,8 +177,8 @@ class IdentityScreen(StepScreen):
             text.append("– nothing observed for this component (declared only)", style="dim")
         for mark, key, value in rows:
             text.append(f"{mark} ", style={"≠": "bold", "◇": "dim"}.get(mark, ""))
-            text.append(f"{key}: ", style="italic")
-            text.append(f"{value}\n")
+            text.append(f"{shown(key)}: ", style="italic")
+            text.append(f"{shown(value)}\n")  # model ids, versions, paths: the engine's and the disk's words
         self.query_one(f"#obs-{name}", Static).update(text)
 
     def _mark_components(self, declared: dict[str, dict[str, Any]]) -> None:
@@ -252,8 +255,8 @@ class IdentityScreen(StepScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pin")
     def pin(self, tables: dict[str, dict[str, Any]]) -> None:
-        identity, diff = adapter.pin(self.app.paths, tables, on_event=self._on_event())
-        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock), tables))
+        identity, diff, superseded = adapter.pin(self.app.paths, tables, on_event=self._on_event())
+        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock), tables, superseded))
 
     def _show_progress(self) -> None:
         bar = self.query_one("#pin-progress", ProgressBar)
@@ -304,8 +307,10 @@ class IdentityScreen(StepScreen):
             changed = changed_fields(message.diff)
             if changed:
                 text.append(f"\n  changed: {changed}")
+        if message.superseded is not None:
+            text.append(f"\n! {message.superseded.sentence()}")
         for note in getattr(message.identity, "notes", None) or []:
-            text.append(f"\n! {note}")  # declared and observed disagree (e.g. the quantization)
+            text.append(f"\n! {shown(note)}")  # declared and observed disagree (e.g. the quantization)
         self.query_one("#identity-status", Static).update(text)
 
     def worker_failed(self, worker: Worker) -> None:

@@ -78,42 +78,53 @@ class EngineClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def get(self, path: str, into: NativeObservation) -> Any:
-        return self._request("GET", path, into, None)
+    def get(self, path: str, into: NativeObservation, *, budget: float | None = None) -> Any:
+        """``budget``: this answer's own deadline, for an endpoint known to compute its first answer slowly."""
+        return self._request("GET", path, into, None, budget=budget)
 
     def post(self, path: str, into: NativeObservation, body: dict[str, Any]) -> Any:
         return self._request("POST", path, into, body)
 
-    def _request(self, method: str, path: str, into: NativeObservation, body: dict[str, Any] | None) -> Any:
+    def get_text(self, path: str, into: NativeObservation) -> str | None:
+        """A text answer (Prometheus' exposition format, ``/metrics``), or None with the reason in ``absent``."""
+        return self._request("GET", path, into, None, as_text=True)
+
+    def _request(self, method: str, path: str, into: NativeObservation, body: dict[str, Any] | None,
+                 *, as_text: bool = False, budget: float | None = None) -> Any:
         """The decoded JSON, or None with ``into.absent[path]`` saying why. The runtime observation's bounded
         request (an overall deadline per answer, not only per read) does the reading."""
         import httpx
 
         from execsys.observe.runtime import Unanswered, fetch_bounded
 
+        where = path.split("?", 1)[0]  # recorded by endpoint, without its query
         try:
-            answer = fetch_bounded(self._client, method, self.root + path, budget=self.timeout, json_body=body)
+            answer = fetch_bounded(self._client, method, self.root + path, budget=budget or self.timeout,
+                                   json_body=body, read_timeout=budget)
         except httpx.TimeoutException:
-            into.absent[path] = "no answer within the timeout"
+            into.absent[where] = "no answer within the timeout"
             return None
         except Unanswered as exc:
-            into.absent[path] = str(exc)
+            into.absent[where] = str(exc)
             return None
         except httpx.HTTPError as exc:
-            into.absent[path] = redact_text(f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
+            into.absent[where] = redact_text(f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
             return None
         if answer.status != 200:
-            into.absent[path] = f"HTTP {answer.status}"
+            into.absent[where] = f"HTTP {answer.status}"
             return None
         if len(answer.body) > self.max_bytes:
-            into.absent[path] = f"answer larger than {self.max_bytes} bytes"
+            into.absent[where] = f"answer larger than {self.max_bytes} bytes"
             return None
+        if as_text:
+            into.read.append(where)
+            return answer.body.decode("utf-8", "replace")
         try:
             data = answer.json()
         except ValueError:
-            into.absent[path] = "not JSON"
+            into.absent[where] = "not JSON"
             return None
-        into.read.append(path)
+        into.read.append(where)
         return data
 
 
@@ -181,9 +192,11 @@ def known_engines() -> list[str]:
 
 
 def introspect(engine: str | None, root: str, *, process: dict[str, Any] | None = None,
-               api_key: str | None = None, timeout: float = 5.0) -> NativeObservation | None:
+               api_key: str | None = None, timeout: float = 5.0,
+               system_fingerprint: str | None = None) -> NativeObservation | None:
     """The declared engine's own account of itself at ``root`` (scheme://host:port), or None for an
-    engine without a module here."""
+    engine without a module here. ``system_fingerprint`` (from a response the runtime observation
+    already asked for) is read by an engine module that knows how its engine spells it."""
     from execsys.observe.runtime import canonical_engine
 
     module = _registry().get(canonical_engine(engine) or "")
@@ -191,6 +204,9 @@ def introspect(engine: str | None, root: str, *, process: dict[str, Any] | None 
         return None
     with EngineClient(root, api_key=api_key, timeout=timeout) as client:
         observation: NativeObservation = module.introspect(client, process)
+    reader = getattr(module, "read_fingerprint", None)
+    if reader is not None and system_fingerprint:
+        observation.identity["fingerprint"] = reader(system_fingerprint)
     return observation
 
 

@@ -1,14 +1,14 @@
 """The doctor runner (doctor/runner.py) in-process: every row, event, verdict and sentence it makes.
 
-Written for the mutants scripts/mutation.sh found surviving: the CLI tests run `execsys doctor` in a
-subprocess, where a mutant cannot be seen, and the SSH tests are left out of mutation runs (the remote
-side would need the staged tree). Two kinds of check stand in where the runner's own behaviour is the
-subject: a hazard check installed through ``registry.load`` (how test_doctor_runner.py injects a
-crashing or hanging check), and an ``ssh`` on PATH that speaks the doctor's wire protocol
-(``T``/``GO`` in, ``T``/``H``/``R``/``END`` out, see doctor/remote.py) with scripted answers, so the
-runner's handling of destinations that answer, stall, garble or never read can be driven in well
-under a second each. The real agent over a real sshd is covered by test_doctor_runner.py and
-test_doctor_remote.py. Test names avoid the words mutation.sh's ``-k`` filter drops.
+In-process, so that scripts/mutation.sh's runs see them: the CLI tests run `execsys doctor` in a
+subprocess, which imports the unmutated checkout, and the SSH tests are left out of mutation runs (the
+remote side would need the staged tree). Two kinds of check stand in where the runner's own behaviour is
+the subject: a hazard check installed through ``registry.load`` (how test_doctor_runner.py injects a
+crashing or hanging check), and an ``ssh`` on PATH that speaks the doctor's wire protocol (``T``/``GO``
+in, ``T``/``H``/``R``/``END`` out, see doctor/remote.py) with scripted answers, so the runner's handling
+of destinations that answer, stall, garble or never read can be driven in well under a second each. The
+real agent over a real sshd is covered by test_doctor_runner.py and test_doctor_remote.py. Test names
+avoid the words mutation.sh's ``-k`` filter drops.
 """
 
 from __future__ import annotations

@@ -1,41 +1,37 @@
-"""pin's facts beside the id (execsys/identity.py): what the engine does now, the harness's interpreter,
-cancel, progress and where relative paths resolve -- in-process, as a user reads them in the lock.
+"""What the engine serving the system does now, as pin and verify read it from its endpoint: the
+artifact it serves, whether it answers a model name it does not list (and with which key it is
+asked), a model list it refuses, and numbers JSON cannot hold -- kept outside the id, in the lock's
+``live`` facts and its notes.
 
-Written for mutants that survived scripts/mutation.sh in ``_live_facts``, ``_harness_interpreter``,
-``observe_components`` and their helpers (the CLI tests run ``execsys pin`` in subprocesses, where a
-mutant cannot be seen). Real declarations and artifacts in tmp_path, a real venv and git repository,
-real processes. The engine is a stdlib loopback server answering llama.cpp's recorded shapes
-(``tests/data/engines``) and, as ``llama-server`` does, any model name it is asked for; the real
-llama-cpp-python server is in ``tests/test_served_artifact.py``.
+Stdlib loopback servers replay llama.cpp's recorded answers (tests/data/engines) for a model file
+in tmp_path, and answer a chat request naming any model as ``llama-server`` does (or refuse it, as
+vLLM does); the real llama-cpp-python server is in tests/test_served_artifact.py. Each pin here
+takes well under a second.
 """
 
 from __future__ import annotations
 
-import subprocess
-import threading
-import venv
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from execsys import COMPONENTS, declaration
+from execsys import declaration
 from execsys.errors import InputError
 from execsys.identity import (
-    ArtifactHashed,
-    Cancelled,
-    ComponentObserved,
-    observe_components,
-    observe_runtime,
+    load_lock,
     pin,
     verify,
     write_lock,
 )
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
-from tests.fixtures.identity_project import DECLARATION
+from tests.fixtures.identity_project import DECLARATION, b3sum, declare, needs_b3sum, write_project
 
-DATA = Path(__file__).parent / "data" / "engines"
+ENGINES = Path(__file__).parents[1] / "data" / "engines"
+
+
 LLAMA_CPP_ROUTES = {"/props": "llama_cpp_props.json", "/health": "llama_cpp_health.json",
                     "/v1/models": "llama_cpp_models.json"}
 
@@ -62,7 +58,7 @@ class AnyNameEngine(LoopbackServer):
                 if path == "/v1/models" and not engine.listed:
                     self.send_bytes(b'{"object": "list", "data": []}')
                 elif path in LLAMA_CPP_ROUTES:
-                    text = (DATA / LLAMA_CPP_ROUTES[path]).read_text().replace("{MODEL}", engine.model)
+                    text = (ENGINES / LLAMA_CPP_ROUTES[path]).read_text().replace("{MODEL}", engine.model)
                     if engine.nan_params:
                         text = text.replace('"n_params": 8030261248', '"n_params": NaN')
                     self.send_bytes(text.encode())
@@ -83,29 +79,15 @@ class AnyNameEngine(LoopbackServer):
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    (tmp_path / "model.bin").write_bytes(b"weights")
-    return tmp_path
-
-
-@pytest.fixture
 def any_name_engine(project: Path) -> Iterator[AnyNameEngine]:
     with AnyNameEngine(project / "model.bin") as engine:
         yield engine
 
 
-def _declare(project: Path, text: str) -> declaration.Declaration:
-    (project / "execsys.toml").write_text(DECLARATION + text)
-    return declaration.load(project / "execsys.toml")
-
-
-# -- what the engine does now, outside the id -----------------------------------------------------------
-
-
 def test_a_live_engine_and_a_model_name_it_answers_anyway_are_kept_outside_the_id(
         project: Path, any_name_engine: AnyNameEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXECSYS_FACTS_KEY", "sk-facts-0123456789abcdef")
-    decl = _declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{any_name_engine.endpoint}"\n'
+    decl = declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{any_name_engine.endpoint}"\n'
                              'api_key_env = "EXECSYS_FACTS_KEY"\n')
     identity = pin(decl)
     runtime = identity.observed("runtime")
@@ -125,7 +107,7 @@ def test_a_live_engine_and_a_model_name_it_answers_anyway_are_kept_outside_the_i
 
 def test_an_unlisted_name_is_asked_without_a_key_when_none_is_declared(
         project: Path, any_name_engine: AnyNameEngine) -> None:
-    identity = pin(_declare(project, f'[runtime]\nendpoint = "{any_name_engine.endpoint}"\n'))
+    identity = pin(declare(project, f'[runtime]\nendpoint = "{any_name_engine.endpoint}"\n'))
     assert any_name_engine.chats[-1] == (UNLISTED_MODEL_NAME, None)
     assert identity.live["model_name_honesty"]["answered"] is True
     assert "engine" not in identity.live  # no engine declared: nothing asked of its native routes
@@ -133,21 +115,160 @@ def test_an_unlisted_name_is_asked_without_a_key_when_none_is_declared(
 
 def test_an_engine_that_lists_no_model_is_not_asked_for_an_unlisted_one(project: Path) -> None:
     with AnyNameEngine(project / "model.bin", listed=False) as engine:
-        identity = pin(_declare(project, f'[runtime]\nendpoint = "{engine.endpoint}"\n'))
+        identity = pin(declare(project, f'[runtime]\nendpoint = "{engine.endpoint}"\n'))
     assert identity.live == {} and engine.chats == []
     assert not [note for note in identity.notes if ANSWERS_ANY_NAME in note]
 
 
 def test_an_endpoint_that_does_not_answer_is_not_asked_anything_more(project: Path) -> None:
-    identity = pin(_declare(project, '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n'), require_endpoint=False)
+    identity = pin(declare(project, '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n'), require_endpoint=False)
     assert identity.live == {}
     assert identity.observed("runtime")["endpoint"]["error"].startswith("endpoint http://127.0.0.1:9/v1: unreachable")
+
+
+def test_an_endpoint_that_answers_any_model_name_is_noted_and_kept_outside_the_id(tmp_path: Path) -> None:
+    from execsys.observe.served import ANSWERS_ANY_NAME
+    from tests.fixtures.llama import FlipEndpoint
+
+    with FlipEndpoint(models=["tiny"]) as endpoint:
+        path = write_project(tmp_path, DECLARATION + f'[runtime]\nendpoint = "{endpoint.base_url}"\n')
+        identity = pin(declaration.load(path))
+    honesty = identity.live["model_name_honesty"]
+    assert honesty["answered"] is True and honesty["answered_as"] == honesty["asked"] != "tiny"
+    assert [n for n in identity.notes if n.startswith(ANSWERS_ANY_NAME)]
+    assert load_lock(write_lock(identity, tmp_path / "execsys.lock.json")).live == identity.live
+
+
+class RecordedLlama(LoopbackServer):
+    """Answers ``/v1/models`` and ``/props`` with llama.cpp's recorded answers for ``model``; a chat request
+    naming an unlisted model is answered when ``answers_any_name`` (as llama.cpp does) and refused with a
+    404 otherwise (as vLLM does). ``models_status`` other than 200 refuses ``/v1/models`` (a key is needed)."""
+
+    def __init__(self, model: Path, *, answers_any_name: bool = False, models_status: int = 200) -> None:
+        self.model = str(model)
+        self.answers_any_name = answers_any_name
+        self.models_status = models_status
+        super().__init__(self._handler())
+        self.endpoint = self.url()
+
+    def _recorded(self, name: str) -> dict:
+        return json.loads((ENGINES / name).read_text().replace("{MODEL}", self.model))
+
+    def _handler(self) -> type[JsonHandler]:
+        llama = self
+
+        class Handler(JsonHandler):
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                if path == "/v1/models":
+                    if llama.models_status != 200:
+                        self.send_json({"error": {"message": "Invalid API Key"}}, llama.models_status)
+                    else:
+                        self.send_json(llama._recorded("llama_cpp_models.json"))
+                elif path == "/props":
+                    self.send_json(llama._recorded("llama_cpp_props.json"))
+                else:
+                    self.send_json({"error": {"message": "File Not Found"}}, 404)
+
+            def do_POST(self) -> None:
+                body = self.read_json()
+                if body.get("model") == llama.model or llama.answers_any_name:
+                    self.send_json({"model": llama.model, "choices": [{"message": {"content": "hi"}}]})
+                else:
+                    self.send_json({"error": {"message": f"model {body.get('model')!r} not found"}}, 404)
+
+        return Handler
+
+
+def _serving(tmp_path: Path, endpoint: str) -> Path:
+    (tmp_path / "execsys.toml").write_text(
+        f'[artifact]\npath = "model.gguf"\n[runtime]\nengine = "llama.cpp"\nendpoint = "{endpoint}"\n')
+    return tmp_path / "execsys.toml"
+
+
+@pytest.fixture
+def weights(tmp_path: Path) -> tuple[Path, Path]:
+    """The pinned model file and another one of the same size."""
+    (tmp_path / "model.gguf").write_bytes(b"weights")
+    (tmp_path / "other.gguf").write_bytes(b"weightz")
+    return tmp_path / "model.gguf", tmp_path / "other.gguf"
+
+
+@needs_b3sum
+def test_pin_notes_an_engine_serving_another_artifact_and_answering_any_model_name(
+        tmp_path: Path, weights: tuple[Path, Path]) -> None:
+    model, other = weights
+    with RecordedLlama(other, answers_any_name=True) as llama:
+        identity = pin(declaration.load(_serving(tmp_path, llama.endpoint)))
+    served = (f"served: another artifact ({other}, {b3sum(other)}) according to /props model_path; "
+              f"the pinned artifact is {model}")
+    assert identity.observed("runtime")["served"]["sentence"] == served
+    honesty = (f"{ANSWERS_ANY_NAME} (asked for the unlisted model {UNLISTED_MODEL_NAME!r}: HTTP 200, "
+               f"answered as {str(other)!r}, saying 'hi')")
+    assert [n for n in identity.notes if not n.startswith("hardware: ")] == [
+        f"{served} -- an integrity defect: results measured now are not the pinned artifact's", honesty]
+    assert identity.live["model_name_honesty"]["answered"] is True
+
+
+@needs_b3sum
+def test_an_engine_serving_the_pinned_artifact_honestly_adds_no_note(tmp_path: Path,
+                                                                     weights: tuple[Path, Path]) -> None:
+    model, _ = weights
+    with RecordedLlama(model) as llama:
+        identity = pin(declaration.load(_serving(tmp_path, llama.endpoint)))
+    assert identity.observed("runtime")["served"]["verdict"] == "the pinned artifact"
+    assert identity.live["model_name_honesty"] == {
+        "asked": UNLISTED_MODEL_NAME, "status": 404, "answered": False}
+    assert [n for n in identity.notes if not n.startswith("hardware: ")] == []
+
+
+@needs_b3sum
+def test_verify_names_the_served_artifact_defect_as_the_runtime_change(tmp_path: Path,
+                                                                       weights: tuple[Path, Path]) -> None:
+    model, other = weights
+    with RecordedLlama(model) as llama:
+        identity = pin(declaration.load(_serving(tmp_path, llama.endpoint)))
+        same = verify(identity)
+        llama.model = str(other)  # restarted by hand on other weights, the declaration untouched
+        moved = verify(identity)
+    assert not (same.components["runtime"].reason or "").startswith("served:")
+    assert "served:" not in same.sentence
+    served = (f"served: another artifact ({other}, {b3sum(other)}) according to /props model_path; "
+              f"the pinned artifact is {model}")
+    runtime = moved.components["runtime"]
+    assert (runtime.status, runtime.reason) == ("changed", served)
+    assert moved.verdict == "new-identity"
+    assert moved.sentence.endswith(f"; {served} since {identity.id[:12]} was pinned; "
+                                   "re-measure before comparing results across this change")
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_an_endpoint_that_refuses_the_model_list_is_noted_with_what_to_declare(tmp_path: Path, status: int) -> None:
+    (tmp_path / "model.gguf").write_bytes(b"weights")
+    with RecordedLlama(tmp_path / "model.gguf", models_status=status) as llama:
+        (tmp_path / "execsys.toml").write_text(
+            f'[artifact]\npath = "model.gguf"\n[runtime]\nendpoint = "{llama.endpoint}"\n')
+        identity = pin(declaration.load(tmp_path / "execsys.toml"))
+    assert identity.observed("runtime")["endpoint"]["models_status"] == status
+    assert [n for n in identity.notes if not n.startswith("hardware: ")] == [
+        f"the endpoint refused /v1/models ({status}): name the variable holding its key in [runtime] api_key_env"]
+
+
+def test_an_endpoint_that_lists_nothing_for_another_reason_is_not_a_key_problem(tmp_path: Path) -> None:
+    (tmp_path / "model.gguf").write_bytes(b"weights")
+    with RecordedLlama(tmp_path / "model.gguf", models_status=404) as llama:
+        (tmp_path / "execsys.toml").write_text(
+            f'[artifact]\npath = "model.gguf"\n[runtime]\nendpoint = "{llama.endpoint}"\n')
+        identity = pin(declaration.load(tmp_path / "execsys.toml"))
+    assert identity.observed("runtime")["endpoint"]["models_status"] == 404
+    assert [n for n in identity.notes if not n.startswith("hardware: ")] == []
 
 
 def test_a_number_json_cannot_hold_is_refused_naming_the_field(project: Path) -> None:
     """Python's json reads NaN; the lock and the canonical id cannot hold it: one line, not a crash."""
     with AnyNameEngine(project / "model.bin", nan_params=True) as engine:
-        decl = _declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{engine.endpoint}"\n')
+        decl = declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{engine.endpoint}"\n')
         with pytest.raises(InputError) as caught:
             pin(decl)
     assert str(caught.value) == ("observed runtime.engine_native.model_meta.n_params is NaN or infinite, which JSON "
@@ -177,7 +298,7 @@ def test_verify_marks_only_the_component_with_such_a_number_unverifiable(project
     verify would hide what the other eleven components say: runtime alone is unverifiable, naming
     the field, and the verdict is not same-system."""
     with AnyNameEngine(project / "model.bin") as engine:
-        decl = _declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{engine.endpoint}"\n')
+        decl = declare(project, f'[runtime]\nengine = "llama.cpp"\nendpoint = "{engine.endpoint}"\n')
         identity = pin(decl)
         assert identity.observed("runtime")["engine_native"]["model_meta"]["n_params"] == 8030261248
         engine.nan_params = True
@@ -212,118 +333,3 @@ def test_verify_marks_the_model_unverifiable_when_its_config_gains_an_infinity(p
     assert report.components["model"].reason.startswith("observed model.from_files.architectures[1] is NaN or infinite")
     assert report.components["artifact"].status == "changed"  # the file's bytes moved, and that is still said
     assert report.sentence.startswith("1 changed (artifact); 1 unverifiable (model) since ")
-
-
-# -- the harness's interpreter: where the grader's, tools' and workflow's packages are read -------------
-
-
-def _venv_with_probe(root: Path) -> Path:
-    """A real venv holding a distribution (execsys-facts-probe 4.5.6) that execsys's own interpreter lacks.
-
-    Its python is a copy, not a symlink: the harness record keeps the interpreter's resolved path, and a
-    symlinked venv's python resolves to the base interpreter, whose packages are not the venv's."""
-    env = root / "venv"
-    venv.EnvBuilder(with_pip=False, symlinks=False).create(env)
-    python = env / "bin" / "python"
-    site = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    dist = Path(site) / "execsys_facts_probe-4.5.6.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: execsys-facts-probe\nVersion: 4.5.6\n")
-    return python
-
-
-def test_workflow_packages_are_read_from_the_first_harness_interpreter_that_describes_itself(project: Path) -> None:
-    python = _venv_with_probe(project)
-    broken = project / "broken" / "python3"  # named like Python, says nothing about itself
-    broken.parent.mkdir()
-    broken.write_text("#!/bin/sh\nexit 3\n")
-    broken.chmod(0o755)
-    decl = _declare(project, f'[harness]\ncommands = ["true", "{broken} -c pass", "{python} -c pass"]\n'
-                             '[workflow]\npackages = ["execsys-facts-probe"]\n')
-    identity = pin(decl, require_endpoint=False)
-    commands = identity.observed("harness")["commands"]
-    assert commands[1]["interpreter"]["note"] and "note" not in commands[2]["interpreter"]
-    assert identity.observed("workflow")["packages"] == {"interpreter": str(python),
-                                                         "versions": {"execsys-facts-probe": "4.5.6"}}
-
-
-def test_without_a_harness_interpreter_packages_are_read_from_execsys_own(project: Path) -> None:
-    identity = pin(_declare(project, '[harness]\ncommands = ["true"]\n[workflow]\npackages = ["execsys-facts-probe"]\n'),
-                   require_endpoint=False)
-    packages = identity.observed("workflow")["packages"]
-    assert packages["versions"] == {"execsys-facts-probe": None}
-    assert packages["interpreter"] != "None" and Path(packages["interpreter"]).name.startswith("python")
-
-
-# -- observe_components: the endpoint, cancel, progress, exclusions ----------------------------------------
-
-
-def test_observing_components_requires_the_declared_endpoint_unless_told_otherwise(project: Path) -> None:
-    decl = _declare(project, '[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n')
-    with pytest.raises(InputError) as caught:
-        observe_components(decl)
-    assert str(caught.value).startswith("endpoint http://127.0.0.1:9/v1: unreachable")
-    components = observe_components(decl, require_endpoint=False)
-    assert list(components) == list(COMPONENTS)
-    assert "unreachable" in components["runtime"]["observed"]["endpoint"]["error"]
-
-
-def test_a_pin_cancelled_after_the_runtime_stops_saying_nothing_was_written(project: Path) -> None:
-    decl = _declare(project, "")
-    cancel = threading.Event()
-    events: list = []
-
-    def on_event(event: object) -> None:
-        events.append(event)
-        cancel.set()
-
-    with pytest.raises(Cancelled) as caught:
-        pin(decl, on_event=on_event, cancel=cancel)
-    assert str(caught.value) == "cancelled: nothing was written"
-    assert events == [ComponentObserved("runtime", 1, 12)]
-
-
-def test_artifact_hashing_reports_its_bytes(project: Path) -> None:
-    (project / "model.bin").write_bytes(b"w" * 3000)
-    events: list = []
-    pin(_declare(project, ""), require_endpoint=False, on_event=events.append)
-    hashed = [event for event in events if isinstance(event, ArtifactHashed)]
-    assert hashed and hashed[-1] == ArtifactHashed(3000, 3000)
-    assert all(event.total_bytes == 3000 and 0 <= event.done_bytes <= 3000 for event in hashed)
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
-                   capture_output=True, timeout=30)
-
-
-def test_an_excluded_file_is_no_edit_of_the_harness_at_pin(project: Path) -> None:
-    decl = _declare(project, "")
-    lock = project / "execsys.lock.json"
-    lock.write_text("{}\n")
-    _git(project, "init", "-q")
-    _git(project, "add", ".")
-    _git(project, "commit", "-qm", "eval")
-    lock.write_text('{"id": "rewritten"}\n')  # the lock being rewritten by this very pin
-    assert pin(decl, require_endpoint=False, exclude=[lock]).observed("harness")["dirty"] is False
-    assert pin(decl, require_endpoint=False).observed("harness")["dirty"] is True
-
-
-# -- where relative paths mean "beside the declaration" ----------------------------------------------------
-
-
-def test_a_declaration_without_a_file_resolves_beside_the_working_directory(
-        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(project)
-    identity = pin(declaration.parse(DECLARATION), require_endpoint=False)
-    assert identity.declaration == {"path": None, "base_dir": str(project)}
-    assert identity.observed("artifact")["path"] == str(project / "model.bin")
-
-
-def test_an_empty_runtime_file_setting_names_no_file(project: Path) -> None:
-    identity = pin(_declare(project, '[runtime]\nenv_file = ""\nlog = ""\n'), require_endpoint=False)
-    runtime = identity.observed("runtime")
-    assert "env_file_numerics" not in runtime and "kernels" not in runtime
-    assert observe_runtime({"env_file": "", "log": ""}, require_endpoint=False, base_dir=project).keys() == \
-        runtime.keys()

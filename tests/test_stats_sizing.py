@@ -1,8 +1,8 @@
 """The sizing arithmetic (`probe size`, `--until-width`) and the printed rate, pinned by values a user sees.
 
-Written for mutants of execsys/stats.py that survived scripts/mutation.sh. The widths are recomputed
-here from the Wilson formula written out independently, and n is found by a linear scan, so a wrong
-doubling or bisection step in `cases_for_width` gives another n than the scan does.
+The widths are recomputed here from the Wilson formula written out independently, and n is found by a
+linear scan, so a wrong doubling or bisection step in `cases_for_width` gives another n than the scan
+does.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The agreement fold (probes/agreement.py) against hand counts: what the record and the sentence say.
 
-Written for mutants that survived scripts/mutation.sh. The runner, `probe merge` and the TUI all fold
-through this module, so each assert is on a field of the probe record or its sentence, with the
-figure counted by hand from the slots given.
+The runner, `probe merge` and the TUI all fold through this module, so each assert is on a field of the
+probe record or its sentence, with the figure counted by hand from the slots given.
 """
 
 from __future__ import annotations

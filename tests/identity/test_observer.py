@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from execsys.canonical import content_id
-from tests.test_identity import git, make_repo
+from tests.fixtures.git_repo import git, make_repo
 
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 # A PEP 517 backend in a dozen lines (stdlib only), so pip builds the harness's package from its
 # directory with no network and no setuptools in the harness venv.

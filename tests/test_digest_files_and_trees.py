@@ -1,9 +1,9 @@
 """Artifact digests (execsys/digest.py) in-process, against the real `b3sum`: the digest, the manifest
 lines, the JSON, the progress a face shows and the one-line errors.
 
-Written for mutants that survived scripts/mutation.sh (the CLI tests run `execsys digest` in a
-subprocess, where a mutant cannot be seen). Every golden value is b3sum's own output over the same
-bytes or files, so nothing here is computed by the code under test.
+In-process, so that scripts/mutation.sh's runs see them (the CLI tests in test_digest.py run `execsys
+digest` in a subprocess, which imports the unmutated checkout). Every golden value is b3sum's own output
+over the same bytes or files, so nothing here is computed by the code under test.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Probe cases (probes/cases.py): what is refused and with which line, what `--n`/`--sample` choose,
 the order each pass sends, and the cases' digest checked against `b3sum`.
 
-Written for mutants that survived scripts/mutation.sh. Real files throughout: JSON Lines written to
-tmp_path, a FIFO, a directory; the digest's golden value is b3sum's over the canonical lines written
-out by hand.
+Real files throughout: JSON Lines written to tmp_path, a FIFO, a directory; the digest's golden value is
+b3sum's over the canonical lines written out by hand.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """`execsys quant` in-process (execsys/quant.py): the whole verdict a user reads, the names it accepts,
 what it reads from a pinned identity, and the kernels an engine log says it ran.
 
-Written for mutants that survived scripts/mutation.sh: the 320-verdict table (test_quant_table_golden)
-pins only the verdict column; here every field of the JSON is pinned, with the reason and source
-text copied from execsys/data/quant_support.toml.
+The 320-verdict table (test_quant_table_golden) pins only the verdict column; here every field of the
+JSON is pinned, with the reason and source text copied from execsys/data/quant_support.toml.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The comparability licence (execsys/scope.py) in-process: the verdict per axis, the statement, the
 contract section and the audit, from real probe and comparison records in a real SQLite ledger.
 
-Written for mutants that survived scripts/mutation.sh (test_scope.py drives most of this through
-`execsys scope` subprocesses, where a mutant cannot be seen). Each statement below is the exact
+In-process, so that scripts/mutation.sh's runs see them (test_scope.py drives most of this through
+`execsys scope` subprocesses, which import the unmutated checkout). Each statement below is the exact
 sentence a user reads, written out by hand from the records seeded.
 """
 
@@ -34,7 +34,11 @@ OTHER = "2" * 64
 
 
 def probe(ledger: Ledger, axis: str, m: int, n: int, identity: str | None = ID, **scope) -> str:
-    body = {"schema": "execsys.probe/1", "axis": axis, "identity": identity, "n": n, "m": m, "scope": scope}
+    """A probe record as the runner writes it: a restart or redeploy probe that saw its event happen."""
+    body = {"schema": "execsys.probe/2", "axis": axis, "identity": identity, "n": n, "m": m, "scope": scope,
+            "system_check": {"verdict": "unverified", "lock": identity}}
+    if axis in ("restart", "redeploy"):
+        body["evidence"] = {"event": axis, "verdict": "observed", "sentence": f"{axis} observed"}
     return ledger.append("probe", body, identity=identity)
 
 
@@ -522,3 +526,59 @@ def test_merging_keeps_the_text_around_the_section_as_written() -> None:
         "# Plan\n## Comparability\n\nnew  \n\n## Results\nkept\n")
     assert merge_contract("## Comparability\nold\n## Next\n", "## Comparability\nsee X\n") == (
         "## Comparability\nsee X\n\n## Next\n")
+
+
+def test_a_probe_of_another_system_under_this_lock_is_ignored_with_its_reason(ledger: Ledger) -> None:
+    probe(ledger, "session", 4, 4)
+    sentence = "the engine answering this probe is not the pinned system: runtime argv +--n_batch 7"
+    other = ledger.append("probe", {"schema": "execsys.probe/2", "axis": "session", "identity": None, "m": 9,
+                                    "n": 9, "system_check": {"verdict": "differs", "lock": ID,
+                                                             "sentence": sentence}})
+    elsewhere = ledger.append("probe", {"schema": "execsys.probe/2", "axis": "hosts", "identity": None, "m": 1,
+                                        "n": 1, "system_check": {"verdict": "differs", "lock": OTHER}})
+    report = compute_scope(ledger, ID)
+    assert report.another_system == [{"record": other, "axis": "session", "reason": sentence}]
+    assert report.measured["session"].n == 4 and "hosts" not in report.measured
+    assert report.other_identities == {"none (probe taken without a pinned identity)": [elsewhere]}
+    assert report.statement.endswith(" 1 probe record taken under this lock measured another system (the engine "
+                                     "answering was not the pinned one) and did not count.")
+    assert report.to_json()["ignored"]["another_system"] == report.another_system
+
+
+def test_a_restart_or_redeploy_probe_that_saw_no_event_licenses_nothing(ledger: Ledger) -> None:
+    probe(ledger, "session", 4, 4)
+    seen = probe(ledger, "restart", 3, 3)
+    body = {"schema": "execsys.probe/2", "axis": "redeploy", "identity": ID, "m": 5, "n": 5,
+            "evidence": {"event": "redeploy", "verdict": "not-observed",
+                         "sentence": "no redeploy observed: the serving process (pid 7) is the one baseline b measured"}}
+    none = ledger.append("probe", body, identity=ID)
+    report = compute_scope(ledger, ID)
+    assert report.licensed == ["session", "restart"] and report.licence == "restart" and report.unverified == []
+    assert "redeploy" in report.unmeasured and report.measured["restart"].records == [seen]
+    assert report.excluded == [{"record": none, "reason": "redeploy probe: no redeploy observed: the serving process "
+                                "(pid 7) is the one baseline b measured: it licenses nothing across a redeploy"}]
+    assert report.statement.endswith(" 1 probe record of this identity saw no sign of the restart or redeploy it "
+                                     "measures and did not count.")
+
+
+def test_a_restart_that_could_not_be_confirmed_is_licensed_unverified(ledger: Ledger) -> None:
+    probe(ledger, "session", 4, 4)
+    probe(ledger, "restart", 3, 3)
+    body = {"schema": "execsys.probe/2", "axis": "restart", "identity": ID, "m": 2, "n": 2,
+            "evidence": {"event": "restart", "verdict": "unverified", "sentence": "restart unverified: remote"}}
+    ledger.append("probe", body, identity=ID)
+    probe(ledger, "concurrency", 2, 2)
+    report = compute_scope(ledger, ID)
+    assert report.licensed == ["session", "restart", "concurrency"] and report.licence == "restart"
+    assert report.unverified == ["restart"] and report.unverified_why == {"restart": "restart unverified: remote"}
+    assert report.statement.startswith(
+        "Identity 111111111111: comparable across server restarts, unverified (a restart could not be confirmed "
+        "from here), also under concurrent load (restart agreement 5/5 = 1.00")
+    assert report.to_json()["unverified"] == ["restart"]
+    text = contract_markdown(report)
+    assert "| restart | 1.00 | 5/5 |" in text and "licensed, unverified: restart unverified: remote |" in text
+    # an unverified axis that is not the widest licence is named apart
+    probe(ledger, "hosts", 2, 2)
+    wider = compute_scope(ledger, ID)
+    assert wider.licence == "hosts" and wider.unverified == ["restart"]
+    assert "Licensed unverified (the event could not be confirmed from here): restart." in wider.statement

@@ -20,7 +20,7 @@ from execsys import COMPONENTS, declaration
 from execsys.canonical import canonical_json
 from execsys.identity import SCHEMA, load_lock, pin
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+GOLDEN = Path(__file__).parents[1] / "data" / "golden"
 GOLDEN_ID = "a615bc22bda5178d842e2ce154703954dba0a2fd0d65080446b4bc15f4fda325"
 ARTIFACT_DIGEST = "05bc65d33c09788e53fc71a529bac7fbee20168c5bd50957d2d2a45b1d264e51"  # b3sum model.bin
 # how the canonical spelling starts: sorted keys, no whitespace, declared before observed

@@ -17,23 +17,8 @@ from execsys import COMPONENTS
 from execsys.canonical import content_id
 from execsys.observe.artifact import read_gguf_metadata
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+from tests.fixtures.git_repo import git, make_repo
 from tests.fixtures.llama import make_tiny_gguf
-
-
-def git(*args: str, cwd: Path) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@example.org")
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def make_repo(path: Path, remote: str = "https://github.com/example/evals.git") -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    git("init", "-q", "-b", "main", cwd=path)
-    (path / "eval.py").write_text("print('evaluate')\n")
-    git("add", "eval.py", cwd=path)
-    git("commit", "-q", "-m", "harness", cwd=path)
-    git("remote", "add", "origin", remote, cwd=path)
-    return path
 
 
 class FakeEngine:
@@ -428,3 +413,33 @@ def test_an_identity_prefix_shared_by_two_identities_is_ambiguous(cli, project: 
     assert result.returncode == 2 and "ambiguous" in result.stderr, result.stdout
     scoped = cli("scope", "--identity", "abc", cwd=project)
     assert scoped.returncode == 2 and "ambiguous" in scoped.stderr
+
+
+def test_a_new_identity_says_the_licences_belong_to_the_one_it_replaced(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """`pin` over a lock of another identity names the probe records (and their axes) that count for the old
+    one: they license nothing for the new one. The same identity again, or a first pin, says nothing."""
+    from execsys.ledger import Ledger
+    from tests.fixtures.identity_project import write_project
+
+    write_project(tmp_path)
+    first = cli("pin", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "belong to" not in first.stderr and "unlicensed" not in first.stderr
+    old = first.json()["id"]
+    with Ledger.open(ledger_path) as ledger:
+        for axis in ("session", "session", "restart"):
+            ledger.append("probe", {"schema": "execsys.probe/1", "axis": axis, "identity": old, "n": 4, "m": 4,
+                                    "scope": {}}, identity=old)
+    again = cli("pin", cwd=tmp_path)
+    assert again.returncode == 0 and "belong to" not in again.stderr and "unlicensed" not in again.stderr
+    (tmp_path / "model.bin").write_bytes(b"other weights")
+    moved = cli("pin", "--json", cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    assert moved.json()["id"] != old
+    assert (f"3 probe records (session, restart) belong to {old[:12]}…; this identity is unlicensed until probed"
+            in moved.stderr)
+    json.loads(moved.stdout)  # the note is on stderr: --json stays parseable
+    (tmp_path / "model.bin").write_bytes(b"third weights")
+    unprobed = cli("pin", cwd=tmp_path)
+    assert f"this is a new identity (the lock held {moved.json()['id'][:12]}…); it is unlicensed until probed" \
+        in unprobed.stderr
