@@ -265,8 +265,12 @@ def _hash_mapped_in_child(fd: int, size: int, display: str, progress: ProgressFn
     raise InputError(f"{display}: could not be hashed ({error[-1] if error else f'exit {proc.returncode}'})")
 
 
+class ChangedWhileHashed(InputError):
+    """A file's size or modification time moved while it was hashed: hash it again once complete."""
+
+
 def _changed(display: str) -> InputError:
-    return InputError(f"{display} changed while it was being hashed (is something still writing it?); "
+    return ChangedWhileHashed(f"{display} changed while it was being hashed (is something still writing it?); "
                       "hash it again once it is complete")
 
 

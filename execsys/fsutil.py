@@ -3,8 +3,17 @@
 Writes go to a temp file in the target's directory and are renamed over it, so a
 crash leaves either the old file or the new one. Only a regular file (or nothing)
 is ever replaced: a device node, FIFO or directory at the target is refused --
-renaming over ``/dev/null`` as root would replace the system's ``/dev/null`` --
-and a symlink is written through to the file it points at, so the link survives.
+renaming over ``/dev/null`` as root would replace the system's ``/dev/null``.
+A symlink the user made (a lock or plan kept elsewhere) is written through to the
+file it points at, so the link survives; where the directory belongs to someone
+else's program (a sidecar beside a harness's results) ``follow_symlinks=False``
+renames over the link itself, so a planted link never redirects the write.
+
+A write can be split in two (:func:`prepare_write`, then :meth:`PreparedWrite.commit`):
+the bytes are already on disk beside the target when the caller commits, so a
+full, read-only or otherwise unwritable directory is known *before* the caller
+records anything that names the file (the ledger row a sidecar belongs to, the
+ledger row a lock belongs to), and nothing is left half-written either way.
 
 Reads of the small files execsys is handed (declaration, lock, env file) go
 through :func:`read_bounded`: it opens with ``O_NONBLOCK`` (a FIFO never blocks),
@@ -21,6 +30,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +61,14 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _write_target(path: str | os.PathLike[str]) -> Path:
+def _write_target(path: str | os.PathLike[str], follow_symlinks: bool = True) -> Path:
     """The file a write to ``path`` must replace: a symlink's final target (followed, so the link is
-    kept), refused when something other than a regular file is there."""
+    kept) or, with ``follow_symlinks=False``, the link itself (replaced by the new file); refused
+    when something other than a regular file is there."""
     target = Path(path)
     if target.is_symlink():
+        if not follow_symlinks:
+            return target
         target = Path(os.path.realpath(target))
     try:
         st = os.stat(target)
@@ -68,12 +81,49 @@ def _write_target(path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write to a temp file in the same directory, fsync, then rename over ``path``.
+class PreparedWrite:
+    """New content already written and fsynced to a temp file beside ``target``: :meth:`commit`
+    renames it over the target, :meth:`discard` (or leaving the ``with`` block uncommitted) removes it."""
 
-    Raises InputError when ``path`` exists and is not a regular file; a symlink is written through.
-    Returns the path written (a symlink's target)."""
-    target = _write_target(path)
+    def __init__(self, target: Path, tmp: str, follow_symlinks: bool) -> None:
+        self.target = target
+        self._tmp: str | None = tmp
+        self._follow = follow_symlinks
+        self.what: tuple[str | os.PathLike[str], str] | None = None  # (path as named, what): errors as write_output's
+
+    def commit(self) -> Path:
+        """Rename over the target (checked again: a FIFO or directory put there since is refused)."""
+        tmp = self._tmp
+        if tmp is None:
+            raise ValueError("this write was already committed or discarded")
+        try:
+            with _output_errors(*self.what) if self.what is not None else contextlib.nullcontext():
+                _write_target(self.target, self._follow)
+                os.replace(tmp, self.target)
+        except BaseException:
+            self.discard()
+            raise
+        self._tmp = None
+        return self.target
+
+    def discard(self) -> None:
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            self._tmp = None
+
+    def __enter__(self) -> PreparedWrite:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+
+def prepare_write(path: str | os.PathLike[str], data: bytes, *, follow_symlinks: bool = True) -> PreparedWrite:
+    """The first half of :func:`atomic_write_bytes`: the bytes in a temp file in the target's
+    directory, fsynced, not yet renamed. Raises InputError for a non-regular target and OSError
+    when the directory cannot take the file (read-only, full, missing and not creatable)."""
+    target = _write_target(path, follow_symlinks)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -84,41 +134,84 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return target
+    return PreparedWrite(target, tmp, follow_symlinks)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, follow_symlinks: bool = True) -> Path:
+    """Write to a temp file in the same directory, fsync, then rename over ``path``.
+
+    Raises InputError when ``path`` exists and is not a regular file; a symlink is written through
+    (or, with ``follow_symlinks=False``, replaced). Returns the path written (a symlink's target)."""
+    return prepare_write(path, data, follow_symlinks=follow_symlinks).commit()
 
 
 def _mode_for(target: Path) -> int:
+    """The mode of the regular file being replaced, else the umask default (also for a symlink being
+    replaced: the mode of whatever a planted link points at is not ours to copy)."""
     try:
-        return target.stat().st_mode & 0o7777
+        st = os.lstat(target)
+        if stat.S_ISREG(st.st_mode):
+            return st.st_mode & 0o7777
     except OSError:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        return 0o666 & ~umask
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, follow_symlinks: bool = True) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"), follow_symlinks=follow_symlinks)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+def json_bytes(obj: Any) -> bytes:
+    """How execsys writes a JSON file: indented, UTF-8, a final newline."""
+    return (json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, follow_symlinks: bool = True) -> Path:
+    return atomic_write_bytes(path, json_bytes(obj), follow_symlinks=follow_symlinks)
 
 
 def write_output(path: str | os.PathLike[str], content: str | bytes | Any, what: str) -> Path:
     """Atomically write a file the user named on the command line (text, bytes, or an object as JSON);
     a path that cannot be written (a directory, a device or FIFO, a missing or read-only parent) is an
     input error naming ``what`` -- 'cannot write the plan' -- never a traceback."""
+    return prepare_output(path, content, what).commit()
+
+
+def prepare_output(path: str | os.PathLike[str], content: str | bytes | Any, what: str) -> PreparedWrite:
+    """:func:`write_output`'s first half: the content beside ``path``, to commit once the record that
+    names it is written. Same errors, raised before anything is committed."""
+    if isinstance(content, bytes):
+        data = content
+    elif isinstance(content, str):
+        data = content.encode("utf-8")
+    else:
+        data = json_bytes(content)
+    with _output_errors(path, what):
+        prepared = prepare_write(path, data)
+    prepared.what = (path, what)
+    return prepared
+
+
+def check_output(path: str | os.PathLike[str], what: str) -> None:
+    """Raise the InputError :func:`write_output` would, without writing: for checking an output path
+    before work that takes minutes or writes a record (``pin --out /dev/null`` refuses up front). A
+    directory that exists is probed with a temp file, removed at once; a missing one is left to the write."""
+    with _output_errors(path, what):
+        target = _write_target(path)
+        if target.parent.is_dir():
+            prepare_write(target, b"").discard()
+
+
+@contextlib.contextmanager
+def _output_errors(path: str | os.PathLike[str], what: str) -> Iterator[None]:
     try:
-        if isinstance(content, bytes):
-            return atomic_write_bytes(path, content)
-        if isinstance(content, str):
-            return atomic_write_text(path, content)
-        return atomic_write_json(path, content)
+        yield
     except InputError as exc:
         raise InputError(f"{exc} (cannot write {what} there)") from exc
     except OSError as exc:

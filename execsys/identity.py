@@ -878,9 +878,12 @@ def _pinned_id(lock_path: Path) -> str | None:
 def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> PinReport:
     """Observe, then append to the ledger, then replace the lock: a ledger that cannot take the record
     leaves the old lock untouched; a cancel before the end writes nothing."""
+    from execsys.fsutil import check_output, prepare_output
     from execsys.ledger import Ledger
 
-    ledger = Ledger.open(options.ledger_path) if options.record else None  # fail before minutes of hashing
+    if options.record:  # fail before minutes of hashing, and before the ledger row (--out /dev/null)
+        check_output(options.lock_path, "the lock")
+    ledger = Ledger.open(options.ledger_path) if options.record else None
     superseded = None
     try:
         identity = pin(options.declaration, on_event=on_event, cancel=cancel,
@@ -889,8 +892,11 @@ def run_pin(options: PinOptions, on_event: OnEvent | None = None, cancel: Cancel
         if ledger is not None:
             _check_cancel(cancel)
             previous_id = options.previous.id if options.previous is not None else _pinned_id(options.lock_path)
-            record_id = record_identity(identity, ledger)
-            write_lock(identity, options.lock_path)
+            # the lock's bytes are on disk beside it before the row is appended, renamed over it after:
+            # a lock that cannot be written leaves no row, a row that cannot be appended no new lock
+            with prepare_output(options.lock_path, scrub(identity.to_json()), "the lock") as lock:
+                record_id = record_identity(identity, ledger)
+                lock.commit()
             emit(on_event, IdentityRecorded(identity.id, record_id, str(options.lock_path)))
             superseded = superseded_licences(ledger, previous_id, identity.id)
     finally:

@@ -11,7 +11,11 @@ busy timeout there), so opening retries that step until the busy timeout is spen
 
 A file that is not a usable ledger -- not SQLite, a corrupt page, a ``meta.schema``
 that is not a number, a row whose body is not JSON -- is an InputError naming the
-file, wherever it is noticed (open, read or write), never a crash.
+file, wherever it is noticed (open, read or write), never a crash. Nor is another
+program's SQLite database made into one: a file that already has tables but no
+execsys schema marker (``meta.schema``) is refused before anything is written to it
+(no tables added, no switch to WAL: the file stays byte for byte what it was). An
+empty or new file becomes a ledger.
 
 Rows may name a ``parent`` and a ``key`` unique under it: a probe's per-case
 results are appended that way, so a resumed probe can re-append without
@@ -20,6 +24,7 @@ double-counting (the second insert of the same key is ignored).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -112,6 +117,24 @@ def _prepare(conn: sqlite3.Connection) -> None:
         raise
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """InputError when ``path`` is some other program's SQLite database: it has tables, and no
+    ``meta`` table holding execsys's ``schema`` row. Only reads (no pragma that writes), so a
+    refused file is left exactly as it was."""
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables.discard("sqlite_sequence")  # SQLite's own, made by AUTOINCREMENT
+    if not tables:
+        return  # empty or new: it becomes a ledger
+    if "meta" in tables:
+        with contextlib.suppress(sqlite3.DatabaseError):
+            if conn.execute("SELECT 1 FROM meta WHERE name = 'schema'").fetchone() is not None:
+                return
+    shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+    raise InputError(f"ledger {path}: an SQLite database of another program (tables {shown}), not an execsys "
+                     "ledger: left untouched; set --ledger or EXECSYS_LEDGER to another file")
+
+
 def _retry_while_locked(step: Callable[[], None]) -> None:
     """Run ``step`` again while SQLite says the database is locked or busy, up to the busy timeout: two
     processes creating the same new ledger make one of them fail at once otherwise."""
@@ -169,7 +192,7 @@ class Ledger:
             target.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             try:
-                _retry_while_locked(lambda: _prepare(conn))
+                _retry_while_locked(lambda: _refuse_foreign(conn, target) or _prepare(conn))
                 row = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
             except BaseException:
                 conn.close()

@@ -702,3 +702,44 @@ def test_plan_run_reads_the_placement_policy_from_the_named_declaration(cli, tmp
     assert checks["d-admissible"]["passed"], checks["d-admissible"]
     assert "closed-box is tier-1" in checks["d-admissible"]["detail"]
     assert not checks["c-host-identity"]["passed"]
+
+
+@pytest.mark.timeout(120)
+def test_an_executed_log_is_never_overwritten_nor_the_plan_truncated(cli, tmp_path, ledger_path) -> None:
+    """A second run keeps the first run's log (the default name moves on to -2); a --log that names
+    the plan, its cases, an earlier log or a FIFO is refused, one line, exit 2, the file untouched."""
+    import os
+    import stat
+
+    from tests.fixtures.llama import FlipEndpoint
+
+    cases = write_cases(tmp_path / "cases.jsonl", 3)
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(plan_path)).returncode == 0
+    plan_bytes, cases_bytes = plan_path.read_bytes(), cases.read_bytes()
+    with FlipEndpoint() as endpoint:
+        arms = ["--arm", f"A={endpoint.base_url}", "--arm", f"B={endpoint.base_url}", "--timeout", "10"]
+        first = cli("plan", "run", str(plan_path), *arms, "--json")
+        assert first.returncode == 0, first.stderr
+        first_log = tmp_path / "plan.json.executed.jsonl"
+        assert first.json()["log"] == str(first_log)
+        first_bytes = first_log.read_bytes()
+        second = cli("plan", "run", str(plan_path), *arms, "--json")
+        assert second.returncode == 0, second.stderr
+        assert second.json()["log"] == str(tmp_path / "plan.json.executed-2.jsonl")
+        assert first_log.read_bytes() == first_bytes  # the first run's evidence is still there
+        assert cli("plan", "check", str(plan_path), "--executed", str(first_log)).returncode == 0
+
+        fifo = tmp_path / "log.fifo"
+        os.mkfifo(fifo)
+        for log, words in ((plan_path, "that is the plan file itself"), (cases, "that is the cases file itself"),
+                           (first_log, "already exists"), (fifo, "is a FIFO")):
+            refused = cli("plan", "run", str(plan_path), *arms, "--log", str(log), timeout=30)
+            assert refused.returncode == 2, (log, refused.stderr)
+            [line] = refused.stderr.strip().splitlines()
+            assert str(log) in line and words in line and "cannot write the executed log" in line, line
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert plan_path.read_bytes() == plan_bytes and cases.read_bytes() == cases_bytes
+    assert first_log.read_bytes() == first_bytes
+    with Ledger.open(ledger_path) as ledger:
+        assert ledger.count(kind="plan-run") == 2  # the refused runs recorded nothing

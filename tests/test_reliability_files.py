@@ -141,3 +141,49 @@ def test_a_lock_nested_100000_deep_is_a_clear_error(cli, tmp_path: Path, ledger_
         result = cli(*args, cwd=tmp_path, timeout=60)
         assert result.returncode == 2, (args, result.stderr)
         assert "nested too deeply" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_write_that_must_not_follow_symlinks_replaces_a_planted_link_and_spares_its_target(
+        tmp_path: Path) -> None:
+    from execsys.fsutil import atomic_write_json, prepare_write
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's\n")
+    victim.chmod(0o4755)
+    link = tmp_path / "out.execsys.json"
+    link.symlink_to(victim)
+    atomic_write_json(link, {"ours": True}, follow_symlinks=False)
+    assert victim.read_text() == "someone else's\n"
+    assert not link.is_symlink() and link.read_text() == '{\n  "ours": true\n}\n'
+    assert not link.stat().st_mode & 0o4000  # the mode of whatever the link pointed at is not copied
+    # prepared and discarded: nothing there, nothing left; prepared and committed: the new bytes
+    with prepare_write(tmp_path / "never.json", b"x", follow_symlinks=False):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.execsys.json", "victim.txt"]
+
+
+def test_pin_out_dev_null_refuses_before_it_records_anything(cli, tmp_path: Path, ledger_path: Path) -> None:
+    result = cli("pin", "--out", "/dev/null", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "/dev/null" in line and "character device" in line and "cannot write the lock" in line
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    from execsys.ledger import Ledger
+
+    if ledger_path.exists():  # "nothing written": no identity row for a lock that was never written
+        with Ledger.open(ledger_path) as ledger:
+            assert ledger.count(kind="identity") == 0
+
+
+def test_attach_with_an_unusable_ledger_writes_no_sidecar(cli, tmp_path: Path, ledger_path: Path) -> None:
+    assert cli("pin", cwd=tmp_path, timeout=60).returncode == 0
+    result_file = tmp_path / "scores.json"
+    result_file.write_text('{"score": 1}\n')
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database\n" * 100)
+    result = cli("attach", str(result_file), "--ledger", str(garbage), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert str(garbage) in line and "not a usable execsys ledger" in line
+    assert not (tmp_path / "scores.json.execsys.json").exists()
+    assert garbage.read_bytes() == b"not a database\n" * 100

@@ -114,3 +114,39 @@ def test_a_foreign_row_whose_body_is_not_json_is_an_input_error(cli, tmp_path: P
         assert result.returncode == 2, (args, result.stderr)
         assert "foreign-1" in result.stderr and "Traceback" not in result.stderr, args
     assert json.loads(cli("ledger", "show", good, "--json", "--ledger", str(path)).stdout)["body"] == {"fine": True}
+
+
+def _sqlite_of_another_program(path: Path) -> bytes:
+    """An application's own database (rollback journal, its own tables and rows); its bytes."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT)")
+    conn.execute("CREATE TABLE meta (name TEXT, value TEXT)")  # a table named like ours, without our marker
+    conn.execute("INSERT INTO users (name) VALUES ('ada'), ('grace')")
+    conn.commit()
+    conn.close()
+    return path.read_bytes()
+
+
+def test_another_programs_sqlite_file_is_refused_and_left_byte_for_byte(cli, tmp_path: Path) -> None:
+    app = tmp_path / "app.db"
+    before = _sqlite_of_another_program(app)
+    with pytest.raises(InputError, match="another program.*tables meta, users"):
+        Ledger.open(app)
+    for args in (["scope", "--audit"], ["ledger", "list"], ["ledger", "export"]):
+        result = cli(*args, "--ledger", str(app), cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        [line] = result.stderr.strip().splitlines()
+        assert str(app) in line and "not an execsys ledger" in line and "Traceback" not in line
+    assert app.read_bytes() == before  # no execsys tables added, not switched to WAL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # no -wal, -shm or -journal left
+    with sqlite3.connect(app) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_an_empty_file_or_an_execsys_ledger_still_opens(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with Ledger.open(empty) as ledger:
+        ledger.append("identity", {"fine": True})
+    with Ledger.open(empty) as ledger:  # a ledger now: its marker is there
+        assert ledger.count(kind="identity") == 1

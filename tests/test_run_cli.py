@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -27,6 +29,8 @@ open(os.path.join(os.path.dirname(out), "env.json"), "w").write(json.dumps(
     {k: v for k, v in os.environ.items() if k.startswith("EXECSYS_")}))
 if mode == "ignore-int":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+if mode == "ignore-hup":
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 try:
     with open(out, "w") as fh:
         for i in range(cases):
@@ -249,8 +253,8 @@ def test_secrets_in_the_command_line_and_environment_never_reach_sidecar_or_ledg
         "--", sys.executable, "-c", code, "--api-key", secret_flag, f"model=x,api_key={secret_kv}",
         cwd=tmp_path, env={"HARNESS_API_TOKEN": secret_env})
     assert result.returncode == 0, result.stderr
-    sidecar = tmp_path / "out.txt.execsys.json"  # --sidecar-dir: not beside the result
-    assert sidecar.exists() and not (out.parent / "out.txt.execsys.json").exists()
+    [sidecar] = [Path(p) for p in record["sidecars"]]  # --sidecar-dir: not beside the result
+    assert sidecar.parent == tmp_path and sidecar.exists() and not (out.parent / "out.txt.execsys.json").exists()
     ledger_dump = run_cli("ledger", "export", cwd=tmp_path).stdout
     for text in (sidecar.read_text(), ledger_dump, result.stdout, result.stderr):
         for secret in (secret_flag, secret_kv, secret_env):
@@ -311,3 +315,297 @@ def test_two_runs_writing_one_result_keep_both_records_and_the_sidecar_links_the
     sidecar = json.loads((out.parent / "scores.jsonl.execsys.json").read_text())
     assert sidecar["schema"] == "execsys.run/2"
     assert sidecar["id"] == ids[2] and sidecar["previous"] == [ids[1], ids[0]]  # newest first
+
+
+# -- data loss: a run is recorded whatever happens around it ------------------------------------------
+
+def _ledger_bodies(ledger_path: Path, kind: str = "run") -> list[dict]:
+    from execsys.ledger import Ledger
+
+    if not ledger_path.exists():
+        return []
+    with Ledger.open(ledger_path) as ledger:
+        return [r.body for r in ledger.find(kind=kind)]
+
+
+def _gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _kill_if_left(pid: int) -> None:
+    """A harness execsys failed to stop (the bug under test) must not outlive the test."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_closing_terminal_sighup_records_the_run_and_takes_the_harness_with_it(tmp_path, ledger_path):
+    """The terminal (or ssh session) goes away: the kernel sends SIGHUP to execsys, the session leader
+    on it. The harness has a session of its own, so only the forwarded signal reaches it."""
+    import fcntl
+    import termios
+
+    out = tmp_path / "res" / "partial.jsonl"
+    out.parent.mkdir()
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "execsys", "run", "--gate", "off", "--watch", "0", "--result", str(out), "--",
+         *_harness(tmp_path), str(out), "1000", "0.05"],
+        cwd=tmp_path, env=dict(os.environ, EXECSYS_LEDGER=str(ledger_path)), stdin=slave, stdout=slave,
+        stderr=slave, start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(slave)
+    os.set_blocking(master, False)
+    try:
+        def started() -> bool:
+            with contextlib.suppress(OSError):
+                os.read(master, 1 << 16)  # keep the terminal drained
+            return out.exists() and len(out.read_text().splitlines()) >= 3
+
+        _wait_for(started)
+        harness_pid = int((out.parent / "started.marker").read_text())
+    finally:
+        os.close(master)  # the terminal closes
+    hung_up = time.monotonic()
+    try:
+        assert proc.wait(timeout=60) == 128 + signal.SIGHUP
+        assert time.monotonic() - hung_up < 30
+        assert _gone(harness_pid)
+    finally:
+        _kill_if_left(harness_pid)
+    [run] = _ledger_bodies(ledger_path)
+    assert run["verdict"] == "interrupted" and run["signals"] == ["SIGHUP"] and run["exit_code"] == -signal.SIGHUP
+    assert [r["path"] for r in run["results"]] == [str(out)]
+    assert (out.parent / "partial.jsonl.execsys.json").exists()
+
+
+def test_a_harness_that_ignores_the_forwarded_sighup_is_killed_after_the_grace_and_recorded(
+        tmp_path, ledger_path):
+    out = tmp_path / "res" / "partial.jsonl"
+    out.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "execsys", "run", "--json", "--gate", "off", "--watch", "0",
+                             "--result", str(out), "--", *_harness(tmp_path), str(out), "100000", "0.05",
+                             "ignore-hup"],
+                            cwd=tmp_path, env=dict(os.environ, EXECSYS_LEDGER=str(ledger_path)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 3)
+    harness_pid = int((out.parent / "started.marker").read_text())
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGHUP)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGKILL, stderr
+        assert 9 < time.monotonic() - sent < 40  # the 10 s grace, then SIGKILL: bounded
+        assert _gone(harness_pid)
+    finally:
+        _kill_if_left(harness_pid)
+    record = json.loads(stdout)
+    assert record["verdict"] == "interrupted" and record["signals"] == ["SIGHUP", "SIGKILL"]
+    assert [r["verdict"] for r in _ledger_bodies(ledger_path)] == ["interrupted"]
+
+
+def test_a_sighup_before_the_harness_starts_records_it_never_started(tmp_path, ledger_path, monkeypatch):
+    """A hangup during the gate or the identity (the doctor can take seconds): the harness is not
+    started, and the run is recorded as interrupted. In-process, so the signal lands mid-step."""
+    from execsys.run.events import StepStarted
+    from execsys.run.options import RunOptions
+    from execsys.run.runner import run_eval
+    from execsys.sources import load_sources
+
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran"
+    sources = load_sources(None, None)
+    options = RunOptions.from_sources(sources.declaration, sources.lock, lock_path=sources.lock_path,
+                                      command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+                                      gate="off", watch_s=0)
+
+    def hang_up_during_identity(event) -> None:
+        if isinstance(event, StepStarted) and event.step == "identity":
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    reached_outside: list[int] = []  # where the signal lands when run_eval does not hold it (pytest lives on)
+
+    def outside(signum, _frame) -> None:
+        reached_outside.append(signum)
+
+    previous = signal.signal(signal.SIGHUP, outside)
+    try:
+        record = run_eval(options, on_event=hang_up_during_identity)
+        assert signal.getsignal(signal.SIGHUP) is outside  # handed back as it was
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert reached_outside == []
+    assert not marker.exists()
+    assert not (tmp_path / "execsys.lock.json").exists()  # the identity step stopped where it was: no pin
+    assert record.verdict == "interrupted" and record.signals == ["SIGHUP"] and record.exit_code is None
+    assert record.exit_status == 128 + signal.SIGHUP
+    assert [r["verdict"] for r in _ledger_bodies(ledger_path)] == ["interrupted"]
+
+
+def _run_plain(cwd: Path, *args: str, timeout: float = 120):
+    return run_cli("run", "--json", "--gate", "off", "--watch", "0", *args, cwd=cwd, timeout=timeout)
+
+
+def test_a_fifo_planted_at_the_sidecar_name_costs_the_sidecar_not_the_run(tmp_path, ledger_path):
+    out = tmp_path / "res" / "out.txt"
+    out.parent.mkdir()
+    fifo = out.parent / "out.txt.execsys.json"
+    code = f"import os; open({str(out)!r}, 'w').write('done'); os.mkfifo({str(fifo)!r})"
+    started = time.monotonic()
+    result = _run_plain(tmp_path, "--result", str(out), "--", sys.executable, "-c", code, timeout=60)
+    assert time.monotonic() - started < 60  # never opened for writing, so never blocked on
+    assert result.returncode == 1, result.stderr
+    record = json.loads(result.stdout)
+    assert record["sidecar_errors"] == [{"sidecar": str(fifo), "error": f"{fifo}: is a FIFO (named pipe), not a "
+                                         "regular file: refusing to replace it"}]
+    assert record["sidecars"] == [] and [r["path"] for r in record["results"]] == [str(out)]
+    [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("✗ record")]
+    assert f"sidecar {fifo} not written: is a FIFO" in line and "recorded in the ledger" in line
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    [run] = _ledger_bodies(ledger_path)
+    assert run["id"] == record["id"] and run["sidecar_errors"] == record["sidecar_errors"]
+    assert run["results"] == record["results"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.txt", fifo.name]  # no temp file left
+
+
+def test_a_symlink_planted_at_the_sidecar_name_is_replaced_and_its_target_left_alone(tmp_path, ledger_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not execsys's to write\n")
+    out = tmp_path / "res" / "out.txt"
+    out.parent.mkdir()
+    link = out.parent / "out.txt.execsys.json"
+    code = f"import os; open({str(out)!r}, 'w').write('done'); os.symlink({str(victim)!r}, {str(link)!r})"
+    result = _run_plain(tmp_path, "--result", str(out), "--", sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert victim.read_text() == "not execsys's to write\n"
+    assert not link.is_symlink() and json.loads(link.read_text())["id"] == json.loads(result.stdout)["id"]
+
+
+def test_with_sidecar_dir_two_results_of_one_name_keep_two_sidecars(tmp_path, ledger_path):
+    for task in ("a", "b"):
+        (tmp_path / task).mkdir()
+    (tmp_path / "sidecars").mkdir()
+    code = "open('a/results.json', 'w').write('1'); open('b/results.json', 'w').write('2')"
+    result = _run_plain(tmp_path, "--result", "a/*.json", "--result", "b/*.json", "--sidecar-dir", "sidecars",
+                        "--", sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    import blake3
+
+    described = {}
+    for sidecar in sorted((tmp_path / "sidecars").iterdir()):
+        body = json.loads(sidecar.read_text())
+        tag = blake3.blake3(os.fsencode(body["result"]["path"])).hexdigest()[:12]
+        assert sidecar.name == f"results.json.{tag}.execsys.json"  # the documented name
+        described[body["result"]["path"]] = body["result"]["blake3"]
+    assert described == {r["path"]: r["blake3"] for r in record["results"]}
+    assert len(described) == 2 and sorted(record["sidecars"]) == sorted(
+        str(p) for p in (tmp_path / "sidecars").iterdir())
+
+
+def test_a_result_still_growing_after_the_harness_exits_is_listed_and_the_run_recorded(tmp_path, ledger_path):
+    out = tmp_path / "res" / "growing.log"
+    out.parent.mkdir()
+    pid_file = tmp_path / "writer.pid"
+    writer = (f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+              f"fh = open({str(out)!r}, 'wb')\nend = time.monotonic() + 60\n"
+              "while time.monotonic() < end:\n"
+              "    fh.write(b'x' * 4096); fh.flush(); time.sleep(0.02)\n"
+              "    if fh.tell() > 1 << 20: fh.seek(0); fh.truncate()\n")
+    # the harness leaves a writer behind (its own session: nothing of the run's stops it) and exits
+    code = (f"import subprocess, sys, time, os\nsubprocess.Popen([sys.executable, '-c', {writer!r}], "
+            "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            f"while not os.path.exists({str(out)!r}): time.sleep(0.01)\n")
+    try:
+        started = time.monotonic()
+        result = _run_plain(tmp_path, "--result", str(out), "--", sys.executable, "-c", code, timeout=60)
+        assert time.monotonic() - started < 50
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert result.returncode == 1, result.stderr
+    record = json.loads(result.stdout)
+    assert record["exit_code"] == 0 and record["results"] == [] and record["sidecars"] == []
+    [error] = record["result_errors"]
+    assert error["path"] == str(out) and "still being written after the harness exited" in error["error"]
+    assert f"result {out} not digested: still being written" in result.stderr
+    [run] = _ledger_bodies(ledger_path)
+    assert run["id"] == record["id"] and run["result_errors"] == record["result_errors"]
+
+
+def test_a_harness_that_deletes_its_working_directory_is_still_recorded(tmp_path, ledger_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    result = _run_plain(work, "--", sys.executable, "-c", f"import os, shutil; os.chdir('/'); shutil.rmtree({str(work)!r})")
+    assert result.returncode == 0, result.stderr
+    assert not work.exists()
+    record = json.loads(result.stdout)
+    assert "the working directory was deleted during the run" in result.stderr
+    assert [r["id"] for r in _ledger_bodies(ledger_path)] == [record["id"]]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    """A 1 MiB tmpfs of this test's own (root may mount one): a directory that can really be made
+    read-only or full, which chmod cannot do to root."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root in a mount namespace that allows it): "
+                    f"{made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+FILL = r"""
+import errno, os, subprocess, sys
+out, how = sys.argv[1], sys.argv[2]
+open(out, "w").write('{"score": 1}\n')
+if how == "read-only":
+    subprocess.run(["mount", "-o", "remount,ro", os.path.dirname(out)], check=True)
+else:
+    fd = os.open(os.path.join(os.path.dirname(out), "filler"), os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    os.close(fd)
+"""
+
+
+@pytest.mark.parametrize("how, reason", [("read-only", "read-only file system"),
+                                         ("full", "no space left on device")])
+def test_a_read_only_or_full_result_directory_costs_the_sidecar_not_the_run(tmp_path, ledger_path, small_tmpfs,
+                                                                            how, reason):
+    out = small_tmpfs / "scores.json"
+    script = tmp_path / "fill.py"
+    script.write_text(FILL)
+    result = _run_plain(tmp_path, "--result", str(out), "--", sys.executable, str(script), str(out), how)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    record = json.loads(result.stdout)
+    sidecar = small_tmpfs / "scores.json.execsys.json"
+    assert [r["path"] for r in record["results"]] == [str(out)]
+    assert record["sidecar_errors"] == [{"sidecar": str(sidecar), "error": reason}]
+    [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("✗ record")]
+    assert f"sidecar {sidecar} not written: {reason}" in line
+    assert not sidecar.exists() and not [p for p in small_tmpfs.iterdir() if p.name.endswith(".tmp")]
+    [run] = _ledger_bodies(ledger_path)
+    assert run["id"] == record["id"] and run["sidecar_errors"] == record["sidecar_errors"]
+
+
+def test_a_system_that_cannot_be_re_observed_after_the_run_is_recorded_as_drifted(tmp_path, ledger_path):
+    """The harness turns a declared file into a FIFO: verify-after cannot read it. The run is still
+    recorded, and cannot claim the same system after it."""
+    (tmp_path / "env").write_text("A=1\n")
+    (tmp_path / "execsys.toml").write_text('[runtime]\nenv_file = "env"\n')
+    code = "import os; os.unlink('env'); os.mkfifo('env')"
+    result = _run_plain(tmp_path, "--", sys.executable, "-c", code, timeout=60)
+    assert result.returncode == 1, result.stderr
+    record = json.loads(result.stdout)
+    assert record["verdict"] == "drifted" and record["verify_after"]["verdict"] == "unverified"
+    assert "could not be re-observed" in record["verdict_detail"] and "FIFO" in record["verify_after"]["sentence"]
+    assert [r["id"] for r in _ledger_bodies(ledger_path)] == [record["id"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -33,7 +34,16 @@ examples:
   execsys run --override "port 8000 shared with the metrics proxy, checked" -- python eval.py
   execsys run --result 'scores/*.json' --json -- ./eval.sh > run.json
 
-exit codes: the harness's when it failed or was interrupted; 1 when drifted or refused; 0 when clean;
+signals: SIGINT, SIGTERM and SIGHUP (a closing terminal or ssh session) are forwarded to the
+harness's process group; after SIGTERM or SIGHUP it has 10 s to stop before SIGKILL. The run is
+recorded either way (verdict interrupted).
+
+the ledger row is written before any sidecar: a result still being written after the harness exited,
+or a sidecar that cannot be written (a read-only or full directory, a FIFO at its name), is stated
+in one line and in the record (result_errors, sidecar_errors), and the run is still recorded.
+
+exit codes: the harness's when it failed or was interrupted (128+N for signal N where it exited 0);
+1 when drifted or refused, or when a result or sidecar could not be written down; 0 when clean;
 2 bad usage (no '--', a bad lock, a --result directory that does not exist)
 """
 
@@ -53,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a result file the harness writes (repeatable; lm-eval's --output_path and "
                              "Inspect's --log-dir are found without it)")
     parser.add_argument("--sidecar-dir", metavar="DIR",
-                        help="write the <result>.execsys.json sidecars here instead of beside each result")
+                        help="write the sidecars here instead of beside each result, as "
+                             "<result>.<12 hex of BLAKE3(result's absolute path)>.execsys.json, so two results "
+                             "with one name keep two sidecars")
     add_json(parser)
     parser.add_argument("harness_command", nargs=argparse.REMAINDER, metavar="-- CMD", help="-- then the harness command and its arguments")
 
@@ -79,7 +91,16 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     record = run_eval(options, on_event=StepPrinter())
     if args.json:
-        console.print_json(record.to_json() | {"sidecars": record.sidecars})
+        try:
+            console.print_json(record.to_json() | {"sidecars": record.sidecars})
+            sys.stdout.flush()
+        except OSError:
+            if "SIGHUP" not in record.signals:
+                raise
+            # the terminal that would show it has closed: the record is in the ledger, the exit
+            # status is the run's
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     return record.exit_status
 
 
@@ -117,11 +138,14 @@ class StepPrinter:
             return
         text = shown(redact_text(text))  # argv, paths and drift values are the harness's and the engine's
         symbol = {"start": "→", "result": " "}.get(status) or console.symbol(status)
-        if not self.rich:
-            sys.stderr.write(f"{symbol} {text}\n")
-            sys.stderr.flush()
-            return
-        from rich.markup import escape
+        # a line that cannot be shown (the terminal closed under a SIGHUP: EIO) must not stop the run
+        # from being recorded
+        with contextlib.suppress(OSError):
+            if not self.rich:
+                sys.stderr.write(f"{symbol} {text}\n")
+                sys.stderr.flush()
+                return
+            from rich.markup import escape
 
-        style = console.STYLES.get(status, "dim")
-        console.err().print(f"[{style}]{symbol}[/] {escape(text)}", highlight=False)
+            style = console.STYLES.get(status, "dim")
+            console.err().print(f"[{style}]{symbol}[/] {escape(text)}", highlight=False)

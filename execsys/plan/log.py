@@ -1,8 +1,9 @@
 """The executed log (``execsys.plan-log/1``): what a plan run did, one JSON line per event.
 
 It is the evidence ``plan check --executed`` judges, so it is written as things happen and
-flushed line by line -- a run that crashes half-way still leaves what it did -- and read back
-strictly: a line that is not an event is an input error naming the line, never a guess.
+flushed line by line -- a run that crashes half-way still leaves what it did -- into a file that
+did not exist before (an earlier run's log is evidence too: it is never overwritten), and read
+back strictly: a line that is not an event is an input error naming the line, never a guess.
 """
 
 from __future__ import annotations
@@ -32,11 +33,18 @@ class ExecutedLog:
         self.header = header
         self._fh: IO[str] | None = None
         if path:
+            # a new file only: O_EXCL never opens an earlier run's log (or the plan) to truncate it, never
+            # follows a symlink planted at the name, and never blocks on a FIFO there
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
             try:
-                self._fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                fd = os.open(path, flags, 0o666)
+            except FileExistsError:
+                raise InputError(f"{path}: already exists: execsys never overwrites an executed log; "
+                                 "give --log a new file") from None
             except OSError as exc:
                 reason = "is a directory" if Path(path).is_dir() else (exc.strerror or str(exc))
                 raise InputError(f"{path}: cannot write the executed log ({reason})") from None
+            self._fh = os.fdopen(fd, "w", encoding="utf-8")
         self._write(header)
 
     def _write(self, row: dict[str, Any]) -> None:

@@ -14,7 +14,9 @@ every check held. Setting ``cancel`` stops after the case in hand; the run is th
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,7 +180,9 @@ class PlanRunOptions:
           is an error (as ``--arm``/``--arm-params`` would be spelled);
         - ``params`` over temperature 0 and max_tokens 32, then each arm's ``arm_params``;
         - ``cases``, else the registered cases file (a relative one found from the plan's directory);
-        - ``log``, else ``<plan_path>.executed.jsonl`` when the plan came from a file, else none;
+        - ``log``, else ``<plan_path>.executed.jsonl`` when the plan came from a file, else none; an
+          earlier run's log is never overwritten: a ``log`` that exists is refused (so is the plan or
+          cases file itself), and the default becomes ``<plan_path>.executed-2.jsonl``, ``-3`` ...;
         - the lock: the identity the plan must have been registered for, and the artifact path
           and digest remote placement (b) verifies (``artifact`` overrides the path);
         - the declaration: ``[placement]`` (hosts and the residency policy for (d)).
@@ -209,7 +213,8 @@ class PlanRunOptions:
             if registered is None:
                 raise UsageError("the plan was made from case ids, not a cases file: give --cases FILE")
             cases_path = registered
-        log_path = Path(log) if log else (Path(f"{plan_path}.executed.jsonl") if plan_path is not None else None)
+        log_path = _new_log(Path(log), plan_path, cases_path) if log else (
+            next_free_log(Path(f"{plan_path}.executed.jsonl")) if plan_path is not None else None)
 
         lock_identity, pinned_path, pinned_digest = None, None, None
         if lock is not None:
@@ -231,6 +236,42 @@ class PlanRunOptions:
     def arm_request_params(self, arm: str) -> dict[str, Any]:
         """The parameters ``arm`` is run with: the one value both sent and recorded."""
         return {**self.params, **self.arm_params.get(arm, {})}
+
+
+def _new_log(log: Path, plan_path: str | os.PathLike[str] | None, cases_path: Path) -> Path:
+    """``--log``, refused when something is already there: the plan or its cases (``--log plan.json``
+    would truncate the plan), an earlier run's log, a symlink, FIFO, device or directory."""
+    from execsys.fsutil import file_kind
+
+    def refuse(reason: str) -> UsageError:
+        return UsageError(f"--log {log}: cannot write the executed log ({reason})")
+
+    try:
+        st = os.lstat(log)
+    except FileNotFoundError:
+        return log
+    except OSError as exc:
+        raise refuse(exc.strerror or str(exc)) from None
+    for what, other in (("the plan file", plan_path), ("the cases file", cases_path)):
+        with contextlib.suppress(OSError):
+            if other is not None and os.path.samefile(log, other):
+                raise refuse(f"that is {what} itself; give the log a name of its own")
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+        raise refuse(f"is {kind}, not a new file")
+    raise refuse("it already exists, an earlier run's log?; execsys never overwrites one: give a new file")
+
+
+def next_free_log(default: Path) -> Path:
+    """``default`` when nothing is there, else ``<stem>-2<suffix>``, ``-3`` ...: the first free name, so a
+    second run of a plan keeps the first run's log."""
+    if not os.path.lexists(default):
+        return default
+    stem, suffix = default.name.removesuffix(".jsonl"), ".jsonl"
+    number = 2
+    while os.path.lexists(candidate := default.with_name(f"{stem}-{number}{suffix}")):
+        number += 1
+    return candidate
 
 
 # ------------------------------------------------------------------ the report

@@ -139,9 +139,10 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     with Ledger.open() as ledger:
         _refuse_if_a_run_recorded(ledger, attached.results)
     body = attached.to_json()
-    for result, target in zip(attached.results, attached.sidecars, strict=True):
-        atomic_write_json(target, scrub(dict(body, result=result)))
+    # the ledger first: one that cannot be opened or written (exit 2) leaves no sidecar behind
     with Ledger.open() as ledger:
         ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
+    for result, target in zip(attached.results, attached.sidecars, strict=True):
+        atomic_write_json(target, scrub(dict(body, result=result)), follow_symlinks=False)
     emit(on_event, RunRecorded(attached.id, "attached", tuple(attached.sidecars)))
     return attached

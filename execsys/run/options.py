@@ -99,6 +99,10 @@ class RunOptions:
         lock_path = overrides.pop("lock_path", None)
         if lock_path is None:
             raise UsageError("lock_path is required (the lock to verify, or to write when pinning)")
+        if lock is None:  # the run will pin and write it: a lock path that cannot take it is said now
+            from execsys.fsutil import check_output
+
+            check_output(lock_path, "the lock")
         gate = first_given(overrides.pop("gate", None), "fail")
         if gate not in GATES:
             raise UsageError(f"--gate {gate!r}: one of {', '.join(GATES)} (fail is the default)")

@@ -10,28 +10,42 @@ kept too): ``interrupted`` (stopped by a signal; partial results still digested)
 harness exited non-zero) > ``drifted`` (the runtime changed mid-run, or verify-after found a new
 identity: compare causally with nothing) > ``overridden`` (ran past a failing gate) > ``clean``.
 A run the gate or the identity check refused never started: ``refused``.
+
+The ledger row is written before any sidecar, and a run is recorded whatever happens to the files
+around it: a result that cannot be digested (still growing after the harness exited, gone) is
+listed under ``result_errors`` instead of ``results``, a sidecar that cannot be written (a
+read-only or full directory, a FIFO at its name) under ``sidecar_errors``; either makes the exit
+status non-zero (1 where it would have been 0). ``execsys.run/2`` added those two lists; a
+``/1`` record simply has neither.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from execsys.fsutil import atomic_write_json
+from execsys.errors import InputError
+from execsys.fsutil import PreparedWrite, json_bytes, prepare_write
 from execsys.harnesses.base import sidecar_name
 from execsys.redact import scrub
 
-SCHEMA = "execsys.run/1"
-SIDECAR_SCHEMA = "execsys.run/2"  # SCHEMA's body plus "result" and "previous"
+# /2: the record gained result_errors, sidecar_errors and the unverified verify-after; its sidecar is the
+# record plus "result" (which file it describes) and "previous" (earlier runs that wrote that file)
+SCHEMA = "execsys.run/2"
+SIDECAR_SCHEMA = SCHEMA
+# verify_after's verdict when the system could not be re-observed (the harness deleted the working
+# directory, say): such a run cannot claim the same system after it, so it counts as drifted
+UNVERIFIED = "unverified"
 VERDICTS = ("clean", "drifted", "overridden", "failed", "interrupted", "refused")
 
 
 @dataclass
 class RunRecord:
-    """One run, as recorded. ``to_json`` is the documented ``execsys.run/1`` body."""
+    """One run, as recorded. ``to_json`` is the documented ``execsys.run/2`` body."""
 
     id: str
     command: list[str]  # redacted
@@ -53,6 +67,8 @@ class RunRecord:
     hook: dict[str, Any] | None = None  # the Inspect hook's reports, when the harness is Inspect
     refused: str | None = None  # why the run never started
     sidecars: list[str] = field(default_factory=list)
+    result_errors: list[dict[str, str]] = field(default_factory=list)  # {"path", "error"}: not digested
+    sidecar_errors: list[dict[str, str]] = field(default_factory=list)  # {"sidecar", "error"}: not written
 
     # -- the booleans behind the verdict ------------------------------------------------------------
     @property
@@ -67,7 +83,7 @@ class RunRecord:
     def drifted(self) -> bool:
         # the Inspect hook's per-call check: a response from a model the pinned endpoint does not serve
         mismatches = bool((self.hook or {}).get("mismatches"))
-        return bool(self.drift) or mismatches or (self.verify_after or {}).get("verdict") == "new-identity"
+        return bool(self.drift) or mismatches or (self.verify_after or {}).get("verdict") in ("new-identity", UNVERIFIED)
 
     @property
     def overridden(self) -> bool:
@@ -99,15 +115,26 @@ class RunRecord:
 
     @property
     def exit_status(self) -> int:
-        """The child's code when it failed or was interrupted; 1 when drifted or refused; else 0."""
+        """The child's code when it failed or was interrupted (128+N for signal N when it exited 0 or
+        never started); 1 when drifted or refused, or when a result or sidecar could not be written
+        down; else 0."""
         if self.refused:
             return 1
         if self.interrupted:
-            code = self.exit_code if self.exit_code is not None else 130
-            return 128 - code if code < 0 else (code or 130)
+            first = getattr(signal.Signals, self.signals[0], signal.SIGINT) if self.signals else signal.SIGINT
+            code = self.exit_code if self.exit_code is not None else 128 + int(first)
+            return 128 - code if code < 0 else (code or 128 + int(first))
         if self.failed:
             return int(self.exit_code or 1)
-        return 1 if self.drifted else 0
+        return 1 if self.drifted or self.result_errors or self.sidecar_errors else 0
+
+    def file_problems(self) -> str | None:
+        """One sentence for what the record could not vouch for: results not digested, sidecars not written."""
+        parts = [f"result {e['path']} not digested: {_reason_only(e['path'], e['error'])}"
+                 for e in self.result_errors]
+        parts += [f"sidecar {e['sidecar']} not written: {_reason_only(e['sidecar'], e['error'])}"
+                  for e in self.sidecar_errors]
+        return "; ".join(parts) or None
 
     def summary(self) -> str:
         what = shlex.join(self.command)
@@ -140,6 +167,8 @@ class RunRecord:
             "failed": self.failed,
             "interrupted": self.interrupted,
             "refused": self.refused,
+            "result_errors": self.result_errors,
+            "sidecar_errors": self.sidecar_errors,
         }
         if self.hook is not None:
             body["hook"] = dict(self.hook, problem=self.hook_problem)
@@ -164,6 +193,8 @@ class RunRecord:
         after = self.verify_after or {}
         if after.get("verdict") == "new-identity":
             return f"the system after the run is not the pinned one ({after.get('sentence') or 'new identity'})"
+        if after.get("verdict") == UNVERIFIED:
+            return after.get("sentence") or "the system could not be re-observed after the run"
         return "the runtime changed during the run"
 
     def verdict_detail(self) -> str:
@@ -178,8 +209,15 @@ class RunRecord:
             "clean": "gate passed, no drift, same system after, exit 0",
         }
         text = f"{self.verdict}: {parts[self.verdict]}"
-        problem = self.hook_problem
-        return f"{text}; {problem}" if problem else text
+        for problem in (self.hook_problem, self.file_problems()):
+            if problem:
+                text = f"{text}; {problem}"
+        return text
+
+
+def _reason_only(path: str, error: str) -> str:
+    """The error without the path it starts with, where it does (the caller names the path)."""
+    return error.removeprefix(f"{path}: ").removeprefix(f"{path} ")
 
 
 def _brief(value: Any) -> str:
@@ -188,28 +226,74 @@ def _brief(value: Any) -> str:
 
 
 def sidecar_path(result: Path, sidecar_dir: Path | None) -> Path:
-    """``<result>.execsys.json`` beside the result, or in ``sidecar_dir`` under the same name."""
-    name = sidecar_name(result.name)
-    return (sidecar_dir / name) if sidecar_dir is not None else result.with_name(name)
+    """``<result>.execsys.json`` beside the result; in ``sidecar_dir``, ``<result>.<12 hex>.execsys.json``,
+    the hex from the BLAKE3 of the result's absolute path, so two results with one basename (two
+    task directories' ``results.json``) never share, or overwrite, one sidecar."""
+    if sidecar_dir is None:
+        return result.with_name(sidecar_name(result.name))
+    import blake3
+
+    tag = blake3.blake3(os.fsencode(os.path.abspath(result))).hexdigest()[:12]
+    return sidecar_dir / sidecar_name(f"{result.name}.{tag}")
 
 
-def write_sidecars(record: RunRecord, sidecar_dir: Path | None) -> list[str]:
-    """One sidecar per result (atomic, scrubbed): the run record plus which result it describes."""
-    written: list[str] = []
-    body = record.to_json()
-    for result in record.results:
+@dataclass
+class PreparedSidecars:
+    """Sidecars written to temp files beside their targets, not yet renamed into place (see
+    :func:`prepare_sidecars`), and the one-line reason for each that could not be."""
+
+    writes: list[PreparedWrite] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return [os.fspath(w.target) for w in self.writes]
+
+    def commit(self) -> list[dict[str, str]]:
+        """Rename each into place; the errors of those that could not be (the rest are written)."""
+        failed: list[dict[str, str]] = []
+        for write in self.writes:
+            try:
+                write.commit()
+            except (OSError, InputError) as exc:
+                failed.append({"sidecar": os.fspath(write.target), "error": _reason(exc)})
+        return failed
+
+    def discard(self) -> None:
+        for write in self.writes:
+            write.discard()
+
+
+def prepare_sidecars(body: dict[str, Any], results: list[dict[str, Any]],
+                     sidecar_dir: Path | None) -> PreparedSidecars:
+    """One sidecar per result (scrubbed: ``body`` plus which result it describes), each written to a
+    temp file beside its target. Never follows a symlink planted at the sidecar's name (the link is
+    replaced, its target untouched); a FIFO, device or directory there, or a directory that is
+    read-only or full, is an entry in ``errors`` naming the sidecar, not an exception: the run is
+    recorded whatever happens to its sidecars."""
+    prepared = PreparedSidecars()
+    for result in results:
         target = sidecar_path(Path(result["path"]), sidecar_dir)
-        atomic_write_json(target, scrub(dict(body, schema=SIDECAR_SCHEMA, result=result,
-                                             previous=earlier_records(target, record.id))))
-        written.append(os.fspath(target))
-    return written
+        try:
+            previous = earlier_records(target, str(body.get("id") or ""))
+            prepared.writes.append(prepare_write(target, json_bytes(scrub(dict(body, result=result, previous=previous))),
+                                                 follow_symlinks=False))
+        except (OSError, InputError) as exc:
+            prepared.errors.append({"sidecar": os.fspath(target), "error": _reason(exc)})
+    return prepared
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc)
 
 
 def earlier_records(sidecar: Path, run_id: str) -> list[str]:
     """The record ids the sidecar at ``sidecar`` names (its own, then its ``previous``), newest first."""
     from execsys.fsutil import read_json_object
 
-    body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
+    body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() and not sidecar.is_symlink() else None
     if body is None or not str(body.get("schema") or "").startswith(("execsys.run/", "execsys.attach/")):
         return []
     previous = body.get("previous")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,3 +89,48 @@ def digest(path: Path) -> str:
     from execsys.digest import hash_file
 
     return hash_file(path)
+
+
+# Pauses after hashing before a result's digest is trusted: its size and modification time must
+# not move over hash + pause (a harness's last flush, a log rotated on exit, a writer it left
+# behind). One still moving after the last pause is reported, not waited on: about a second in all.
+SETTLE_PAUSES_S = (0.2, 0.3, 0.5)
+
+
+def settled_digests(paths: list[Path]) -> dict[Path, str | Exception]:
+    """The BLAKE3 of each result once it has held still, or the exception saying why there is none.
+
+    All results settle together (one pause per round, not one per file). A result whose size or
+    modification time moved between the stamp taken before hashing and the end of the pause is
+    hashed again next round; after the last round it is an InputError "still being written after
+    the harness exited". Gone or unreadable: the OSError or InputError the digest raised. The
+    caller records the run either way, without the digests it cannot vouch for."""
+    from execsys.digest import ChangedWhileHashed
+    from execsys.errors import InputError
+
+    out: dict[Path, str | Exception] = {}
+    pending = list(paths)
+    for pause in SETTLE_PAUSES_S:
+        hashed: dict[Path, tuple[Stamp, str]] = {}
+        for path in pending:
+            before = _stamp(path)
+            try:
+                hashed[path] = (before, digest(path))
+            except ChangedWhileHashed:
+                continue
+            except (OSError, InputError) as exc:
+                out[path] = exc
+        pending = [p for p in pending if p not in out]
+        if not pending:
+            break
+        time.sleep(pause)
+        for path, (before, blake3) in hashed.items():
+            if _stamp(path) == before:
+                out[path] = blake3
+        pending = [p for p in pending if p not in out]
+        if not pending:
+            break
+    for path in pending:
+        out[path] = InputError(f"{path}: still being written after the harness exited (it kept changing for "
+                               f"{sum(SETTLE_PAUSES_S):g} s after it was hashed)")
+    return out

@@ -2,10 +2,15 @@
 
 The harness is the user's program: it gets the terminal as it is (stdin, stdout, stderr passed
 through, so progress bars work), its own session and process group, and ``EXECSYS_RUN_ID``,
-``EXECSYS_IDENTITY`` and ``EXECSYS_LOCK`` in its environment. Signals reach it through us: SIGINT
-and SIGTERM are forwarded to its process group (when this runs on the main thread), a second
-SIGINT kills the group, and a ``cancel`` (the TUI's stop) sends SIGINT and, after ``grace_s``,
-SIGKILL. Whatever happens, the results it left are digested and the run is recorded.
+``EXECSYS_IDENTITY`` and ``EXECSYS_LOCK`` in its environment. Signals reach it through us: SIGINT,
+SIGTERM and SIGHUP are forwarded to its process group (when this runs on the main thread), a
+second SIGINT kills the group, and a ``cancel`` (the TUI's stop) sends SIGINT; after a cancel, a
+SIGTERM or a SIGHUP the harness has ``grace_s`` to stop before the group gets SIGKILL. Because the
+harness has its own session, the SIGHUP a closing terminal or ssh session sends reaches only us:
+forwarding it is what keeps the harness from running on orphaned. SIGTERM and SIGHUP are handled
+for the whole run: one arriving before the harness starts stops the gate or the identity step
+where it is and the harness is never started; one arriving after it exited is ignored while the
+run is recorded. So whatever happens, the results it left are digested and the run is recorded.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from execsys.errors import InputError
+from execsys.fsutil import prepare_output
 from execsys.harnesses import registry
 from execsys.identity import (
     Identity,
@@ -33,11 +40,10 @@ from execsys.identity import (
     record_identity,
     superseded_licences,
     verify,
-    write_lock,
 )
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
-from execsys.redact import redact_argv
+from execsys.redact import redact_argv, scrub
 from execsys.run import results as results_step
 from execsys.run.events import (
     ChildStarted,
@@ -50,7 +56,7 @@ from execsys.run.events import (
 )
 from execsys.run.gate import run_gate
 from execsys.run.options import JOB_IDENTITY_ENV, JOB_LOCK_ENV, RunOptions
-from execsys.run.record import RunRecord, write_sidecars
+from execsys.run.record import UNVERIFIED, RunRecord, prepare_sidecars
 from execsys.run.watch import Watcher
 
 HOOK_DIR_ENV = "EXECSYS_HOOK_DIR"
@@ -62,44 +68,16 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     adapter = registry.for_command(options.command)
     record = RunRecord(id=new_id("run"), command=redact_argv(options.command), cwd=str(options.cwd),
                        harness=adapter.name, lock_path=str(options.lock_path))
-    with Ledger.open() as ledger:
-        # The lock's verification reads only; it runs beside the doctor (both wait mostly on
-        # subprocesses and sockets) and is used only once the gate has let the run through.
-        lock = options.lock
-        early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
-                                                  exclude=[options.lock_path])) if lock is not None else None
-        # 1. gate
-        emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
-                                   else "doctor skipped (--gate off)"))
-        gate = run_gate(options.declaration, options.gate, options.override, ledger, options.lock)
-        record.doctor = gate.to_json()
-        if gate.refused:
-            record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
-                              "--override REASON (recorded) or --gate warn")
-            emit(on_event, StepFinished("gate", "fail", record.refused))
+    with Ledger.open() as ledger, _held_signals() as held:
+        try:
+            identity = _gate_and_identity(options, record, ledger, on_event)
+        except _Stopped as stopped:  # SIGTERM or a hangup during the gate or the identity: never started
+            record.signals.append(signal.Signals(stopped.signum).name)
+            emit(on_event, StepFinished("run", "fail", f"not started: {record.signals[0]} received"))
             return _finish(record, ledger, options, on_event)
-        if gate.mode == "off":
-            emit(on_event, StepFinished("gate", "skip", "doctor skipped (--gate off), recorded"))
-        elif gate.failing:
-            how = f"overridden: {gate.override}" if gate.overridden else "--gate warn"
-            emit(on_event, StepFinished("gate", "warn", f"{len(gate.failing)} failing ({how}): "
-                                        + "; ".join(gate.failing)))
-        else:
-            emit(on_event, StepFinished("gate", "ok", f"doctor {gate.verdict} ({gate.report_id})"))
-
-        # 2. identity
-        whose = f" (the job's, from {JOB_LOCK_ENV})" if options.job is not None else ""
-        emit(on_event, StepStarted("identity", f"verifying {options.lock_path}{whose}" if options.lock is not None
-                                   else f"no lock at {options.lock_path}: pinning the system now"))
-        identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
         if identity is None:
-            emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
             return _finish(record, ledger, options, on_event)
-        left_behind = (superseded_licences(ledger, options.lock.id, identity.id)
-                       if record.identity_how == "repinned" and options.lock is not None else None)
-        emit(on_event, StepFinished("identity", "ok" if left_behind is None else "warn",
-                                    f"identity {identity.id[:12]} {record.identity_how}{whose}"
-                                    + (f"; {left_behind.sentence()}" if left_behind is not None else "")))
+        held.collect_only()
 
         # 3 + 4. run, watched
         harness_dirs = adapter.output_dirs(options.command, options.cwd, os.environ)
@@ -115,10 +93,14 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
                                        if watcher.active else "watch off" if options.watch_s == 0
                                        else "watch off: no [runtime] endpoint or process declared"))
             watcher.start()
-            record.started_at = now_iso()
-            emit(on_event, StepStarted("run", shlex.join(redact_argv(argv))))
-            _run_child(argv, options, identity, record, hook_dir, on_event, cancel)
-            record.finished_at = now_iso()
+            if held:  # a hangup or SIGTERM just before the start: the harness never starts
+                record.signals.extend(signal.Signals(s).name for s in held)
+                emit(on_event, StepFinished("run", "fail", f"not started: {record.signals[0]} received"))
+            else:
+                record.started_at = now_iso()
+                emit(on_event, StepStarted("run", shlex.join(redact_argv(argv))))
+                _run_child(argv, options, identity, record, hook_dir, on_event, cancel, held)
+                record.finished_at = now_iso()
         finally:
             watcher.stop()
         cpu_note = {"interval_s": options.watch_s, "observations": watcher.observations,
@@ -126,43 +108,149 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         record.watch = cpu_note
         record.drift = list(watcher.drift)
         status = "fail" if record.interrupted or record.failed else "ok"
-        emit(on_event, StepFinished("run", status, f"harness exited {record.exit_code}"
-                                    + (f" after {', '.join(record.signals)}" if record.signals else "")))
+        if record.started_at is not None:
+            emit(on_event, StepFinished("run", status, f"harness exited {record.exit_code}"
+                                        + (f" after {', '.join(record.signals)}" if record.signals else "")))
         if watcher.active:
             emit(on_event, StepFinished("watch", "warn" if record.drift else "ok",
                                         f"{len(record.drift)} drift event(s) in {watcher.observations} observations"))
         if hook_dir is not None:
             record.hook = _hook_reports(hook_dir)
+        vanished = _leave_vanished_cwd(options.cwd)
+        if vanished is not None:
+            emit(on_event, StepFinished("run", "warn", f"the working directory was deleted during the run; "
+                                        f"carrying on from {vanished}"))
 
         # 5. verify after
         emit(on_event, StepStarted("verify", f"re-observing identity {identity.id[:12]}"))
-        report = verify(identity, declaration=options.declaration, exclude=[options.lock_path, *harness_dirs])
-        changed = [name for name, check in report.components.items() if check.status != "same"]
-        record.verify_after = {"verdict": report.verdict, "changed": changed, "observed_id": report.observed_id,
-                               "sentence": report.sentence}
-        emit(on_event, StepFinished("verify", "ok" if report.verdict == "same-system" else "warn",
-                                    f"{report.verdict}: {report.sentence}"))
+        try:
+            report = verify(identity, declaration=options.declaration, exclude=[options.lock_path, *harness_dirs])
+        except (OSError, InputError) as exc:  # what the harness left cannot be observed: said, and recorded
+            record.verify_after = {"verdict": UNVERIFIED, "changed": [], "observed_id": None,
+                                   "sentence": f"the system could not be re-observed after the run ({exc})"}
+            emit(on_event, StepFinished("verify", "warn", f"{UNVERIFIED}: {record.verify_after['sentence']}"))
+        else:
+            changed = [name for name, check in report.components.items() if check.status != "same"]
+            record.verify_after = {"verdict": report.verdict, "changed": changed,
+                                   "observed_id": report.observed_id, "sentence": report.sentence}
+            emit(on_event, StepFinished("verify", "ok" if report.verdict == "same-system" else "warn",
+                                        f"{report.verdict}: {report.sentence}"))
 
         # 6. results
         emit(on_event, StepStarted("results", "looking for result files written during the run"))
-        for path, harness in finder.found():
-            found = results_step.FoundResult(path, results_step.digest(path), harness)
+        candidates = finder.found()
+        digests = results_step.settled_digests([path for path, _ in candidates])
+        for path, harness in candidates:
+            blake3 = digests[path]
+            if isinstance(blake3, Exception):  # still growing, gone, unreadable: listed, not lost
+                record.result_errors.append({"path": str(path), "error": str(blake3)})
+                continue
+            found = results_step.FoundResult(path, blake3, harness)
             record.results.append(found.to_json())
             emit(on_event, ResultFound(str(path), found.blake3, harness))
-        emit(on_event, StepFinished("results", "ok" if record.results else "warn",
-                                    f"{len(record.results)} result file(s)"))
+        text = f"{len(record.results)} result file(s)"
+        if record.result_errors:
+            text += "; not digested: " + "; ".join(e["error"] if e["path"] in e["error"] else
+                                                   f"{e['path']}: {e['error']}" for e in record.result_errors)
+        emit(on_event, StepFinished("results", "ok" if record.results and not record.result_errors else "warn",
+                                    text))
         return _finish(record, ledger, options, on_event)
 
 
+def _gate_and_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
+                       on_event: OnEvent | None) -> Identity | None:
+    """Steps 1 and 2: the gate, then the identity the run is under; None when either refused."""
+    # The lock's verification reads only; it runs beside the doctor (both wait mostly on
+    # subprocesses and sockets) and is used only once the gate has let the run through.
+    lock = options.lock
+    early_verify = _Background(lambda: verify(lock, declaration=options.declaration,
+                                              exclude=[options.lock_path])) if lock is not None else None
+    # 1. gate
+    emit(on_event, StepStarted("gate", "checking the ten hazards" if options.gate != "off"
+                               else "doctor skipped (--gate off)"))
+    gate = run_gate(options.declaration, options.gate, options.override, ledger, options.lock)
+    record.doctor = gate.to_json()
+    if gate.refused:
+        record.refused = (f"the gate failed ({'; '.join(gate.failing)}): fix it, or run with "
+                          "--override REASON (recorded) or --gate warn")
+        emit(on_event, StepFinished("gate", "fail", record.refused))
+        return None
+    if gate.mode == "off":
+        emit(on_event, StepFinished("gate", "skip", "doctor skipped (--gate off), recorded"))
+    elif gate.failing:
+        how = f"overridden: {gate.override}" if gate.overridden else "--gate warn"
+        emit(on_event, StepFinished("gate", "warn", f"{len(gate.failing)} failing ({how}): "
+                                    + "; ".join(gate.failing)))
+    else:
+        emit(on_event, StepFinished("gate", "ok", f"doctor {gate.verdict} ({gate.report_id})"))
+
+    # 2. identity
+    whose = f" (the job's, from {JOB_LOCK_ENV})" if options.job is not None else ""
+    emit(on_event, StepStarted("identity", f"verifying {options.lock_path}{whose}" if options.lock is not None
+                               else f"no lock at {options.lock_path}: pinning the system now"))
+    identity = _fix_identity(options, record, ledger, early_verify.result() if early_verify else None)
+    if identity is None:
+        emit(on_event, StepFinished("identity", "fail", record.refused or "refused"))
+        return None
+    left_behind = (superseded_licences(ledger, options.lock.id, identity.id)
+                   if record.identity_how == "repinned" and options.lock is not None else None)
+    emit(on_event, StepFinished("identity", "ok" if left_behind is None else "warn",
+                                f"identity {identity.id[:12]} {record.identity_how}{whose}"
+                                + (f"; {left_behind.sentence()}" if left_behind is not None else "")))
+    return identity
+
+
 def _finish(record: RunRecord, ledger: Ledger, options: RunOptions, on_event: OnEvent | None) -> RunRecord:
-    """7. record: sidecars beside the results, then the ledger row that names them."""
+    """7. record: the ledger row first, then the sidecars it names.
+
+    Each sidecar is written to a temp file beside its target before the row (so one that cannot be
+    written, a read-only or full directory or a FIFO at its name, is known and stated in the row),
+    and renamed into place after it: a sidecar never names a run the ledger lacks, and a sidecar
+    that fails never costs the run its record."""
     emit(on_event, StepStarted("record", "writing the run record"))
-    record.sidecars = write_sidecars(record, options.sidecar_dir)
-    ledger.append("run", dict(record.to_json(), sidecars=record.sidecars), identity=record.identity_id,
-                  record_id=record.id)
-    emit(on_event, StepFinished("record", "ok", f"{record.id}: {record.verdict_detail()}"))
+    prepared = prepare_sidecars(record.to_json(), record.results, options.sidecar_dir)
+    record.sidecars = prepared.paths
+    record.sidecar_errors = list(prepared.errors)
+    try:
+        ledger.append("run", dict(record.to_json(), sidecars=record.sidecars), identity=record.identity_id,
+                      record_id=record.id)
+    except BaseException:
+        prepared.discard()
+        raise
+    late = prepared.commit()
+    if late:  # renamed away under us after the row was written: said in a row of its own, under the run
+        record.sidecar_errors.extend(late)
+        failed = {e["sidecar"] for e in late}
+        record.sidecars = [p for p in record.sidecars if p not in failed]
+        ledger.append("run-sidecars", {"run": record.id, "sidecar_errors": late, "sidecars": record.sidecars},
+                      identity=record.identity_id, parent=record.id, key="sidecars")
+    problems = record.file_problems()
+    if problems:
+        emit(on_event, StepFinished("record", "fail", f"{record.id}: recorded in the ledger, but {problems}"))
+    else:
+        emit(on_event, StepFinished("record", "ok", f"{record.id}: {record.verdict_detail()}"))
     emit(on_event, RunRecorded(record.id, record.verdict, tuple(record.sidecars)))
     return record
+
+
+def _leave_vanished_cwd(cwd: Path) -> str | None:
+    """When the harness deleted the directory this process runs in (its own cwd, shared with us),
+    move to the nearest directory above it that still exists, so the steps after (which observe
+    the system, and resolve paths) can run; returns where, or None when the cwd is still there."""
+    try:
+        os.getcwd()
+        return None
+    except FileNotFoundError:
+        pass
+    for candidate in (cwd, *cwd.parents):
+        try:
+            os.chdir(candidate)
+            os.getcwd()
+            return str(candidate)
+        except OSError:
+            continue
+    os.chdir("/")
+    return "/"
 
 
 class _Background:
@@ -216,14 +304,16 @@ def _fix_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
     else:
         how = "pinned"
     identity = pin(options.declaration, exclude=[options.lock_path])
-    write_lock(identity, options.lock_path)
-    record_identity(identity, ledger)
+    # the lock's bytes beside it first, renamed over it once the ledger holds the identity
+    with prepare_output(options.lock_path, scrub(identity.to_json()), "the lock") as written:
+        record_identity(identity, ledger)
+        written.commit()
     record.identity_id, record.identity_how = identity.id, how
     return identity
 
 
 def _run_child(argv: list[str], options: RunOptions, identity: Identity, record: RunRecord,
-               hook_dir: Path | None, on_event: OnEvent | None, cancel: Cancel) -> None:
+               hook_dir: Path | None, on_event: OnEvent | None, cancel: Cancel, held: list[int]) -> None:
     env = dict(os.environ)
     env.update({"EXECSYS_RUN_ID": record.id, "EXECSYS_IDENTITY": identity.id,
                 "EXECSYS_LOCK": str(options.lock_path)})
@@ -235,8 +325,8 @@ def _run_child(argv: list[str], options: RunOptions, identity: Identity, record:
         sys.stderr.flush()
     proc = subprocess.Popen(argv, cwd=options.cwd, env=env, stdout=stdout, start_new_session=True)
     emit(on_event, ChildStarted(proc.pid, tuple(redact_argv(argv))))
-    received: list[int] = []
-    restore = _forward_signals(received)
+    received = held  # SIGTERM/SIGHUP land here already; SIGINT too while the harness runs
+    restore = _forward_signals(received, (signal.SIGINT,))
     handled = 0
     kill_at: float | None = None
     try:
@@ -252,6 +342,8 @@ def _run_child(argv: list[str], options: RunOptions, identity: Identity, record:
                 second_interrupt = signum == signal.SIGINT and signal.SIGINT in received[:handled - 1]
                 sent = signal.SIGKILL if second_interrupt else signum
                 _signal_group(proc, sent, record, on_event)
+                if signum in BOUNDED_SIGNALS and kill_at is None:  # the user is gone or the host is stopping
+                    kill_at = time.monotonic() + options.grace_s
             if cancel.is_set() and kill_at is None:
                 _signal_group(proc, signal.SIGINT, record, on_event)
                 kill_at = time.monotonic() + options.grace_s
@@ -274,12 +366,17 @@ def _signal_group(proc: subprocess.Popen, signum: int, record: RunRecord, on_eve
     emit(on_event, SignalForwarded(name, proc.pid))
 
 
-def _forward_signals(received: list[int]):
-    """Collect SIGINT/SIGTERM for the wait loop to forward; only the main thread may install handlers."""
+# Signals that mean "stop now and record": forwarded, then the harness gets grace_s before SIGKILL.
+BOUNDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _forward_signals(received: list[int], signums: tuple[int, ...]):
+    """Collect ``signums`` into ``received`` for the wait loop to forward, until the returned function
+    restores the previous handlers; only the main thread may install handlers (elsewhere: a no-op)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in signums:
         previous[signum] = signal.signal(signum, lambda s, _frame: received.append(s))
 
     def restore() -> None:
@@ -287,6 +384,48 @@ def _forward_signals(received: list[int]):
             signal.signal(signum, handler)
 
     return restore
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP before the harness started: unwinds the gate or the identity step (which can
+    take minutes hashing an artifact) like Ctrl-C would, so the run is recorded as never started."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Held(list):
+    """The SIGTERM/SIGHUP received during a run, in order. Until :meth:`collect_only` each one also
+    raises :class:`_Stopped` where the main thread is; after it they are only collected, for the
+    wait loop to forward to the harness."""
+
+    raising = True
+
+    def collect_only(self) -> None:
+        self.raising = False
+
+
+@contextlib.contextmanager
+def _held_signals() -> Iterator[_Held]:
+    """SIGTERM and SIGHUP, handled for the whole run: their default action would end this process
+    before the run is recorded, and would leave the harness (in a session of its own) running."""
+    held = _Held()
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        held.append(signum)
+        if held.raising:
+            raise _Stopped(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in BOUNDED_SIGNALS}
+    try:
+        yield held
+    finally:
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
 
 
 def _hook_reports(hook_dir: Path) -> dict[str, Any]:
