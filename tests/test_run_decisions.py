@@ -18,10 +18,11 @@ import pytest
 
 from execsys.harnesses import lm_eval, other, registry
 from execsys.ledger import Ledger
+from execsys.observe.serving import flatten as _flatten
 from execsys.run.gate import GateOutcome, run_gate
 from execsys.run.record import VERDICTS, RunRecord, sidecar_path
 from execsys.run.results import ResultFinder
-from execsys.run.watch import Watcher, _flatten, changes
+from execsys.run.watch import Watcher, changes
 
 DRIFT = [{"at": "t", "component": "runtime.process.pid", "before": 1, "after": 2}]
 NEW_IDENTITY = {"verdict": "new-identity", "changed": ["runtime"], "observed_id": "x", "sentence": "s"}
@@ -66,7 +67,7 @@ VERDICT_ROWS = [
     pytest.param({"exit_code": -9}, "interrupted", 137, id="killed-by-sigkill-137"),
     pytest.param({"exit_code": -15}, "interrupted", 143, id="killed-by-sigterm-143"),
     pytest.param({"exit_code": 0, "signals": ["SIGINT"]}, "interrupted", 130, id="signal-then-exit-0-is-130"),
-    pytest.param({"exit_code": None, "signals": ["SIGTERM"]}, "interrupted", 130, id="signal-no-exit-130"),
+    pytest.param({"exit_code": None, "signals": ["SIGTERM"]}, "interrupted", 143, id="signal-no-exit-is-128-plus-it"),
     pytest.param({"exit_code": 7, "signals": ["SIGINT"]}, "interrupted", 7, id="signal-keeps-harness-code"),
     pytest.param({"exit_code": 2, "signals": ["SIGINT"], "drift": DRIFT}, "interrupted", 2,
                  id="interrupted-outranks-failed-and-drifted"),
@@ -108,7 +109,8 @@ def test_the_booleans_behind_the_verdict(fields, booleans) -> None:
                  "overridden: ran past a failing gate (known stray)", id="overridden-names-the-reason"),
     pytest.param({"exit_code": 0}, "clean: gate passed, no drift, same system after, exit 0", id="clean"),
     pytest.param({"exit_code": 0, "drift": DRIFT},
-                 "drifted: the runtime changed during the run: compare this result causally with nothing", id="drifted"),
+                 "drifted: the runtime changed during the run (runtime.process.pid at t: 1 -> 2): compare this result "
+                 "causally with nothing", id="drifted-names-the-first-change"),
     pytest.param({"exit_code": 0, "hook": {"reports": [{"recorded": True}], "mismatches": 2}},
                  "drifted: 2 model call(s) answered by another model or fingerprint than the pinned one: "
                  "compare this result causally with nothing", id="drifted-by-hook-counts-the-calls"),
@@ -148,7 +150,8 @@ def test_summary_of_a_refused_run_says_why() -> None:
 
 @pytest.mark.parametrize(("name", "sidecar_dir", "expected"), [
     pytest.param("scores.json", None, "/r/scores.json.execsys.json", id="beside"),
-    pytest.param("scores.json", Path("/s"), "/s/scores.json.execsys.json", id="in-sidecar-dir"),
+    # in a shared directory the name carries the BLAKE3 of the result's absolute path: one basename, two files
+    pytest.param("scores.json", Path("/s"), "/s/scores.json.18d40fa45523.execsys.json", id="in-sidecar-dir"),
     pytest.param("2026-01-01T10-00-00_task.json", None, "/r/execsys-2026-01-01T10-00-00_task.json.execsys.json",
                  id="inspect-log-name-prefixed"),
 ])
