@@ -42,6 +42,11 @@ class DoctorOptions:
     pid: int | None = None
     process: str | None = None
     layers: list[str] | None = None
+    # Layers an untrusted declaration names: never run, shown in the skip (``untrusted`` is its line).
+    withheld_layers: list[str] = field(default_factory=list)
+    # [doctor] commands/pins named by a path (``./tool``): the doctor would start them; withheld the same way
+    withheld_commands: list[str] = field(default_factory=list)
+    untrusted: str | None = None
     hosts: list[str] = field(default_factory=list)
     only: list[str] = field(default_factory=list)
     strict: bool = False
@@ -88,6 +93,12 @@ class DoctorOptions:
             if key == "pins":
                 value = normalise_pins(value)
             setattr(opts, key, value)
+        if overrides.get("layers") is not None:
+            opts.withheld_layers = []  # --layer: the operator's own commands, which replace the declared ones
+        if overrides.get("commands") is not None:
+            opts.withheld_commands = []  # --cmd, likewise
+        if not opts.withheld_layers and not opts.withheld_commands:
+            opts.untrusted = None
         if overrides.get("pid") is not None and overrides.get("process") is None:
             opts.process = None  # an explicit --pid wins over a declared process name
         opts.validate_flags(overrides)
@@ -131,10 +142,29 @@ class DoctorOptions:
         opts.endpoint, opts.api_key_env = get("runtime", "endpoint"), get("runtime", "api_key_env")
         if opts.ports is None and opts.endpoint_port:
             opts.ports = [opts.endpoint_port]
+        if not getattr(decl, "trusted", True):
+            opts._withhold_commands(decl)
         base = os.path.dirname(str(decl.path)) if getattr(decl, "path", None) else ""
         opts.config_path = str(decl.path) if getattr(decl, "path", None) else None
         opts._resolve_relative(base)
         return opts
+
+    def _withhold_commands(self, decl: Declaration) -> None:
+        """From a declaration the user has not trusted, what the doctor would start is never run: the
+        layers (each is a command prefix) and the commands and pins named by a path (a program shipped
+        beside the declaration; a bare name is found on the operator's own PATH)."""
+        from execsys import trust
+
+        hint = trust.hint(decl.path)
+        if self.layers:
+            self.withheld_layers, self.layers, self.untrusted = self.layers, None, hint
+        by_path = [name for name in [*(self.commands or []), *self.pins] if "/" in name or os.sep in name]
+        if by_path:
+            self.withheld_commands = list(dict.fromkeys(by_path))
+            if self.commands is not None:
+                self.commands = [name for name in self.commands if name not in by_path]
+            self.pins = {name: pin for name, pin in self.pins.items() if name not in by_path}
+            self.untrusted = hint
 
     def _fill_from_lock(self, lock: Identity) -> None:
         """What the pinned identity declared, where the declaration is silent (the lowest layer)."""
@@ -198,7 +228,7 @@ class DoctorOptions:
                 Destination.parse(dest)
             except ValueError as exc:
                 raise InputError(f"host: {exc}{where}") from None
-        for layer in self.layers or []:
+        for layer in [*(self.layers or []), *self.withheld_layers]:  # malformed is malformed, trusted or not
             try:
                 layer_argv(layer)
             except ValueError as exc:
@@ -240,7 +270,7 @@ class DoctorOptions:
 
     def for_remote(self) -> DoctorOptions:
         """What a remote host is asked to check: the same declaration, minus the local-only parts."""
-        remote = dataclasses.replace(self, hosts=[], layers=None, config_path=None)
+        remote = dataclasses.replace(self, hosts=[], layers=None, withheld_layers=[], config_path=None)
         return remote
 
     @property

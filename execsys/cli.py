@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "tui": "tui",
     "run": "run",
     "attach": "attach",
+    "trust": "trust",
 }
 
 
@@ -106,6 +107,9 @@ def add_sources(parser: argparse.ArgumentParser, *, lock_help: str | None = None
                         help="the declaration (default: $EXECSYS_CONFIG, else ./execsys.toml)")
     parser.add_argument("--lock", metavar="FILE",
                         help=lock_help or "the pinned identity (default: execsys.lock.json beside the declaration)")
+    parser.add_argument("--trust", action="store_true",
+                        help="trust the declaration for this run only: its declared commands (layers, restart, "
+                             "ready, grader command) may run; nothing is recorded (see execsys trust)")
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +129,7 @@ def build_parser(only: str | None = None) -> Parser:
             "typical session:\n"
             "  execsys doctor                 check the ten environment hazards\n"
             "  execsys init && execsys pin    declare and pin the twelve components\n"
+            "  execsys trust                  let a declaration you did not write run its commands\n"
             "  execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl\n"
             "  execsys scope                  what comparisons the measurements license\n"
             "  execsys run -- lm_eval --model local-completions --tasks gsm8k --output_path out\n"
@@ -177,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     if getattr(args, "ledger", None):
         os.environ["EXECSYS_LEDGER"] = args.ledger
+    if getattr(args, "trust", False) is True:
+        from execsys import trust
+
+        trust.trust_this_invocation()  # this process only: a child execsys is not trusted by it
     from execsys.console import install_encoding_fallback
 
     install_encoding_fallback(json_output=bool(getattr(args, "json", False)))

@@ -10,6 +10,9 @@ exactly is refused with the key named: ``nan``/``inf`` and TOML dates and times
 (quote them as strings). Nesting deeper than :data:`MAX_DEPTH` is refused too,
 and a file is read through :func:`execsys.fsutil.read_bounded` (a regular file of
 at most a few MiB). A UTF-8 byte-order mark at the start is accepted.
+
+A loaded file that declares commands (layers, restart, a grader command...) carries whether the
+user trusted its bytes (:mod:`execsys.trust`); the operations refuse its commands until then.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ class Declaration:
     path: Path | None
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Whether the commands it declares may run (execsys.trust): False only for a file read by load()
+    # that declares commands and whose bytes the user has not trusted (execsys trust, --trust).
+    trusted: bool = True
 
     def component(self, name: str) -> dict[str, Any]:
         return dict(self.tables.get(name, {}))
@@ -112,7 +118,13 @@ def load(path: str | Path | None = None, *, required: bool = False) -> Declarati
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{target}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
-    return parse(text, target)
+    decl = parse(text, target)
+    from execsys import trust
+
+    if trust.declared_commands(decl):
+        # judged on the very bytes parsed: a file swapped after this read cannot borrow the verdict
+        decl.trusted = trust.is_trusted(target, data)
+    return decl
 
 
 def toml_module() -> ModuleType:

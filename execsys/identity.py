@@ -577,13 +577,37 @@ def observe_components(decl: Declaration, *, on_event: OnEvent | None = None, ca
 
     Raises InputError for what makes the identity unusable: a declared artifact that is
     missing or unreadable, or (with ``require_endpoint``) a declared endpoint that does not answer.
+    An untrusted declaration (:mod:`execsys.trust`) whose observation would start a program it names is
+    refused (UntrustedDeclaration): see :func:`_refuse_untrusted_programs`.
     """
     base = base_dir or _base_dir(decl)
+    _refuse_untrusted_programs(decl, base)
     declared = {name: decl.component(name) for name in COMPONENTS}
     observed = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
                             exclude=exclude, reasons=None)
     return _normalise({name: {"declared": sanitize_declared(name, declared[name]), "observed": observed[name]}
                        for name in COMPONENTS})
+
+
+def _refuse_untrusted_programs(decl: Declaration, base: Path) -> None:
+    """Observing starts two kinds of declared program: an MCP server named by its command (to list its
+    tools), and a Python interpreter a harness or grader command names by a relative path, one shipped
+    beside the declaration (asked its version and packages). From a declaration the user has not
+    trusted neither may start; a program found on PATH or by an absolute path is the user's own, and
+    describing a program (its digest, its shebang) runs nothing."""
+    if decl.trusted:
+        return
+    from execsys import trust
+    from execsys.observe.harness import first_program, is_python
+
+    if any(isinstance(server, dict) and server.get("command") for server in decl.get("tools", "mcp") or []):
+        trust.require(decl, "a tools.mcp command")
+    for key, command in [*(("harness.commands", c) for c in decl.get("harness", "commands") or []),
+                         ("grader.command", decl.get("grader", "command"))]:
+        program = first_program(str(command)) if command else None
+        if program and os.sep in program and not os.path.isabs(os.path.expanduser(program)) \
+                and is_python(str(base / program)):
+            trust.require(decl, f"{key} {program!r}, an interpreter pin would start")
 
 
 def observe_observer() -> dict[str, Any]:
@@ -818,7 +842,8 @@ class PinOptions:
             log = os.path.abspath(os.path.expanduser(engine_log))  # the flag means the path as the user typed it
             declaration = Declaration(path=declaration.path, warnings=list(declaration.warnings),
                                       tables={**declaration.tables,
-                                              "runtime": {**declaration.component("runtime"), "log": log}})
+                                              "runtime": {**declaration.component("runtime"), "log": log}},
+                                      trusted=declaration.trusted)
         return cls(declaration=declaration, lock_path=target, previous=lock,
                    ledger_path=Path(ledger).expanduser() if ledger else None,
                    record=bool(record_value), require_endpoint=bool(require))

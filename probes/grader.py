@@ -226,7 +226,10 @@ class GraderProbeOptions:
                      n: int | None = None, timeout: float | None = None, ledger: str | None = None,
                      record: bool | None = None, resume: bool | str | None = None,
                      retry_errored: bool | None = None) -> GraderProbeOptions:
-        """Flags over the declaration's ``[grader]`` (and ``[probe]`` cases/extract/timeout); the lock's id."""
+        """Flags over the declaration's ``[grader]`` (and ``[probe]`` cases/extract/timeout); the lock's id.
+
+        The declared grader command (and a declared ``command:`` extractor) runs only from a trusted
+        declaration (:mod:`execsys.trust`): otherwise this refuses, exit 2, before any case is read."""
         from execsys.observe.grader import check_judge
 
         grader = declaration.component("grader")
@@ -252,6 +255,13 @@ class GraderProbeOptions:
             raise UsageError("--via judge: [grader.judge] endpoint is not declared")
         if chosen == "command" and not command:
             raise UsageError("--via command: [grader] command is not declared")
+        from execsys import trust
+
+        if chosen == "command":
+            trust.require(declaration, "grader.command")  # a declared command: refused until trusted
+        declared_extract = probe.get("extract")
+        if extract is None and isinstance(declared_extract, str) and declared_extract.startswith("command:"):
+            trust.require(declaration, "probe.extract = command:...")
         base = Path(os.path.abspath(declaration.path)).parent if declaration.path else Path.cwd()
         template = DEFAULT_TEMPLATE
         if chosen == "judge" and judge.get("prompt"):

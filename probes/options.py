@@ -193,6 +193,7 @@ class ProbeOptions:
             budget = declaration.tables.get("budget", {})
         api_key_env = first_given(given("api_key_env"), probe_t.get("api_key_env"), runtime_t.get("api_key_env"))
         warnings = check_api_key_env(api_key_env)
+        _refuse_untrusted_commands(declaration, axis, given)
         reason = None
         if lock is None:
             reason = no_identity_reason(lock_path, "this probe") if lock_path is not None else \
@@ -276,3 +277,21 @@ class ProbeOptions:
         if self.retry_errored and not self.resume:
             raise UsageError("--retry-errored goes with --resume (it retries the errored cases of a stored run)")
         AXES[self.axis].validate(self)
+
+
+def _refuse_untrusted_commands(declaration: Declaration, axis: str, given: Any) -> None:
+    """A declared command this probe would run (the restart axis's ``runtime.restart`` and a command
+    ``runtime.ready``, a ``[probe] extract = "command:..."``) from a declaration the user has not
+    trusted: refused before anything runs. What the flags give is the user's own and is never gated."""
+    from execsys import trust
+
+    runtime_t = declaration.tables.get("runtime", {})
+    if axis == "restart":
+        if given("restart") is None and runtime_t.get("restart"):
+            trust.require(declaration, "runtime.restart")
+        ready = runtime_t.get("ready")
+        if given("ready") is None and ready and not str(ready).startswith(("http://", "https://")):
+            trust.require(declaration, "runtime.ready")
+    extract = declaration.tables.get("probe", {}).get("extract")
+    if given("extract") is None and isinstance(extract, str) and extract.startswith("command:"):
+        trust.require(declaration, "probe.extract = command:...")

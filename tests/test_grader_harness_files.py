@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from execsys import trust
 from tests.fixtures.common import run_cli
 from tests.fixtures.harness import QUESTIONS
 
@@ -52,6 +53,7 @@ def _declare_graders(root: Path, judge_url: str, alias: str) -> None:
     with open(root / "execsys.toml", "a") as toml:
         toml.write(f'\n[grader]\ncommand = "{sys.executable} grade.py"\n\n'
                    f'[grader.judge]\nendpoint = "{judge_url}"\nmodel = "{alias}"\nmax_tokens = 8\ntemperature = 0\n')
+    trust.trust(root / "execsys.toml")  # the test's own declaration: its grader command may run
 
 
 def _payloads(root: Path) -> list[dict]:

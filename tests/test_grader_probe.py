@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from execsys import trust
 from execsys.stats import wilson
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
@@ -147,6 +148,7 @@ def test_grader_command_gets_the_case_on_stdin(cli, tmp_path: Path) -> None:
         "assert set(case) == {'id', 'prompt', 'output', 'expected'}\n"
         "print('1' if case['output'].strip() == str(case['expected']) else '0')\n")
     (project / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
+    trust.trust(project / "execsys.toml")  # the test's own declaration: its author trusts it
     cases = _cases(project / "graded.jsonl", {"a": "4", "b": "5", "c": " 4"})
     result = cli("probe", "grader", "--cases", str(cases), "--json", cwd=project)
     assert result.returncode == 0, result.stderr
@@ -160,6 +162,7 @@ def test_no_grader_declared_and_bad_cases_are_one_line(cli, tmp_path: Path) -> N
     none = cli("probe", "grader", "--cases", str(cases), cwd=tmp_path)
     assert none.returncode == 2 and "no grader declared" in none.stderr and none.stderr.count("\n") == 1
     (tmp_path / "execsys.toml").write_text('[grader]\ncommand = "cat"\n')
+    trust.trust(tmp_path / "execsys.toml")  # the test's own declaration: its author trusts it
     (tmp_path / "bad.jsonl").write_text('{"id": "a", "prompt": "q"}\n')
     bad = cli("probe", "grader", "--cases", "bad.jsonl", cwd=tmp_path)
     assert bad.returncode == 2 and '"output"' in bad.stderr and "Traceback" not in bad.stderr
@@ -328,6 +331,7 @@ def test_retry_errored_grades_only_the_errored_gradings_again(cli, tmp_path: Pat
     project.mkdir()
     (project / "grade.py").write_text(GRADE_UNTIL_FIXED)
     (project / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
+    trust.trust(project / "execsys.toml")  # the test's own declaration: its author trusts it
     cases = _cases(project / "graded.jsonl", {"a": "4", "b": "5", "c": " 4"})
     assert cli("pin", cwd=project).returncode == 0
     first = cli("probe", "grader", "--cases", str(cases), "--json", cwd=project)
@@ -370,6 +374,7 @@ def _payload_project(tmp_path: Path) -> Path:
     project.mkdir()
     (project / "grade.py").write_text(RECORD_PAYLOADS)
     (project / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
+    trust.trust(project / "execsys.toml")  # the test's own declaration: its author trusts it
     return project
 
 
@@ -409,6 +414,7 @@ def test_an_unrecorded_probe_cancelled_reports_the_cases_graded_every_time(tmp_p
     from execsys.declaration import load
 
     (tmp_path / "execsys.toml").write_text('[grader]\ncommand = "cat"\n')
+    trust.trust(tmp_path / "execsys.toml")  # the test's own declaration: its author trusts it
     cases = _cases(tmp_path / "graded.jsonl", {"a": "4", "b": "5", "c": "6"})
     options = GraderProbeOptions.from_sources(load(tmp_path / "execsys.toml"), None, cases=str(cases), record=False)
     cancel = threading.Event()
@@ -449,6 +455,7 @@ def test_cases_from_a_probe_grade_what_the_model_answered_on_its_first_pass(cli,
         f"open({str(seen)!r}, 'a').write(json.dumps(case) + '\\n')\n"
         "print('1' if case['expected'] in case['output'] else '0')\n")
     (project / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
+    trust.trust(project / "execsys.toml")  # the test's own declaration: its author trusts it
     graded = cli("probe", "grader", "--cases", run_id, "--json", cwd=project)
     assert graded.returncode == 0, graded.stderr
     assert graded.json()["n"] == 4

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from execsys import trust
+
 pytest.importorskip("mcp", reason="the MCP SDK comes with the test extra (pip install -e '.[test]')")
 
 SERVER = '''
@@ -82,6 +84,7 @@ packages = ["mcp"]
 mcp = [{{ name = "local", command = ["{sys.executable}", "server.py"] }},
        {{ name = "remote", url = "{http_server}" }}]
 """)
+    trust.trust(project / "execsys.toml")  # the test's own declaration: its author trusts it
     # no harness command declared: packages are read from the python3 a bare command would run
     path_env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     pinned = cli("pin", "--json", cwd=project, timeout=180, env=path_env)
@@ -120,6 +123,7 @@ def test_missing_sdk_names_the_extra(cli, project: Path, tmp_path: Path) -> None
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('no mcp here')\n")
     (project / "execsys.toml").write_text('[tools]\nmcp = [{ name = "x", command = ["true"] }]\n')
+    trust.trust(project / "execsys.toml")  # the test's own declaration: its author trusts it
     result = cli("pin", cwd=project, env={"PYTHONPATH": str(shadow.parent)})
     assert result.returncode == 2
     assert "pip install 'execsys[mcp]'" in result.stderr and result.stderr.count("\n") == 1

@@ -12,6 +12,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,6 +62,42 @@ def at_background_priority(work: Callable[[], T]) -> T:
 
 
 # -- doctor ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UntrustedDeclaration:
+    """The session's declaration, not trusted: the line to show, the commands it declares, and the
+    exact bytes shown (what is trusted if the operator says yes: a file changed since stays untrusted)."""
+
+    path: Path
+    line: str
+    commands: list[tuple[str, str]]
+    data: bytes
+
+
+def untrusted_declaration(paths: Paths) -> UntrustedDeclaration | None:
+    """The declaration when it declares commands and is not trusted (execsys.trust), else None."""
+    from execsys import declaration, trust
+    from execsys.fsutil import DECLARATION_LIMIT, read_bounded
+    from execsys.redact import redact_text
+
+    try:
+        data = read_bounded(paths.config, DECLARATION_LIMIT, "declaration")
+        decl = declaration.parse(data.decode("utf-8"), paths.config)
+    except Exception:  # noqa: BLE001 - missing or broken: the steps that use it say so
+        return None
+    commands = trust.declared_commands(decl)
+    if not commands or trust.is_trusted(paths.config, data):
+        return None
+    return UntrustedDeclaration(paths.config, trust.hint(paths.config),
+                                [(key, redact_text(command)) for key, command in commands], data)
+
+
+def trust_declaration(untrusted: UntrustedDeclaration) -> None:
+    """`execsys trust` for the bytes the operator was shown."""
+    from execsys import trust
+
+    trust.trust(untrusted.path, untrusted.data)
 
 
 def hazard_list() -> list[tuple[str, str]]:
@@ -262,17 +299,27 @@ def last_lock(paths: Paths) -> Any:
 def save_declaration(paths: Paths, tables: dict[str, dict[str, Any]]) -> Path:
     """Write the form's twelve tables into the declaration in place: only changed keys move; comments,
     order, unknown keys and the other tables (doctor, probe, ...) stay as the operator wrote them."""
-    from execsys import declaration
+    from execsys import declaration, trust
     from execsys.declaration_edit import edit_declaration_text
 
     if paths.config.exists():
+        try:
+            # an edit made here keeps the file's trust: a trusted file stays trusted, an untrusted one does not
+            # become trusted by being saved
+            was_trusted = load_declaration(paths).trusted
+        except Exception:  # noqa: BLE001 - unreadable now: not trusted
+            was_trusted = False
         text = edit_declaration_text(paths.config.read_text(encoding="utf-8"), tables)
     else:
         from execsys.tui.widgets.values import declaration_text
 
+        was_trusted = True  # written by execsys for the operator, as `execsys init` does
         text = declaration_text(tables)
     declaration.parse(text, paths.config)  # what is written must load back
-    return save_text(paths.config, text)
+    written = save_text(paths.config, text)
+    if was_trusted:
+        trust.trust(paths.config, text.encode("utf-8"))
+    return written
 
 
 def pin(paths: Paths, tables: dict[str, dict[str, Any]], on_event: OnEvent | None = None):
@@ -309,8 +356,10 @@ def probe_defaults(paths: Paths) -> dict[str, Any]:
         "endpoint": decl.get("runtime", "endpoint"),
         "cases": decl.get("probe", "cases"),
         "n": decl.get("probe", "n"),
-        "restart": decl.get("runtime", "restart"),
-        "ready": decl.get("runtime", "ready"),
+        # a form value is the operator's own command: an untrusted declaration's commands are not
+        # offered as one (left empty, the probe takes the declared one and refuses it, naming execsys trust)
+        "restart": decl.get("runtime", "restart") if decl.trusted else None,
+        "ready": decl.get("runtime", "ready") if decl.trusted else None,
     }
 
 

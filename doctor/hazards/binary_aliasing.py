@@ -121,6 +121,12 @@ def check(ctx) -> HazardResult:
     fix = ("Call the program by absolute path in run scripts, pin it in execsys.toml ([doctor] pins = "
            "{ python3 = \"/path/to/python3\" }), or reorder PATH so the intended directory comes first; "
            "remove shadowing aliases/functions from the shell profile.")
+    withheld = list(getattr(ctx.options, "withheld_commands", None) or [])
+    untrusted = str(getattr(ctx.options, "untrusted", None) or "declaration not trusted")
+    evidence += [f"{name}: not run ({untrusted})" for name in withheld]
+    if not checked and withheld and not findings:
+        # every command declared is a program shipped with a declaration the operator has not trusted
+        return HazardResult(ID, "skip", untrusted, evidence, "")
     if not checked:
         return fold(ID, findings, ok="none of the commands is on PATH", quiet="skip", fix=fix, evidence=evidence,
                     accept=ctx.accept)

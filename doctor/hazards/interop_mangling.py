@@ -8,6 +8,8 @@ different from what the harness sent. For each declared layer (``--layer``,
 ``[environment] layers``) this sends a canary argument vector through the layer
 to ``python3 -`` (the reporter code goes on stdin, so the only arguments that
 cross the layer are the canary's) and compares what arrived, argument by argument.
+A layer is a command: one from a declaration the operator has not trusted
+(``execsys trust``) is not run, and the check is a skip saying so.
 """
 
 from __future__ import annotations
@@ -97,6 +99,13 @@ def probe_layer(layer: str, timeout: float) -> tuple[str, list[str]]:
 
 def check(ctx) -> HazardResult:
     layers = ctx.layers()
+    withheld = list(getattr(ctx.options, "withheld_layers", None) or [])
+    if not layers and withheld:
+        # the declaration's layers are commands from a file the operator has not trusted: not run
+        untrusted = str(getattr(ctx.options, "untrusted", None) or "declaration not trusted")
+        return HazardResult(ID, "skip", untrusted,
+                            [f"layer {layer!r}: not run (the declaration is not trusted)" for layer in withheld],
+                            "Review the declaration, then `execsys trust` it (or pass --trust for one run).")
     wsl_note = []
     if sysinfo.is_wsl():
         wsl_note = ["WSL interop detected: Windows programs re-parse their command line "

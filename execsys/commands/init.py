@@ -12,7 +12,8 @@ DESCRIPTION = """\
 Write execsys.toml: one commented table per component of the execution system, with the
 host, GPUs, git repository, serving engine and endpoint filled in where they can be
 detected. Edit it to say what you intend, then run `execsys pin`. An existing file is
-never overwritten without --force.
+never overwritten without --force. The file written is trusted (see `execsys trust`); once
+you have edited it, `execsys trust` it again before the commands it declares can run.
 
 examples:
   execsys init
@@ -43,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
         found["repo"] = portable_repo_path(Path(found["repo"]), target)
     text = render_template(found)
     write_output(target, text, "the declaration")
+    from execsys import trust
+
+    try:
+        trust.trust(target, text.encode("utf-8"))  # what execsys wrote for you is yours: its commands may run
+    except InputError as exc:
+        console.warn(f"{exc}; run 'execsys trust' before its declared commands can run")
     detected = ", ".join(f"{k} {v}" for k, v in found.items()) or "nothing"
     console.out().print(f"wrote {target} (detected: {detected})", markup=False)
     console.out().print("next: edit it, then run 'execsys pin'", markup=False)

@@ -168,6 +168,11 @@ def _first_word(command: str) -> tuple[str | None, str | None]:
     return (words[0] if words else None), shell
 
 
+def first_program(command: str) -> str | None:
+    """The program a declared command starts (after ``VAR=x`` and ``env``), as written."""
+    return _first_word(command)[0]
+
+
 def _resolve(program: str, base_dir: Path | None) -> str | None:
     """A program as the harness's launcher would find it: a path relative to the declaration's
     directory (never the pinning shell's cwd), or a bare name through PATH as the doctor resolves it."""

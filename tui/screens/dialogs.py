@@ -1,4 +1,4 @@
-"""Small modal dialogs: add a remote host to the doctor, confirm a gate override."""
+"""Small modal dialogs: add a remote host to the doctor, confirm a gate override, trust a declaration."""
 
 from __future__ import annotations
 
@@ -66,6 +66,42 @@ class OverrideDialog(ModalScreen[bool]):
             with Horizontal(classes="actions"):
                 yield Button("Override (y)", variant="error", id="yes")
                 yield Button("Keep the gate (Esc)", variant="primary", id="no")
+
+    @on(Button.Pressed, "#yes")
+    def yes(self) -> None:
+        self.dismiss(True)
+
+    @on(Button.Pressed, "#no")
+    def no(self) -> None:
+        self.dismiss(False)
+
+
+class TrustDialog(ModalScreen[bool]):
+    """Trust the session's declaration (``execsys trust``): the commands it declares are listed first."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS = [
+        Binding("escape", "dismiss(False)", "Do not trust"),
+        Binding("y", "dismiss(True)", "Trust", show=False),
+    ]
+
+    def __init__(self, path: str, line: str, commands: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.path, self.line, self.commands = path, line, commands
+
+    def compose(self) -> ComposeResult:
+        from rich.text import Text
+
+        with Vertical(classes="dialog"):
+            yield Label("Trust this declaration?", classes="section-title")
+            yield Static(Text(f"{self.line}: {self.path} declares commands execsys would run. Trust it only "
+                              "if you wrote it or have read it; an edit untrusts it again."))
+            # file-controlled text: a Text, never markup
+            yield Static(Text("\n".join(f"  {key}: {command}" for key, command in self.commands)), id="trust-commands",
+                         classes="muted")
+            with Horizontal(classes="actions"):
+                yield Button("Trust (y)", variant="warning", id="yes")
+                yield Button("Not now (Esc)", variant="primary", id="no")
 
     @on(Button.Pressed, "#yes")
     def yes(self) -> None:

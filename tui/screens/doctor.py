@@ -4,6 +4,8 @@ The checks run in a thread worker that calls the doctor engine; each finished ha
 a ``HazardChecked`` message and fills its cell, so the table fills in while slower checks (SSH,
 timeouts) are still running. Select a cell for its evidence and fix; re-run one hazard or all;
 add remote hosts to see them beside this machine. Each finished run is stored in the ledger.
+A declaration that declares commands and is not trusted (``execsys trust``) has them skipped; a
+line above the table says so and ``t`` offers to trust it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from execsys.tui import adapter
 from execsys.tui.screens.base import StepScreen, error_line
-from execsys.tui.screens.dialogs import AddHostDialog
+from execsys.tui.screens.dialogs import AddHostDialog, TrustDialog
 from execsys.tui.state import LOCAL
 from rich.text import Text
 from textual import on, work
@@ -40,6 +42,7 @@ class DoctorScreen(StepScreen):
         Binding("R", "rerun_all", "Re-run all", key_display="R"),
         Binding("a", "add_host", "Add host"),
         Binding("x", "remove_host", "Remove host"),
+        Binding("t", "trust", "Trust declaration"),
         Binding("escape", "cancel", "Stop"),
     ]
 
@@ -63,9 +66,11 @@ class DoctorScreen(StepScreen):
         self._pending: set[tuple[str, str]] = set()
         self._hazards: list[tuple[str, str]] = []
         self._cancelling: int | None = None  # the run Esc stopped: its abandoned checks are cancelled, not errors
+        self.untrusted: Any = None  # adapter.UntrustedDeclaration while the declaration's commands are withheld
 
     def compose_body(self) -> ComposeResult:
         with Vertical(classes="step-body"):
+            yield Static("", id="trust-line", classes="muted")
             yield DataTable(id="hazards", cursor_type="cell", zebra_stripes=False)
             yield Static("", id="doctor-status", classes="muted")
             with VerticalScroll(id="detail-scroll"):
@@ -74,9 +79,10 @@ class DoctorScreen(StepScreen):
     class DeclaredHosts(Message):
         """The remote hosts the declaration names, read after the first paint."""
 
-        def __init__(self, hosts: list[str]) -> None:
+        def __init__(self, hosts: list[str], untrusted: Any = None) -> None:
             super().__init__()
             self.hosts = hosts
+            self.untrusted = untrusted
 
     def has_first_content(self) -> bool:
         table = self.query_one("#hazards", DataTable)
@@ -85,6 +91,7 @@ class DoctorScreen(StepScreen):
     def on_mount(self) -> None:
         self._hazards = adapter.hazard_list()
         self.state.hazard_ids = [hazard_id for hazard_id, _ in self._hazards]
+        self.query_one("#trust-line", Static).display = False
         self._build_table()
         self.query_one("#hazards", DataTable).focus()
         # Paint the table first, then read the declaration (loading it brings in the doctor's engine,
@@ -93,10 +100,12 @@ class DoctorScreen(StepScreen):
 
     @work(thread=True, exit_on_error=False, group="declared-hosts")
     def read_declared_hosts(self) -> None:
-        self.post_message(self.DeclaredHosts(adapter.declared_doctor_hosts(self.app.paths)))
+        self.post_message(self.DeclaredHosts(adapter.declared_doctor_hosts(self.app.paths),
+                                             adapter.untrusted_declaration(self.app.paths)))
 
     @on(DeclaredHosts)
     def declared_hosts(self, message: DeclaredHosts) -> None:
+        self._set_untrusted(message.untrusted)
         added = [host for host in message.hosts if host not in self.state.hosts]
         if added:
             self.state.hosts.extend(added)
@@ -362,6 +371,31 @@ class DoctorScreen(StepScreen):
 
         self.app.push_screen(AddHostDialog(), added)
 
+    def _set_untrusted(self, untrusted: Any) -> None:
+        self.untrusted = untrusted
+        line = self.query_one("#trust-line", Static)
+        line.display = untrusted is not None
+        if untrusted is not None:
+            line.update(Text(f"{SYMBOLS['skip']} {untrusted.line}: its declared commands are not run "
+                             f"({', '.join(dict.fromkeys(key for key, _ in untrusted.commands))}); t trusts it",
+                             style="bold"))
+        self.refresh_bindings()
+
+    def action_trust(self) -> None:
+        untrusted = self.untrusted
+        if untrusted is None:
+            return
+
+        def decided(yes: bool | None) -> None:
+            if not yes:
+                return
+            adapter.trust_declaration(untrusted)
+            self._set_untrusted(None)
+            self.notify(f"trusted {untrusted.path}: its declared commands run from now on")
+            self._start(self._remote_hosts(), None)
+
+        self.app.push_screen(TrustDialog(str(untrusted.path), untrusted.line, untrusted.commands), decided)
+
     def action_remove_host(self) -> None:
         selected = self._selected()
         if selected is None or selected[0] == LOCAL:
@@ -388,6 +422,8 @@ class DoctorScreen(StepScreen):
             return self.state.running
         if action == "remove_host":
             return bool(self._remote_hosts())
+        if action == "trust":
+            return self.untrusted is not None
         return super().offers(action)
 
 
