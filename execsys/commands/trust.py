@@ -8,6 +8,7 @@ import sys
 
 from execsys.cli import add_json
 from execsys.errors import ExitCode, UsageError
+from execsys.termsafe import shown
 
 HELP = "trust a declaration, so the commands it declares (layers, restart, grader...) may run"
 DESCRIPTION = """\
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if not found:
             out.print(f"no trusted declarations ({trust.store_path()})", markup=False)
         for entry in found:
-            out.print(f"{entry.status:8} {_safe(entry.path)}  blake3 {entry.blake3[:16]}  "
+            out.print(f"{entry.status:8} {shown(entry.path)}  blake3 {entry.blake3[:16]}  "
                       f"since {entry.trusted_at}", markup=False)
         return ExitCode.OK
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(json.dumps({"revoked": trust.key(path)}) + "\n")
         else:
-            console.out().print(f"revoked trust in {_safe(str(path))}", markup=False)
+            console.out().print(f"revoked trust in {shown(str(path))}", markup=False)
         return ExitCode.OK
 
     decl = declaration.load(path, required=True)  # a file that does not parse is not worth trusting
@@ -81,22 +82,15 @@ def run(args: argparse.Namespace) -> int:
             {"key": k, "command": _redacted(c)} for k, c in commands]}, indent=2) + "\n")
         return ExitCode.OK
     out = console.out()
-    out.print(f"trusted {_safe(str(path))} (blake3 {entry.blake3[:16]}); an edit untrusts it again",
+    out.print(f"trusted {shown(str(path))} (blake3 {entry.blake3[:16]}); an edit untrusts it again",
               markup=False)
     if commands:
         out.print("its declared commands may now run:", markup=False)
         for key, command in commands:
-            out.print(f"  {key}: {_safe(_redacted(command))}", markup=False)
+            out.print(f"  {key}: {shown(_redacted(command))}", markup=False)
     else:
         out.print("it declares no command execsys would run", markup=False)
     return ExitCode.OK
-
-
-def _safe(text: str) -> str:
-    """A path or command from a file execsys did not write, with control and bidi characters escaped."""
-    import unicodedata
-
-    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in text)
 
 
 def _redacted(text: str) -> str:
