@@ -246,6 +246,10 @@ def _paired_run(cli, tmp_path, two_servers, *, placement: list[str] = (), extra:
         args += ["--placement", item]
     assert cli(*args, cwd=cwd).returncode == 0
     log = tmp_path / "executed.jsonl"
+    runs = 1
+    while log.exists():  # a later run of the plan in one test: execsys never overwrites an executed log
+        runs += 1
+        log = tmp_path / f"executed-{runs}.jsonl"
     result = cli("plan", "run", str(plan_path), "--arm", f"A={two_servers[0].base_url}",
                  "--arm", f"B={two_servers[1].base_url}", "--log", str(log), "--json", *extra, cwd=cwd)
     return plan_path, log, result

@@ -70,6 +70,7 @@ def test_clean_run_of_a_plain_harness_passes_the_identity_in_its_environment(tmp
     lock = json.loads((tmp_path / "execsys.lock.json").read_text())
     env = json.loads((tmp_path / "scores" / "env.json").read_text())
     env.pop("EXECSYS_LEDGER", None)  # the test's own
+    env.pop("EXECSYS_DATA_DIR", None)  # the test's own trust store (tests/fixtures/common.py)
     assert env == {"EXECSYS_RUN_ID": record["id"], "EXECSYS_IDENTITY": lock["id"],
                    "EXECSYS_LOCK": str(tmp_path / "execsys.lock.json")}
     assert [(Path(r["path"]).name, r["harness"]) for r in record["results"]] == [("scores.jsonl", "other")]

@@ -364,6 +364,9 @@ def test_mcp_servers_start_beside_the_declaration_and_each_one_down_is_named(tmp
                       for name in ("a", "b"))
     path = write_project(project, DECLARATION + servers)
     (project / "server.py").write_text(MCP_SERVER)
+    from execsys import trust
+
+    trust.trust(path)  # the test's own declaration: its author trusts it
     monkeypatch.chdir(tmp_path)  # pinned from elsewhere: the servers still start in the declaration's directory
     identity = pin(declaration.load(path))
     assert [(s["name"], s["server"]["name"], [t["name"] for t in s["tools"]])
