@@ -69,8 +69,11 @@ def test_clean_run_of_a_plain_harness_passes_the_identity_in_its_environment(tmp
     assert record["verdict"] == "clean" and record["exit_code"] == 0
     lock = json.loads((tmp_path / "execsys.lock.json").read_text())
     env = json.loads((tmp_path / "scores" / "env.json").read_text())
-    env.pop("EXECSYS_LEDGER", None)  # the test's own
-    env.pop("EXECSYS_DATA_DIR", None)  # the test's own trust store (tests/fixtures/common.py)
+    # what the suite itself exports (scripts/test.sh, tests/fixtures/common.py) is inherited, not set by run
+    set_by_run = {"EXECSYS_RUN_ID", "EXECSYS_IDENTITY", "EXECSYS_LOCK"}
+    for inherited in {*(k for k in os.environ if k.startswith("EXECSYS_")), "EXECSYS_LEDGER", "EXECSYS_DATA_DIR"}:
+        if inherited not in set_by_run:
+            env.pop(inherited, None)
     assert env == {"EXECSYS_RUN_ID": record["id"], "EXECSYS_IDENTITY": lock["id"],
                    "EXECSYS_LOCK": str(tmp_path / "execsys.lock.json")}
     assert [(Path(r["path"]).name, r["harness"]) for r in record["results"]] == [("scores.jsonl", "other")]
