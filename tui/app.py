@@ -115,16 +115,20 @@ class ExecsysApp(App[int]):
         self.theme = self._initial_theme
         self.switch_mode("doctor")
 
-    def post_display_hook(self) -> None:
+    def _display(self, screen: Any, renderable: Any) -> None:
         """The first paint is a frame of the first step with its content, written to the terminal.
 
-        A refresh of the app can come before the step's screen has composed its rows (only mode-setting
-        escapes reach the terminal then): counting frames of a screen that says it has its content, and
-        acting after the second, means that a whole frame of it was written before anything follows."""
-        if self._frames_with_content >= 2:
+        Textual calls ``post_display_hook`` after every display attempt, also one that wrote nothing
+        (no region to update, or inside a batch): counting those let the app leave before anything
+        was drawn. So a frame counts only when it had something to write and was not held back by a
+        batch, and only while the step's screen says it has its content; acting after the second
+        means that a whole frame of it reached the terminal before anything follows."""
+        writes = renderable is not None and not getattr(self, "_batch_count", 0)
+        super()._display(screen, renderable)
+        if not writes or self._frames_with_content >= 2:
             return
-        screen = self.screen
-        if isinstance(screen, StepScreen) and screen.is_mounted and screen.has_first_content():
+        shown = self.screen
+        if isinstance(shown, StepScreen) and shown.is_mounted and shown.has_first_content():
             self._frames_with_content += 1
             if self._frames_with_content == 2:
                 self.call_later(self._first_paint)
