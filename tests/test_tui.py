@@ -548,6 +548,16 @@ def _painted_in_pty(argv: list[str], env: dict[str, str], cwd: Path, timeout: fl
                     break
                 painted += chunk
             elif proc.poll() is not None:
+                # the child can write its last frame and exit between one select and the poll
+                # (a loaded host): what it wrote is still in the pty, read it before giving up
+                while select.select([master], [], [], 0.2)[0]:
+                    try:
+                        chunk = os.read(master, 65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    painted += chunk
                 break
         else:
             proc.kill()
