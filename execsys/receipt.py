@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from execsys.errors import InputError
 
 if TYPE_CHECKING:
-    from securesystemslib.signer import Signer, SSlibKey
+    # the package's documented names; its __init__ imports them without re-exporting for type checkers
+    from securesystemslib.signer import Signer, SSlibKey  # pyright: ignore[reportPrivateImportUsage]
 
 PREDICATE_TYPE = "https://execsys.dev/run/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -76,7 +77,7 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
     or ECDSA private key; InputError naming the file for anything else."""
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
-    from securesystemslib.signer import CryptoSigner
+    from securesystemslib.signer import CryptoSigner  # pyright: ignore[reportPrivateImportUsage]
 
     data = _read_key(path, "signing key")
     try:
@@ -99,7 +100,7 @@ def load_public_key(path: str | os.PathLike[str]) -> SSlibKey:
     """The securesystemslib key (with its default keyid, the one a signer made from the private
     half signs under) for a PEM public key; a PEM private key is accepted for its public half."""
     from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
-    from securesystemslib.signer import SSlibKey
+    from securesystemslib.signer import SSlibKey  # pyright: ignore[reportPrivateImportUsage]
 
     data = _read_key(path, "public key")
     try:
@@ -303,11 +304,13 @@ def read_receipt(path: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
         raise InputError(f"receipt {shown}: payload type {wrapped.payload_type!r}, not {PAYLOAD_TYPE}")
     try:
         body = json.loads(wrapped.payload)
+        if not isinstance(body, dict):
+            raise ValueError("the payload is not a JSON object")
         parsed = json_format.ParseDict(body, statement_pb2.Statement())  # type: ignore[attr-defined]
         Statement.copy_from_pb(parsed).validate()
     except (ValueError, RecursionError, json_format.ParseError) as exc:
         raise InputError(f"receipt {shown}: not an in-toto Statement v1 ({exc})") from None
-    if not isinstance(body, dict) or body.get("predicateType") != PREDICATE_TYPE:
+    if body.get("predicateType") != PREDICATE_TYPE:
         raise InputError(f"receipt {shown}: predicate type {body.get('predicateType')!r}, not an execsys "
                          f"receipt ({PREDICATE_TYPE})")
     return wrapped, body
@@ -322,7 +325,7 @@ def verify_receipt(path: str | os.PathLike[str], key: str | os.PathLike[str] | N
 
     wrapped, body = read_receipt(path)
     predicate = body.get("predicate") or {}
-    identity = predicate.get("identity") if isinstance(predicate.get("identity"), dict) else {}
+    identity: dict[str, Any] = predicate["identity"] if isinstance(predicate.get("identity"), dict) else {}
     check = ReceiptCheck(os.fspath(path), keyids=sorted(wrapped.signatures), run=predicate.get("id"),
                          verdict=predicate.get("verdict"), identity=identity.get("id"),
                          attached_after=predicate.get("attached_after") is True)

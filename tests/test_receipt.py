@@ -314,3 +314,14 @@ def test_with_sidecar_dir_the_receipts_go_there_and_still_verify(tmp_path, ledge
     assert not list((tmp_path / "res").glob("*.intoto.json"))
     for receipt in receipts:
         assert _verify(receipt, cwd=tmp_path).returncode == 0
+
+
+def test_a_receipt_beside_an_inspect_log_is_named_so_inspect_never_takes_it_for_a_log():
+    from execsys.harnesses.base import receipt_name, sidecar_name
+    from execsys.harnesses.registry import is_sidecar
+
+    log = "2026-12-01T10-00-00+00-00_task_abc.eval"
+    assert receipt_name(log) == f"execsys-{log}.execsys.intoto.json"
+    assert receipt_name("results.json") == "results.json.execsys.intoto.json"
+    assert sidecar_name(log) == f"execsys-{log}.execsys.json"  # the sidecar's rule, unchanged
+    assert is_sidecar(Path(receipt_name(log))) and not is_sidecar(Path(log))
