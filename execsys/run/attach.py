@@ -55,7 +55,7 @@ class AttachOptions:
             if not path.is_file():
                 raise InputError(f"{path}: no such result file")
             if registry.is_sidecar(path):
-                raise InputError(f"{path}: that is a sidecar; attach the result file beside it")
+                raise InputError(f"{path}: that is a sidecar or a receipt; attach the result file beside it")
         lock_path = Path(overrides.pop("lock_path")).absolute()
         if lock is None:
             raise InputError(no_identity_reason(lock_path, "nothing can be attached") + "; run 'execsys pin' first")

@@ -17,6 +17,11 @@ listed under ``result_errors`` instead of ``results``, a sidecar that cannot be 
 read-only or full directory, a FIFO at its name) under ``sidecar_errors``; either makes the exit
 status non-zero (1 where it would have been 0). ``execsys.run/2`` added those two lists; a
 ``/1`` record simply has neither.
+
+Beside each sidecar goes a receipt (``<result>.execsys.intoto.json``, :mod:`execsys.receipt`): the
+same record as the predicate of an in-toto Statement over the run's result files, in a DSSE
+envelope. It is written as a sidecar is (prepared before the row, renamed after it, never through a
+planted symlink); one that cannot be is listed under ``receipt_errors``, with the same exit status.
 """
 
 from __future__ import annotations
