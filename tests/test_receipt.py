@@ -325,3 +325,21 @@ def test_a_receipt_beside_an_inspect_log_is_named_so_inspect_never_takes_it_for_
     assert receipt_name("results.json") == "results.json.execsys.intoto.json"
     assert sidecar_name(log) == f"execsys-{log}.execsys.json"  # the sidecar's rule, unchanged
     assert is_sidecar(Path(receipt_name(log))) and not is_sidecar(Path(log))
+
+
+def test_a_fifo_planted_at_the_receipt_name_costs_the_receipt_not_the_run(tmp_path, ledger_path):
+    out = tmp_path / "res" / "out.txt"
+    out.parent.mkdir()
+    fifo = _receipt(out)
+    code = f"import os; open({str(out)!r}, 'w').write('done'); os.mkfifo({str(fifo)!r})"
+    result = run_cli("run", "--json", "--gate", "off", "--watch", "0", "--result", str(out), "--", sys.executable,
+                     "-c", code, cwd=tmp_path, timeout=60)
+    assert result.returncode == 1, result.stderr
+    record = json.loads(result.stdout)
+    assert record["receipts"] == [] and record["sidecars"] == [str(out.with_name("out.txt.execsys.json"))]
+    [error] = record["receipt_errors"]
+    assert error["receipt"] == str(fifo) and "FIFO" in error["error"]
+    assert f"receipt {fifo} not written: is a FIFO" in result.stderr
+    runs = run_cli("ledger", "export", "--kind", "run", "--json", cwd=tmp_path).json()
+    assert [r["body"]["receipt_errors"] for r in runs] == [record["receipt_errors"]]
+    assert run_cli("ledger", "export", "--kind", "receipt", "--json", cwd=tmp_path).json() == []
