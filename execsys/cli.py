@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "attach": "attach",
     "trust": "trust",
+    "receipt": "receipt",
 }
 
 
@@ -110,6 +111,13 @@ def add_sources(parser: argparse.ArgumentParser, *, lock_help: str | None = None
     parser.add_argument("--trust", action="store_true",
                         help="trust the declaration for this run only: its declared commands (layers, restart, "
                              "ready, grader command) may run; nothing is recorded (see execsys trust)")
+
+
+def add_sign_key(parser: argparse.ArgumentParser) -> None:
+    """``--sign-key``: the key that signs the receipts ``run`` and ``attach`` write (execsys.receipt)."""
+    parser.add_argument("--sign-key", metavar="PATH",
+                        help="sign each receipt with this Ed25519 or ECDSA PEM private key (default: the "
+                             "declaration's [receipts] key; none: the receipts are unsigned)")
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

@@ -65,6 +65,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     "probe": {"cases": STR, "n": INT, "compare": STR, "extract": STR, "api_key_env": STR, "timeout": FLOAT},
     "placement": {"allowed": LIST, "hosts": TABLE, "policy": STR},
+    # key: the PEM private key (Ed25519 or ECDSA) that signs each run's receipt (execsys.receipt)
+    "receipts": {"key": STR},
 }
 for _component in COMPONENTS:
     SCHEMA[_component]["notes"] = STR

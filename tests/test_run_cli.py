@@ -467,7 +467,8 @@ def test_a_fifo_planted_at_the_sidecar_name_costs_the_sidecar_not_the_run(tmp_pa
     [run] = _ledger_bodies(ledger_path)
     assert run["id"] == record["id"] and run["sidecar_errors"] == record["sidecar_errors"]
     assert run["results"] == record["results"]
-    assert sorted(p.name for p in out.parent.iterdir()) == ["out.txt", fifo.name]  # no temp file left
+    # no temp file left; the receipt beside the sidecar's name is written (issue 31)
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(["out.txt", fifo.name, "out.txt.execsys.intoto.json"])
 
 
 def test_a_symlink_planted_at_the_sidecar_name_is_replaced_and_its_target_left_alone(tmp_path, ledger_path):
@@ -495,14 +496,14 @@ def test_with_sidecar_dir_two_results_of_one_name_keep_two_sidecars(tmp_path, le
     import blake3
 
     described = {}
-    for sidecar in sorted((tmp_path / "sidecars").iterdir()):
+    for sidecar in sorted((tmp_path / "sidecars").glob("*.execsys.json")):  # the receipts are there too
         body = json.loads(sidecar.read_text())
         tag = blake3.blake3(os.fsencode(body["result"]["path"])).hexdigest()[:12]
         assert sidecar.name == f"results.json.{tag}.execsys.json"  # the documented name
         described[body["result"]["path"]] = body["result"]["blake3"]
     assert described == {r["path"]: r["blake3"] for r in record["results"]}
     assert len(described) == 2 and sorted(record["sidecars"]) == sorted(
-        str(p) for p in (tmp_path / "sidecars").iterdir())
+        str(p) for p in (tmp_path / "sidecars").glob("*.execsys.json"))
 
 
 def test_a_result_still_growing_after_the_harness_exits_is_listed_and_the_run_recorded(tmp_path, ledger_path):

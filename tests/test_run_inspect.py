@@ -61,6 +61,10 @@ def test_inspect_run_is_clean_with_the_identity_in_the_log_and_compares_with_a_s
     # beside the log, named so that Inspect's own log listing does not take it for a log
     sidecar = json.loads(log_path.with_name(f"execsys-{log_path.name}.execsys.json").read_text())
     assert sidecar["id"] == record["id"] and sidecar["result"]["blake3"] == log_entry["blake3"]
+    # the receipt too (issue 31), and Inspect's listing above still holds the one log
+    receipt = log_path.with_name(f"execsys-{log_path.name}.execsys.intoto.json")
+    assert record["receipts"] == [str(receipt)]
+    assert run_cli("receipt", "verify", str(receipt), cwd=project.root, env=env).returncode == 0
 
     # Inspect namespaces a package's hook with the package name: `execsys/execsys` is what users require
     required = dict(env, INSPECT_REQUIRED_HOOKS="execsys/execsys")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from execsys.cli import add_json, add_sources
+from execsys.cli import add_json, add_sign_key, add_sources
 
 HELP = "record the identity beside results made without 'execsys run' (descriptive only)"
 DESCRIPTION = """\
 Digests each result file, verifies the lock now, and writes <result>.execsys.json beside it with
 "attached_after": true and the sentence "identity recorded after the run: the system may have moved
 in between; descriptive only". compare reads the sidecar and labels comparisons with it descriptive.
+Beside each sidecar, a receipt <result>.execsys.intoto.json (an in-toto Statement in a DSSE envelope,
+its predicate marked "attached_after": true), signed with --sign-key or [receipts] key, else unsigned.
 
 examples:
   execsys attach out/tiny/results_2026-12-01T10-00-00.json out/tiny/samples_gsm8k_*.jsonl
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", metavar="RESULT", help="result files (any harness)")
     add_sources(parser)
     parser.add_argument("--sidecar-dir", metavar="DIR", help="write the sidecars here instead of beside each result")
+    add_sign_key(parser)
     add_json(parser)
 
 
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     sources = load_sources(args.config, args.lock)
     options = AttachOptions.from_sources(sources.declaration, sources.lock, results=args.results,
-                                         lock_path=sources.lock_path, sidecar_dir=args.sidecar_dir)
+                                         lock_path=sources.lock_path, sidecar_dir=args.sidecar_dir,
+                                         sign_key=args.sign_key)
     report = attach_results(options)
     if args.json:
         console.print_json(report.to_json())
@@ -52,5 +56,10 @@ def run(args: argparse.Namespace) -> int:
         status = "ok" if report.exit_code == 0 else "warn"
         err.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] verify now: "
                   f"{escape(report.verify_now['verdict'])}: {escape(report.verify_now['sentence'])}", highlight=False)
+        if report.receipts:
+            from execsys.receipt import signed_by_key
+
+            err.print(f"  {len(report.receipts)} receipt(s), {escape(signed_by_key(options.signer))}",
+                      highlight=False)
         err.print(f"[yellow]![/] {ATTACHED_SENTENCE} ({report.id})", highlight=False)
     return report.exit_code

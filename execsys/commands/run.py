@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 
-from execsys.cli import add_json, add_sources
+from execsys.cli import add_json, add_sign_key, add_sources
 from execsys.errors import UsageError
 
 HELP = "run an evaluation harness with its identity pinned before, watched during, verified after"
@@ -16,9 +16,12 @@ Runs the harness command given after '--' in seven steps, one line each on stder
 gate (the doctor: a failing hazard refuses the run), identity (verify the lock, or pin one now),
 run (the command, with EXECSYS_RUN_ID, EXECSYS_IDENTITY and EXECSYS_LOCK in its environment),
 watch (the serving runtime every --watch seconds), verify after, results (the files written during
-the run, BLAKE3 each), record (an execsys.run/1 ledger record and a <result>.execsys.json sidecar
-beside each result). lm-eval gets --metadata '{"execsys": {...}}' added, so the identity lands in its
-results JSON; Inspect AI gets it through execsys's hook (pip install 'execsys[inspect]').
+the run, BLAKE3 each), record (an execsys.run/2 ledger record, a <result>.execsys.json sidecar
+beside each result, and beside it a receipt, <result>.execsys.intoto.json: an in-toto Statement of
+the results' sha256 and BLAKE3 and the run record, in a DSSE envelope signed with --sign-key or
+[receipts] key, unsigned without one; check it with 'execsys receipt verify'). lm-eval gets
+--metadata '{"execsys": {...}}' added, so the identity lands in its results JSON; Inspect AI gets it
+through execsys's hook (pip install 'execsys[inspect]').
 
 in a job: where the environment carries EXECSYS_LOCK (a Slurm TaskProlog running `execsys pin
 --task-prolog`, or an enclosing execsys run), that lock is the one verified unless --lock is given,
@@ -40,11 +43,13 @@ recorded either way (verdict interrupted).
 
 the ledger row is written before any sidecar: a result still being written after the harness exited,
 or a sidecar that cannot be written (a read-only or full directory, a FIFO at its name), is stated
-in one line and in the record (result_errors, sidecar_errors), and the run is still recorded.
+in one line and in the record (result_errors, sidecar_errors, receipt_errors), and the run is still
+recorded.
 
 exit codes: the harness's when it failed or was interrupted (128+N for signal N where it exited 0);
-1 when drifted or refused, or when a result or sidecar could not be written down; 0 when clean;
-2 bad usage (no '--', a bad lock, a --result directory that does not exist)
+1 when drifted or refused, or when a result, sidecar or receipt could not be written down; 0 when
+clean; 2 bad usage (no '--', a bad lock, a --result directory that does not exist, a --sign-key that
+cannot sign)
 """
 
 
@@ -66,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the sidecars here instead of beside each result, as "
                              "<result>.<12 hex of BLAKE3(result's absolute path)>.execsys.json, so two results "
                              "with one name keep two sidecars")
+    add_sign_key(parser)
     add_json(parser)
     parser.add_argument("harness_command", nargs=argparse.REMAINDER, metavar="-- CMD", help="-- then the harness command and its arguments")
 
@@ -81,6 +87,7 @@ def options_from_args(args: argparse.Namespace):
         sources.declaration, sources.lock, command=command[1:], lock_path=sources.lock_path,
         gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,
         results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None, job=job,
+        sign_key=args.sign_key,
     )
 
 
@@ -92,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     record = run_eval(options, on_event=StepPrinter())
     if args.json:
         try:
-            console.print_json(record.to_json() | {"sidecars": record.sidecars})
+            console.print_json(record.to_json() | {"sidecars": record.sidecars, "receipts": record.receipts})
             sys.stdout.flush()
         except OSError:
             if "SIGHUP" not in record.signals:

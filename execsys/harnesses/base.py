@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 SIDECAR_SUFFIX = ".execsys.json"
+# the in-toto receipt written beside the sidecar (execsys.receipt)
+RECEIPT_SUFFIX = ".execsys.intoto.json"
 # Inspect lists every file in a log directory whose name starts with an ISO time and ends in .json as
 # a log (and fails on one that is not): a sidecar beside an Inspect log must not look like that.
 _INSPECT_LOG_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}[:-]\d{2}[:-]\d{2}")
@@ -17,7 +19,15 @@ _INSPECT_LOG_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}[:-]\d{2}[:-]\d{2}")
 
 def sidecar_name(result_name: str) -> str:
     """``<result>.execsys.json``; prefixed ``execsys-`` where Inspect would take that name for a log."""
-    name = result_name + SIDECAR_SUFFIX
+    return _beside(result_name + SIDECAR_SUFFIX)
+
+
+def receipt_name(result_name: str) -> str:
+    """``<result>.execsys.intoto.json``; prefixed ``execsys-`` as the sidecar's name is, for the same reason."""
+    return _beside(result_name + RECEIPT_SUFFIX)
+
+
+def _beside(name: str) -> str:
     return f"execsys-{name}" if _INSPECT_LOG_NAME.match(name) else name
 
 

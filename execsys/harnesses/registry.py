@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from execsys.harnesses import inspect, lm_eval, other
-from execsys.harnesses.base import SIDECAR_SUFFIX, HarnessAdapter
+from execsys.harnesses.base import RECEIPT_SUFFIX, SIDECAR_SUFFIX, HarnessAdapter
 
 ADAPTERS: list[HarnessAdapter] = [
     lm_eval.ADAPTER,
@@ -30,4 +30,5 @@ def for_file(path: Path) -> HarnessAdapter:
 
 
 def is_sidecar(path: Path) -> bool:
-    return path.name.endswith(SIDECAR_SUFFIX)
+    """A sidecar or a receipt execsys wrote: never a result of a later run, nor one to attach to."""
+    return path.name.endswith((SIDECAR_SUFFIX, RECEIPT_SUFFIX))

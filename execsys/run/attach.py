@@ -24,7 +24,7 @@ from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
 from execsys.run import results as results_step
 from execsys.run.events import ResultFound, RunRecorded
-from execsys.run.record import sidecar_path
+from execsys.run.record import keep_receipts, prepare_receipts, sidecar_path
 from execsys.sources import no_identity_reason
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ class AttachOptions:
     lock: Identity
     lock_path: Path
     sidecar_dir: Path | None = None
+    sign_key: Path | None = None  # --sign-key / [receipts] key
+    signer: Any = None  # its securesystemslib CryptoSigner; None: the receipts are unsigned
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> AttachOptions:
@@ -53,7 +55,7 @@ class AttachOptions:
             if not path.is_file():
                 raise InputError(f"{path}: no such result file")
             if registry.is_sidecar(path):
-                raise InputError(f"{path}: that is a sidecar; attach the result file beside it")
+                raise InputError(f"{path}: that is a sidecar or a receipt; attach the result file beside it")
         lock_path = Path(overrides.pop("lock_path")).absolute()
         if lock is None:
             raise InputError(no_identity_reason(lock_path, "nothing can be attached") + "; run 'execsys pin' first")
@@ -62,6 +64,9 @@ class AttachOptions:
             sidecar_dir = Path(sidecar_dir).expanduser().absolute()
             if not sidecar_dir.is_dir():
                 raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
+        from execsys.run.options import signing_key
+
+        sign_key, signer = signing_key(overrides.pop("sign_key", None), declaration)
         if overrides:
             raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
         for path in paths:
@@ -69,7 +74,7 @@ class AttachOptions:
                 body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
                 if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
                     raise InputError(_recorded_by_run(path, body))
-        return cls(paths, declaration, lock, lock_path, sidecar_dir)
+        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer)
 
 
 RUN_SCHEMA_PREFIX = "execsys.run/"
@@ -100,6 +105,7 @@ class AttachReport:
     verify_now: dict[str, Any]
     results: list[dict[str, str]] = field(default_factory=list)
     sidecars: list[str] = field(default_factory=list)
+    receipts: list[str] = field(default_factory=list)
     recorded_at: str = ""
 
     @property
@@ -111,7 +117,8 @@ class AttachReport:
                 "verdict": "attached", "summary": f"attached after the run: {len(self.results)} result(s); "
                                                   f"verify now {self.verify_now.get('verdict')}",
                 "identity": {"id": self.identity_id, "lock": self.lock_path}, "verify_now": self.verify_now,
-                "recorded_at": self.recorded_at, "results": self.results, "sidecars": self.sidecars}
+                "recorded_at": self.recorded_at, "results": self.results, "sidecars": self.sidecars,
+                "receipts": self.receipts}
 
 
 def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
@@ -138,11 +145,29 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
         attached.sidecars.append(str(target))
     with Ledger.open() as ledger:
         _refuse_if_a_run_recorded(ledger, attached.results)
+    # each receipt (marked attached_after) is made before anything is recorded: one that cannot be
+    # made or written is said, and nothing is written
+    receipts = prepare_receipts(attached.to_json(), attached.results, options.sidecar_dir, options.signer,
+                                attached_after=True)
+    if receipts.errors:
+        receipts.discard()
+        first = receipts.errors[0]
+        raise InputError(f"receipt {first['receipt']}: cannot be written ({first['error']}): nothing written")
+    attached.receipts = receipts.paths
     body = attached.to_json()
     # the ledger first: one that cannot be opened or written (exit 2) leaves no sidecar behind
-    with Ledger.open() as ledger:
-        ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
+    try:
+        with Ledger.open() as ledger:
+            ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
+    except BaseException:
+        receipts.discard()
+        raise
     for result, target in zip(attached.results, attached.sidecars, strict=True):
         atomic_write_json(target, scrub(dict(body, result=result)), follow_symlinks=False)
+    failed = receipts.commit()
+    if failed:
+        raise InputError(f"receipt {failed[0]['receipt']}: not written ({failed[0]['error']})")
+    with Ledger.open() as ledger:
+        keep_receipts(ledger, attached.id, options.lock.id, receipts)
     emit(on_event, RunRecorded(attached.id, "attached", tuple(attached.sidecars)))
     return attached

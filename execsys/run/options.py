@@ -80,6 +80,8 @@ class RunOptions:
     child_stdout_to_stderr: bool = False  # --json: stdout is the record's alone
     grace_s: float = 10.0  # after a cancel, how long the harness has to stop before it is killed
     job: JobIdentity | None = None  # the lock came from the job's environment ($EXECSYS_LOCK)
+    sign_key: Path | None = None  # --sign-key / [receipts] key: the receipts' signing key (PEM)
+    signer: Any = None  # securesystemslib's CryptoSigner for it, loaded before anything runs
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> RunOptions:
@@ -129,9 +131,25 @@ class RunOptions:
         if grace is not None:
             options.grace_s = float(grace)
         options.job = overrides.pop("job", None)
+        options.sign_key, options.signer = signing_key(overrides.pop("sign_key", None), declaration)
         if overrides:
             raise TypeError(f"unknown run option(s): {', '.join(sorted(overrides))}")
         return options
+
+
+def signing_key(given: str | os.PathLike[str] | None, declaration: Declaration) -> tuple[Path | None, Any]:
+    """The receipts' key (``--sign-key``, else the declaration's ``[receipts] key``) and its signer,
+    loaded now: a key that cannot sign is one line and exit 2 before the run, not a receipt missing
+    after it. (None, None) when no key is given: the receipts are unsigned, and say so."""
+    key = first_given(given, declaration.get("receipts", "key"))
+    if key is None:
+        return None, None
+    if not str(key).strip():
+        raise UsageError("--sign-key needs a key file (an Ed25519 or ECDSA PEM private key)")
+    from execsys.receipt import load_signer
+
+    path = Path(os.path.expanduser(str(key))).absolute()
+    return path, load_signer(path)
 
 
 def _check_result_pattern(pattern: str, cwd: Path) -> None:

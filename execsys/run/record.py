@@ -17,6 +17,11 @@ listed under ``result_errors`` instead of ``results``, a sidecar that cannot be 
 read-only or full directory, a FIFO at its name) under ``sidecar_errors``; either makes the exit
 status non-zero (1 where it would have been 0). ``execsys.run/2`` added those two lists; a
 ``/1`` record simply has neither.
+
+Beside each sidecar goes a receipt (``<result>.execsys.intoto.json``, :mod:`execsys.receipt`): the
+same record as the predicate of an in-toto Statement over the run's result files, in a DSSE
+envelope. It is written as a sidecar is (prepared before the row, renamed after it, never through a
+planted symlink); one that cannot be is listed under ``receipt_errors``, with the same exit status.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
 from execsys.fsutil import PreparedWrite, json_bytes, prepare_write
-from execsys.harnesses.base import sidecar_name
+from execsys.harnesses.base import receipt_name, sidecar_name
 from execsys.redact import scrub
 
 # /2: the record gained result_errors, sidecar_errors and the unverified verify-after; its sidecar is the
@@ -69,6 +75,8 @@ class RunRecord:
     sidecars: list[str] = field(default_factory=list)
     result_errors: list[dict[str, str]] = field(default_factory=list)  # {"path", "error"}: not digested
     sidecar_errors: list[dict[str, str]] = field(default_factory=list)  # {"sidecar", "error"}: not written
+    receipts: list[str] = field(default_factory=list)  # <result>.execsys.intoto.json (execsys.receipt)
+    receipt_errors: list[dict[str, str]] = field(default_factory=list)  # {"receipt", "error"}: not written
 
     # -- the booleans behind the verdict ------------------------------------------------------------
     @property
@@ -116,8 +124,8 @@ class RunRecord:
     @property
     def exit_status(self) -> int:
         """The child's code when it failed or was interrupted (128+N for signal N when it exited 0 or
-        never started); 1 when drifted or refused, or when a result or sidecar could not be written
-        down; else 0."""
+        never started); 1 when drifted or refused, or when a result, sidecar or receipt could not be
+        written down; else 0."""
         if self.refused:
             return 1
         if self.interrupted:
@@ -126,14 +134,17 @@ class RunRecord:
             return 128 - code if code < 0 else (code or 128 + int(first))
         if self.failed:
             return int(self.exit_code or 1)
-        return 1 if self.drifted or self.result_errors or self.sidecar_errors else 0
+        return 1 if self.drifted or self.result_errors or self.sidecar_errors or self.receipt_errors else 0
 
     def file_problems(self) -> str | None:
-        """One sentence for what the record could not vouch for: results not digested, sidecars not written."""
+        """One sentence for what the record could not vouch for: results not digested, sidecars or
+        receipts not written."""
         parts = [f"result {e['path']} not digested: {_reason_only(e['path'], e['error'])}"
                  for e in self.result_errors]
         parts += [f"sidecar {e['sidecar']} not written: {_reason_only(e['sidecar'], e['error'])}"
                   for e in self.sidecar_errors]
+        parts += [f"receipt {e['receipt']} not written: {_reason_only(e['receipt'], e['error'])}"
+                  for e in self.receipt_errors]
         return "; ".join(parts) or None
 
     def summary(self) -> str:
@@ -169,6 +180,7 @@ class RunRecord:
             "refused": self.refused,
             "result_errors": self.result_errors,
             "sidecar_errors": self.sidecar_errors,
+            "receipt_errors": self.receipt_errors,
         }
         if self.hook is not None:
             body["hook"] = dict(self.hook, problem=self.hook_problem)
@@ -225,16 +237,21 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-def sidecar_path(result: Path, sidecar_dir: Path | None) -> Path:
+def sidecar_path(result: Path, sidecar_dir: Path | None, name: Callable[[str], str] = sidecar_name) -> Path:
     """``<result>.execsys.json`` beside the result; in ``sidecar_dir``, ``<result>.<12 hex>.execsys.json``,
     the hex from the BLAKE3 of the result's absolute path, so two results with one basename (two
     task directories' ``results.json``) never share, or overwrite, one sidecar."""
     if sidecar_dir is None:
-        return result.with_name(sidecar_name(result.name))
+        return result.with_name(name(result.name))
     import blake3
 
     tag = blake3.blake3(os.fsencode(os.path.abspath(result))).hexdigest()[:12]
-    return sidecar_dir / sidecar_name(f"{result.name}.{tag}")
+    return sidecar_dir / name(f"{result.name}.{tag}")
+
+
+def receipt_path(result: Path, sidecar_dir: Path | None) -> Path:
+    """Where the receipt for ``result`` goes: named as its sidecar is, ``.execsys.intoto.json``."""
+    return sidecar_path(result, sidecar_dir, receipt_name)
 
 
 @dataclass
@@ -244,6 +261,9 @@ class PreparedSidecars:
 
     writes: list[PreparedWrite] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
+    what: str = "sidecar"  # the key naming the file in each error: "sidecar" or "receipt"
+    envelopes: list[dict[str, Any]] = field(default_factory=list)  # receipts only: one per write
+    committed: list[str] = field(default_factory=list)  # the targets renamed into place by commit()
 
     @property
     def paths(self) -> list[str]:
@@ -255,8 +275,9 @@ class PreparedSidecars:
         for write in self.writes:
             try:
                 write.commit()
+                self.committed.append(os.fspath(write.target))
             except (OSError, InputError) as exc:
-                failed.append({"sidecar": os.fspath(write.target), "error": _reason(exc)})
+                failed.append({self.what: os.fspath(write.target), "error": _reason(exc)})
         return failed
 
     def discard(self) -> None:
@@ -281,6 +302,49 @@ def prepare_sidecars(body: dict[str, Any], results: list[dict[str, Any]],
         except (OSError, InputError) as exc:
             prepared.errors.append({"sidecar": os.fspath(target), "error": _reason(exc)})
     return prepared
+
+
+def prepare_receipts(body: dict[str, Any], results: list[dict[str, Any]], sidecar_dir: Path | None,
+                     signer: Any = None, *, attached_after: bool = False) -> PreparedSidecars:
+    """One receipt per result, beside its sidecar (:func:`receipt_path`), each in a temp file beside
+    its target: an in-toto Statement whose subjects are all of ``results`` and whose predicate is
+    ``body`` (:func:`execsys.receipt.build`), signed when ``signer`` is given. Written as sidecars
+    are, never through a planted symlink; one that cannot be made or written is an entry in
+    ``errors`` naming the receipt."""
+    from execsys import receipt
+
+    prepared = PreparedSidecars(what="receipt")
+    digested: receipt.Digested | Exception | None = None
+    for result in results:
+        target = receipt_path(Path(result["path"]), sidecar_dir)
+        try:
+            if digested is None:  # once for all the receipts: each has every result as a subject
+                try:
+                    digested = receipt.digest_results(results)
+                except (OSError, InputError) as exc:
+                    digested = exc
+            if isinstance(digested, Exception):
+                raise digested
+            envelope = receipt.build(body, digested, target, signer, attached_after=attached_after)
+            prepared.writes.append(prepare_write(target, json_bytes(envelope), follow_symlinks=False))
+            prepared.envelopes.append(envelope)
+        except (OSError, InputError) as exc:
+            prepared.errors.append({"receipt": os.fspath(target), "error": _reason(exc)})
+    return prepared
+
+
+def keep_receipts(ledger: Any, parent: str, identity: str | None, receipts: PreparedSidecars) -> None:
+    """A ``receipt`` ledger row (under ``parent``, the run or attach) for each receipt written."""
+    from execsys.receipt import signed_by
+
+    written = set(receipts.committed)
+    for write, envelope in zip(receipts.writes, receipts.envelopes, strict=True):
+        path = os.fspath(write.target)
+        if path not in written:
+            continue
+        ledger.append("receipt", {"run": parent, "path": path, "summary": f"receipt {path}: {signed_by(envelope)}",
+                                  "envelope": envelope},
+                      identity=identity, parent=parent, key=f"receipt:{path}")
 
 
 def _reason(exc: BaseException) -> str:

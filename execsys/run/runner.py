@@ -56,7 +56,7 @@ from execsys.run.events import (
 )
 from execsys.run.gate import run_gate
 from execsys.run.options import JOB_IDENTITY_ENV, JOB_LOCK_ENV, RunOptions
-from execsys.run.record import UNVERIFIED, RunRecord, prepare_sidecars
+from execsys.run.record import UNVERIFIED, RunRecord, keep_receipts, prepare_receipts, prepare_sidecars
 from execsys.run.watch import Watcher
 
 HOOK_DIR_ENV = "EXECSYS_HOOK_DIR"
@@ -201,21 +201,26 @@ def _gate_and_identity(options: RunOptions, record: RunRecord, ledger: Ledger,
 
 
 def _finish(record: RunRecord, ledger: Ledger, options: RunOptions, on_event: OnEvent | None) -> RunRecord:
-    """7. record: the ledger row first, then the sidecars it names.
+    """7. record: the ledger row first, then the sidecars and receipts it names.
 
-    Each sidecar is written to a temp file beside its target before the row (so one that cannot be
-    written, a read-only or full directory or a FIFO at its name, is known and stated in the row),
-    and renamed into place after it: a sidecar never names a run the ledger lacks, and a sidecar
-    that fails never costs the run its record."""
+    Each sidecar and receipt is written to a temp file beside its target before the row (so one
+    that cannot be written, a read-only or full directory or a FIFO at its name, is known and
+    stated in the row), and renamed into place after it: neither ever names a run the ledger lacks,
+    and one that fails never costs the run its record. Each receipt written is also kept in the
+    ledger (a ``receipt`` row under the run), so a later run that replaces the file loses none."""
     emit(on_event, StepStarted("record", "writing the run record"))
     prepared = prepare_sidecars(record.to_json(), record.results, options.sidecar_dir)
     record.sidecars = prepared.paths
     record.sidecar_errors = list(prepared.errors)
+    receipts = prepare_receipts(record.to_json(), record.results, options.sidecar_dir, options.signer)
+    record.receipts = receipts.paths
+    record.receipt_errors = list(receipts.errors)
     try:
-        ledger.append("run", dict(record.to_json(), sidecars=record.sidecars), identity=record.identity_id,
-                      record_id=record.id)
+        ledger.append("run", dict(record.to_json(), sidecars=record.sidecars, receipts=record.receipts),
+                      identity=record.identity_id, record_id=record.id)
     except BaseException:
         prepared.discard()
+        receipts.discard()
         raise
     late = prepared.commit()
     if late:  # renamed away under us after the row was written: said in a row of its own, under the run
@@ -224,13 +229,33 @@ def _finish(record: RunRecord, ledger: Ledger, options: RunOptions, on_event: On
         record.sidecars = [p for p in record.sidecars if p not in failed]
         ledger.append("run-sidecars", {"run": record.id, "sidecar_errors": late, "sidecars": record.sidecars},
                       identity=record.identity_id, parent=record.id, key="sidecars")
+    late_receipts = receipts.commit()
+    if late_receipts:
+        record.receipt_errors.extend(late_receipts)
+        failed = {e["receipt"] for e in late_receipts}
+        record.receipts = [p for p in record.receipts if p not in failed]
+        ledger.append("run-receipts", {"run": record.id, "receipt_errors": late_receipts,
+                                       "receipts": record.receipts},
+                      identity=record.identity_id, parent=record.id, key="receipts")
+    keep_receipts(ledger, record.id, record.identity_id, receipts)
     problems = record.file_problems()
     if problems:
         emit(on_event, StepFinished("record", "fail", f"{record.id}: recorded in the ledger, but {problems}"))
     else:
-        emit(on_event, StepFinished("record", "ok", f"{record.id}: {record.verdict_detail()}"))
+        emit(on_event, StepFinished("record", "ok", f"{record.id}: {record.verdict_detail()}"
+                                    + _receipts_said(record, options)))
     emit(on_event, RunRecorded(record.id, record.verdict, tuple(record.sidecars)))
     return record
+
+
+def _receipts_said(record: RunRecord, options: RunOptions) -> str:
+    """'; 1 receipt, signed by KEYID' (or 'unsigned'): who vouches for the receipts, said with the record."""
+    if not record.receipts:
+        return ""
+    from execsys.receipt import signed_by_key
+
+    n = len(record.receipts)
+    return f"; {n} receipt{'s' if n != 1 else ''}, {signed_by_key(options.signer)}"
 
 
 def _leave_vanished_cwd(cwd: Path) -> str | None:
