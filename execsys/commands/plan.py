@@ -74,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--arm", action="append", metavar="ARM=URL", required=True, help="endpoint of an arm (repeat)")
     run.add_argument("--arm-params", action="append", metavar="ARM=JSON", default=[],
                      help="sampling parameters for one arm, e.g. B='{\"temperature\": 0.8}'")
-    run.add_argument("--params", metavar="JSON", help="sampling parameters for both arms (default temperature 0, max_tokens 32)")
+    run.add_argument("--params", metavar="JSON",
+                     help="sampling parameters for both arms (default: the declared [budget], as probes send "
+                          "it; temperature 0 and max_tokens 32 where the budget is silent)")
     run.add_argument("--extract", metavar="SPEC", help="outcome extractor: regex:PAT, json:PATH, last-number, command:CMD")
     run.add_argument("--cases", metavar="FILE", help="cases file (default: the one registered in the plan)")
     add_sources(run, lock_help="the pinned identity the plan must be registered for, and whose artifact digest "

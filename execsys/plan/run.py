@@ -178,7 +178,9 @@ class PlanRunOptions:
 
         - ``endpoints``/``arm_params``: every arm needs an endpoint; naming an arm the plan lacks
           is an error (as ``--arm``/``--arm-params`` would be spelled);
-        - ``params`` over temperature 0 and max_tokens 32, then each arm's ``arm_params``;
+        - ``params`` over the declared budget (the lock's ``budget``, else the declaration's ``[budget]``:
+          what probes under the same lock send, :func:`execsys.probes.options.declared_budget`) over
+          temperature 0 and max_tokens 32, then each arm's ``arm_params``;
         - ``cases``, else the registered cases file (a relative one found from the plan's directory);
         - ``log``, else ``<plan_path>.executed.jsonl`` when the plan came from a file, else none; an
           earlier run's log is never overwritten: a ``log`` that exists is refused (so is the plan or
@@ -188,6 +190,7 @@ class PlanRunOptions:
         - the declaration: ``[placement]`` (hosts and the residency policy for (d)).
         """
         from execsys.probes.compare import parse_extractor
+        from execsys.probes.options import declared_budget, decoding_from_budget
 
         arms = plan.arms
         check_arms(endpoints, arms, lambda arm, url: f"--arm {f'{arm}={url}'!r}: ", listed="the plan's arms")
@@ -226,7 +229,8 @@ class PlanRunOptions:
         if plan.identity is None:  # a lock found now does not pin a plan registered without one
             reason = unpinned_reason(lock_path) if lock is None else NO_PLAN_IDENTITY
         return cls(plan=plan, endpoints=dict(endpoints), cases_path=cases_path,
-                   params={**DEFAULT_PARAMS, **(params or {})},
+                   params={**DEFAULT_PARAMS, **decoding_from_budget(declared_budget(declaration, lock)),
+                           **(params or {})},
                    arm_params={arm: dict(values) for arm, values in (arm_params or {}).items()},
                    extract=extract, artifact_path=first_given(artifact, pinned_path), expected_digest=pinned_digest,
                    placement_table=placement_table, log_path=log_path, timeout=float(wait),
