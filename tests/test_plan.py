@@ -259,7 +259,7 @@ def test_paired_run_against_two_real_llama_servers(cli, tmp_path, ledger_path, t
     plan_path, log, result = _paired_run(cli, tmp_path, two_servers)
     assert result.returncode == 0, result.stderr
     data = result.json()
-    assert data["schema"] == "execsys.plan-run/1" and data["label"] == "causal"
+    assert data["schema"] == "execsys.plan-run/2" and data["label"] == "causal"
     assert all(check["passed"] for check in data["checks"])
     # hand computation from the recorded per-case outcomes
     outcomes = data["outcomes"]
@@ -456,7 +456,7 @@ def test_run_api_cancel_and_identity_mismatch(tmp_path, ledger_path, two_servers
     assert run.cancelled and run.stats.n == 1 and run.label == "descriptive"
     failed = {c.name for c in run.checks if not c.passed}
     assert {"complete", "pinned-identity", "order"} <= failed
-    assert run.record and run.to_json()["schema"] == "execsys.plan-run/1"
+    assert run.record and run.to_json()["schema"] == "execsys.plan-run/2"
     # the plan has an identity, so the run counts toward it and needs no reason
     assert run.to_json()["identity"] == "f" * 64 and run.to_json()["identity_reason"] is None
 
