@@ -106,6 +106,13 @@ def test_an_arm_on_another_engine_under_one_lock_counts_toward_no_identity(cli, 
                for r in verdict["reasons"]), verdict["reasons"]
     assert verdict["moved"] is None
 
+    # without --json: one line per arm says what its system was and what it counts toward
+    text = cli("plan", "run", str(plan), "--arm", f"A={a.base_url}", "--arm", f"B={b.base_url}",
+               "--config", str(project / "execsys.toml"), cwd=tmp_path, timeout=300)
+    lines = {line.split()[2]: line for line in text.stdout.splitlines() if line[2:].startswith("system ")}
+    assert lines["A"].startswith("✓ system A") and f"matches-lock: identity {identity[:12]}" in lines["A"]
+    assert lines["B"].startswith("✗ system B") and "differs: the engine answering this plan" in lines["B"]
+
 
 def test_arms_pinned_separately_compare_by_their_own_identities(cli, tmp_path, ledger_path, tiny_server) -> None:
     a, b = tiny_server(), tiny_server(*CHANGED_FLAGS)

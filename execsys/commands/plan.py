@@ -242,6 +242,13 @@ def _run(args: argparse.Namespace) -> int:
         for check in result.checks:
             status = "ok" if check.passed else "fail"
             out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {check.name:<16} {escape(check.detail)}")
+        for arm, info in result.arms.items():
+            verdict = str((info.get("system_check") or {}).get("verdict"))
+            status = {"matches-lock": "ok", "differs": "fail"}.get(verdict, "warn")
+            said = (f"identity {str(info['identity'])[:12]}" if info.get("identity")
+                    else str(info.get("identity_reason") or "counts toward no identity"))
+            out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {'system ' + arm:<16} "
+                      f"{escape(verdict)}: {escape(said)}", soft_wrap=True)
         out.print(f"\n[bold]{result.label}[/]: {escape(result.statement)}")
         out.print(f"[dim]recorded {result.record}; executed log {escape(str(result.log))}[/]")
     return ExitCode.OK if result.label == "causal" else ExitCode.FINDING
