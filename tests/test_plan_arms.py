@@ -175,3 +175,49 @@ def test_an_arm_restarted_into_other_flags_since_its_pin_differs(cli, tmp_path, 
     systems = [json.loads(row) for row in log if json.loads(row)["event"] == "system"]
     assert [(e["arm"], e["when"], e["verdict"]) for e in systems] == [
         ("A", "start", "differs"), ("B", "start", "matches-lock"), ("A", "end", "differs"), ("B", "end", "matches-lock")]
+
+
+def test_an_engine_restarted_into_other_flags_between_the_arms_makes_the_run_descriptive(
+        cli, tmp_path, ledger_path, restart_script) -> None:
+    """The engine restarts (other flags, same models) after the first arm's first answer, inside the
+    window: each arm matched its lock at the start and not at the end, so it counts toward no identity,
+    and the no-restart check fails on the serving process that changed -- no causal claim."""
+    from execsys.plan import ArmAnswered, ArmSystemDiffers, PlanRunOptions, load_plan, run_plan
+    from execsys.sources import load_sources
+
+    server = restart_script(restart_extra_args=CHANGED_FLAGS)
+    project = tmp_path / "project"
+    identity = pin(cli, project, server.base_url)
+    plan_path = register(cli, tmp_path, project)
+    before = server.pid
+    sources = load_sources(project / "execsys.toml")
+    options = PlanRunOptions.from_sources(sources.declaration, sources.lock, plan=load_plan(plan_path),
+                                          endpoints={"A": server.base_url, "B": server.base_url},
+                                          arm_params={"B": {"seed": 3}}, plan_path=plan_path, ledger=ledger_path)
+    seen: list[object] = []
+
+    def on_event(event: object) -> None:
+        seen.append(event)
+        if isinstance(event, ArmAnswered) and sum(isinstance(e, ArmAnswered) for e in seen) == 1:
+            subprocess.run(server.command, shell=True, check=True, timeout=60)
+            assert wait_ready(server.base_url, 60)
+
+    run = run_plan(options, on_event=on_event)
+    assert server.pid != before
+    data = run.to_json()
+    for arm in ("A", "B"):
+        check = data["arms"][arm]["system_check"]
+        assert [o["verdict"] for o in check["observations"]] == ["matches-lock", "differs"], check
+        assert check["verdict"] == "differs" and check["at_start"]["runtime.process.pid"] == before
+        assert check["at_end"]["runtime.process.pid"] == server.pid
+        assert data["arms"][arm]["identity"] is None and identity[:12] in data["arms"][arm]["identity_reason"]
+    told = [e for e in seen if isinstance(e, ArmSystemDiffers)]
+    assert [(e.arm, e.at) for e in told] == [("A", "end"), ("B", "end")]
+    assert told[0].message == ARM_A_DIFFERS
+    failed = {c.name: c.detail for c in run.checks if not c.passed}
+    assert "no-restart" in failed and "arm A's serving process changed inside the window" in failed["no-restart"]
+    assert run.label == "descriptive"
+    # the executed log alone says so too
+    checked = cli("plan", "check", str(plan_path), "--executed", str(run.log), "--json", cwd=tmp_path)
+    assert checked.returncode == 1
+    assert any(v.startswith("no-restart: ") and "serving process changed" in v for v in checked.json()["violations"])
