@@ -81,7 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "  execsys plan run plan.json --arm A=URL --arm B=URL --arm-params "
                              "B='{\"temperature\": 0.8}' --json\n"
                              "  execsys plan run plan.json --arm A=URL --arm B=URL --arm-lock A=a/execsys.lock.json "
-                             "--arm-lock B=b/execsys.lock.json"))
+                             "--arm-lock B=b/execsys.lock.json\n\n"
+                             "Each arm's serving runtime is observed at the start and end of the window and checked "
+                             "against its lock\n(--arm-lock, else the run's): --json has arms.<ARM>.system_check "
+                             "and arms.<ARM>.identity (null,\nwith identity_reason, unless the arm matched); a "
+                             "differing arm is one line on stderr. Both arms\nsend the declared [budget] unless "
+                             "--params/--arm-params say otherwise. Record: execsys.plan-run/2."))
     run.add_argument("plan", help="plan file from 'execsys plan new'")
     run.add_argument("--arm", action="append", metavar="ARM=URL", required=True, help="endpoint of an arm (repeat)")
     run.add_argument("--arm-params", action="append", metavar="ARM=JSON", default=[],
