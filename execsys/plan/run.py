@@ -495,8 +495,7 @@ class _Run:
         arm is told at once (one line)."""
         from execsys.probes.system import process_of
 
-        for arm in self.plan.arms:
-            entry, line = systems.observe(arm, self.options.endpoints[arm], self.options.api_key_env, at)
+        for arm, entry, line in systems.observe_all(self.options.endpoints, self.options.api_key_env, at):
             log.event("system", arm=arm, when=at, verdict=entry["verdict"], differences=entry["differences"],
                       process=process_of(entry.get("observed")), reason=entry.get("reason"))
             if line is not None:

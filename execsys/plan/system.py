@@ -80,22 +80,34 @@ class ArmObserver:
                            for arm, s in systems.items()}
         self._said: set[str] = set()
 
-    def observe(self, arm: str, endpoint: str, api_key_env: str | None, at: str) -> tuple[dict[str, Any], str | None]:
-        """One observation of ``arm`` (``at``: "start" or "end"), kept; and the line to say now when the
-        arm is not its pinned system (None otherwise, or when that line was said already)."""
+    def observe_all(self, endpoints: Mapping[str, str], api_key_env: str | None,
+                    at: str) -> list[tuple[str, dict[str, Any], str | None]]:
+        """Every arm observed at once (``at``: "start" or "end"; one look can spawn the serving process's
+        interpreter, and the arms' looks are independent), then kept in arm order: ``(arm, entry, line)``
+        with the line to say now when the arm is not its pinned system."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        arms = list(self.systems)
+        with ThreadPoolExecutor(max_workers=max(1, len(arms)), thread_name_prefix="plan-arm-system") as pool:
+            looks = [pool.submit(self._look, arm, endpoints[arm], api_key_env, at) for arm in arms]
+            entries = [look.result() for look in looks]
+        return [(arm, entry, self._keep(arm, entry)) for arm, entry in zip(arms, entries, strict=True)]
+
+    def _look(self, arm: str, endpoint: str, api_key_env: str | None, at: str) -> dict[str, Any]:
+        return self._observers[arm].observe(0, self.systems[arm].runtime(endpoint, api_key_env), arm, at)
+
+    def _keep(self, arm: str, entry: dict[str, Any]) -> str | None:
         from execsys.probes.system import DIFFERS, sentence
         from execsys.redact import redact_text
 
-        runtime = self.systems[arm].runtime(endpoint, api_key_env)
-        entry = self._observers[arm].observe(0, runtime, arm, at)
         self.entries[arm].append(entry)
         if entry["verdict"] != DIFFERS:
-            return entry, None
+            return None
         line = redact_text(f"arm {arm}: {sentence(entry['differences'], subject=SUBJECT)}")
         if line in self._said:
-            return entry, None
+            return None
         self._said.add(line)
-        return entry, line
+        return line
 
     def judge(self, arm: str, *, models: list[str], fingerprints: list[str]) -> dict[str, Any]:
         """``{"system_check", "identity", "identity_reason"}`` for ``arm``: its observations, and what its
