@@ -30,13 +30,15 @@ def write_cases(path: Path, n: int = 4) -> Path:
     return path
 
 
-def pin(cli, directory: Path, endpoint: str) -> str:
-    """A declaration serving ``endpoint`` with llama-cpp-python, pinned (and in the ledger): its identity id."""
+def pin(cli, directory: Path, endpoint: str, name: str = "execsys") -> str:
+    """A declaration ``<name>.toml`` serving ``endpoint`` with llama-cpp-python, pinned to ``<name>.lock.json``
+    beside it (and in the ledger): its identity id."""
     directory.mkdir(exist_ok=True)
-    (directory / "execsys.toml").write_text(f'[runtime]\nengine = "llama-cpp-python"\nendpoint = "{endpoint}"\n')
-    pinned = cli("pin", "--json", cwd=directory, timeout=180)
+    config, lock = directory / f"{name}.toml", directory / f"{name}.lock.json"
+    config.write_text(f'[runtime]\nengine = "llama-cpp-python"\nendpoint = "{endpoint}"\n')
+    pinned = cli("pin", "--config", str(config), "--lock", str(lock), "--json", cwd=directory, timeout=180)
     assert pinned.returncode == 0, pinned.stderr
-    return json.loads((directory / "execsys.lock.json").read_text())["id"]
+    return json.loads(lock.read_text())["id"]
 
 
 def register(cli, tmp_path: Path, project: Path) -> Path:
@@ -116,29 +118,30 @@ def test_an_arm_on_another_engine_under_one_lock_counts_toward_no_identity(cli, 
 
 def test_arms_pinned_separately_compare_by_their_own_identities(cli, tmp_path, ledger_path, tiny_server) -> None:
     a, b = tiny_server(), tiny_server(*CHANGED_FLAGS)
-    id_a, id_b = pin(cli, tmp_path / "a", a.base_url), pin(cli, tmp_path / "b", b.base_url)
+    # two pinned systems, declared side by side (the harness's observation names the declaration's directory)
+    project = tmp_path / "project"
+    id_a, id_b = pin(cli, project, a.base_url), pin(cli, project, b.base_url, name="b")
     assert id_a != id_b
-    plan = register(cli, tmp_path, tmp_path / "a")
-    locks = ["--arm-lock", f"A={tmp_path / 'a' / 'execsys.lock.json'}",
-             "--arm-lock", f"B={tmp_path / 'b' / 'execsys.lock.json'}"]
-    result = run_plan(cli, tmp_path, plan, tmp_path / "a", a.base_url, b.base_url, *locks)
+    plan = register(cli, tmp_path, project)
+    locks = ["--arm-lock", f"A={project / 'execsys.lock.json'}", "--arm-lock", f"B={project / 'b.lock.json'}"]
+    result = run_plan(cli, tmp_path, plan, project, a.base_url, b.base_url, *locks)
     assert "not the pinned system" not in result.stderr
     data = result.json()
     for arm, ident in (("A", id_a), ("B", id_b)):
         own = data["arms"][arm]
         assert own["system_check"]["verdict"] == "matches-lock", (arm, own["system_check"])
         assert own["system_check"]["lock"] == ident and own["identity"] == ident
-        assert own["system_check"]["lock_file"].endswith(f"{arm.lower()}/execsys.lock.json")
+        assert own["system_check"]["lock_file"] == str(project / ("execsys" if arm == "A" else "b")) + ".lock.json"
 
     # what moved is derived from the two identities, not from the label
     wrong = cli("compare", f"{data['record']}:A", f"{data['record']}:B", "--intervention", "budget", "--json")
     assert wrong.returncode == 1, wrong.stderr
     verdict = wrong.json()
-    assert verdict["label"] == "descriptive" and "runtime" in verdict["moved"]
-    assert f"you named budget; what moved: {', '.join(verdict['moved'])}" in verdict["reasons"]
-    right = cli("compare", f"{data['record']}:A", f"{data['record']}:B",
-                *sum((["--intervention", m] for m in verdict["moved"]), []), "--json")
-    assert right.json()["label"] == "causal", right.json()["reasons"]
+    assert verdict["label"] == "descriptive" and verdict["moved"] == ["runtime"], verdict["moved"]
+    assert "you named budget; what moved: runtime" in verdict["reasons"]
+    right = cli("compare", f"{data['record']}:A", f"{data['record']}:B", "--intervention", "runtime", "--json")
+    assert right.returncode == 0 and right.json()["label"] == "causal", right.json()["reasons"]
+    assert "Causal, inside one contemporaneous paired run: changing runtime" in right.json()["statement"]
 
     # a named arm lock that is not there: one line, exit 2, nothing run
     missing = cli("plan", "run", str(plan), "--arm", f"A={a.base_url}", "--arm", f"B={b.base_url}",
@@ -146,7 +149,7 @@ def test_arms_pinned_separately_compare_by_their_own_identities(cli, tmp_path, l
     assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [missing.stderr.strip()]
     assert "no such lock file" in missing.stderr
     unknown = cli("plan", "run", str(plan), "--arm", f"A={a.base_url}", "--arm", f"B={b.base_url}",
-                  "--arm-lock", f"C={tmp_path / 'b' / 'execsys.lock.json'}", cwd=tmp_path)
+                  "--arm-lock", f"C={project / 'b.lock.json'}", cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown arm 'C'" in unknown.stderr
 
 
