@@ -43,7 +43,7 @@ from execsys.plan.schedule import (
     unpinned_reason,
     verify_registration,
 )
-from execsys.plan.system import ArmObserver, ArmSystem, arm_systems
+from execsys.plan.system import ArmObserver, ArmSystem, arm_lock, arm_systems
 
 if TYPE_CHECKING:
     import threading
@@ -225,7 +225,7 @@ class PlanRunOptions:
             raise UsageError(f"no endpoint for arm(s) {', '.join(missing)}: give --arm {missing[0]}=URL")
         check_arms(arm_params or {}, arms, lambda arm, value: "--arm-params: ", error=UsageError)
         check_arms(arm_locks or {}, arms, lambda arm, value: "--arm-lock: ", error=UsageError)
-        own_locks = {arm: _arm_lock(arm, value) for arm, value in (arm_locks or {}).items()}
+        own_locks = {arm: arm_lock(arm, value) for arm, value in (arm_locks or {}).items()}
         for arm, values in (arm_params or {}).items():
             if not isinstance(values, Mapping):
                 raise UsageError(f"--arm-params {arm}: expected a JSON object")
@@ -269,19 +269,6 @@ class PlanRunOptions:
     def arm_request_params(self, arm: str) -> dict[str, Any]:
         """The parameters ``arm`` is run with: the one value both sent and recorded."""
         return {**self.params, **self.arm_params.get(arm, {})}
-
-
-def _arm_lock(arm: str, value: Identity | str | os.PathLike[str]) -> tuple[Identity, str | None]:
-    """``--arm-lock ARM=PATH``: the lock file read as every lock is (one line, exit 2, when it is not one)."""
-    from execsys.identity import Identity
-
-    if isinstance(value, Identity):
-        return value, None
-    from execsys.sources import read_lock
-
-    if not str(value).strip():
-        raise UsageError(f"--arm-lock {arm}=: give the lock file of arm {arm}")
-    return read_lock(value), str(value)
 
 
 def _new_log(log: Path, plan_path: str | os.PathLike[str] | None, cases_path: Path) -> Path:

@@ -17,9 +17,12 @@ moved between the arms from their own identities, never from the label.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from execsys.errors import UsageError
 
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
@@ -49,6 +52,19 @@ class ArmSystem:
             if pinned:
                 declared[key] = pinned
         return {k: v for k, v in declared.items() if v not in (None, "")}
+
+
+def arm_lock(arm: str, value: Identity | str | os.PathLike[str]) -> tuple[Identity, str | None]:
+    """``--arm-lock ARM=PATH``: the identity and the file it was read from, read as every named lock is
+    (one line, exit 2, when it is not there or not a lock); an identity given as such has no file."""
+    from execsys.identity import Identity
+    from execsys.sources import read_lock
+
+    if isinstance(value, Identity):
+        return value, None
+    if not str(value).strip():
+        raise UsageError(f"--arm-lock {arm}=: give the lock file of arm {arm}")
+    return read_lock(value), str(value)
 
 
 def arm_systems(declaration: Declaration | None, lock: Identity | None, arms: tuple[str, ...] | list[str],
