@@ -65,6 +65,13 @@ def no_identity_reason(path: Path, what: str = "this result") -> str:
     return f"no pinned identity (looked for {path}): {what} will not count toward any scope"
 
 
+def read_lock(path: str | os.PathLike[str]) -> Identity:
+    """A lock file named on the command line (``--lock``, ``plan run --arm-lock``): it must exist and parse."""
+    from execsys.identity import load_lock  # only with a lock to read: importing it is costly
+
+    return load_lock(lock_path(path))
+
+
 @dataclass
 class Sources:
     """The declaration and the lock an operation's options are built from."""

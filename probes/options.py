@@ -39,6 +39,16 @@ _KEY_SHAPED = re.compile(r"(sk-|sk_|hf_|ghp_|gho_|ghs_|ghu_|github_pat_|xox[abps
 MAX_VARIABLE_NAME = 64
 
 
+def declared_budget(declaration: Declaration | None, lock: Identity | None) -> dict[str, Any]:
+    """The ``[budget]`` a measurement under this lock sends: the lock's declared budget (what was pinned),
+    else the declaration's table. Probes and plan runs read it here, so that two measurements under one
+    lock never send different decoding parameters."""
+    budget = dict(lock.declared("budget")) if lock is not None else {}
+    if not budget and declaration is not None:
+        budget = dict(declaration.tables.get("budget") or {})
+    return budget
+
+
 def decoding_from_budget(budget: dict[str, Any]) -> dict[str, Any]:
     """The request parameters the identity's budget declares; temperature 0 unless declared otherwise."""
     decoding: dict[str, Any] = {"temperature": 0}
@@ -188,9 +198,7 @@ class ProbeOptions:
         repeats = given("repeats")
         if repeats is not None and repeats < 2:
             raise UsageError("--repeats must be at least 2")
-        budget = dict(lock.declared("budget")) if lock is not None else {}
-        if not budget:
-            budget = declaration.tables.get("budget", {})
+        budget = declared_budget(declaration, lock)
         api_key_env = first_given(given("api_key_env"), probe_t.get("api_key_env"), runtime_t.get("api_key_env"))
         warnings = check_api_key_env(api_key_env)
         _refuse_untrusted_commands(declaration, axis, given)

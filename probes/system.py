@@ -41,6 +41,7 @@ _NOT_PINNED = {"runtime.process.pid", "runtime.process.started_at", "runtime.end
 _OPTIONAL = {"runtime.endpoint.system_fingerprint", "runtime.endpoint.answered_model"}
 
 SENTENCE = "the engine answering this probe is not the pinned system"
+SUBJECT = "this probe"  # what the sentence is about: a plan run's arm says "this plan"
 
 
 def step_key(pass_index: int, at: str) -> str:
@@ -112,13 +113,13 @@ def _brief(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def sentence(differences: list[dict[str, Any]]) -> str:
+def sentence(differences: list[dict[str, Any]], *, subject: str = SUBJECT) -> str:
     seen: list[str] = []
     for difference in differences:
         words = describe(difference)
         if words not in seen:
             seen.append(words)
-    return f"{SENTENCE}: " + "; ".join(seen)
+    return f"{SENTENCE.replace(SUBJECT, subject)}: " + "; ".join(seen)
 
 
 def process_of(observation: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -193,7 +194,8 @@ class SystemObserver:
         return entry
 
 
-def summarise(entries: list[dict[str, Any]], *, lock_id: str | None, target: str | None = None) -> dict[str, Any]:
+def summarise(entries: list[dict[str, Any]], *, lock_id: str | None, target: str | None = None,
+              subject: str = SUBJECT) -> dict[str, Any]:
     """``system_check`` from one target's observations (in pass order, start before end)."""
     differences = [dict(d, **{"pass": e["pass"], "at": e["at"]}) for e in entries for d in e.get("differences") or []]
     if differences:
@@ -210,7 +212,7 @@ def summarise(entries: list[dict[str, Any]], *, lock_id: str | None, target: str
         "at_end": entries[-1]["observed"] if entries else None,
         "differences": differences,
         "reason": (reasons[0] if reasons else "no observation was taken") if verdict == UNVERIFIED else None,
-        "sentence": sentence(differences) if differences else None,
+        "sentence": sentence(differences, subject=subject) if differences else None,
         "observations": [{"pass": e["pass"], "at": e["at"], "time": e.get("time"), "verdict": e.get("verdict"),
                           "process": process_of(e.get("observed"))} for e in entries],
     }
@@ -241,12 +243,14 @@ def answered_differences(passes: list[dict[str, Any]], pinned_runtime: dict[str,
     return found
 
 
-def with_differences(check: dict[str, Any], extra: list[dict[str, Any]]) -> dict[str, Any]:
+def with_differences(check: dict[str, Any], extra: list[dict[str, Any]], *,
+                     subject: str = SUBJECT) -> dict[str, Any]:
     """``check`` with more differences (the answering model of the responses): then it differs."""
     if not extra:
         return check
     differences = list(check.get("differences") or []) + extra
-    return {**check, "verdict": DIFFERS, "differences": differences, "reason": None, "sentence": sentence(differences)}
+    return {**check, "verdict": DIFFERS, "differences": differences, "reason": None,
+            "sentence": sentence(differences, subject=subject)}
 
 
 def combine(per_host: list[dict[str, Any]], *, lock_id: str | None) -> dict[str, Any]:

@@ -259,7 +259,7 @@ def test_paired_run_against_two_real_llama_servers(cli, tmp_path, ledger_path, t
     plan_path, log, result = _paired_run(cli, tmp_path, two_servers)
     assert result.returncode == 0, result.stderr
     data = result.json()
-    assert data["schema"] == "execsys.plan-run/1" and data["label"] == "causal"
+    assert data["schema"] == "execsys.plan-run/2" and data["label"] == "causal"
     assert all(check["passed"] for check in data["checks"])
     # hand computation from the recorded per-case outcomes
     outcomes = data["outcomes"]
@@ -456,7 +456,7 @@ def test_run_api_cancel_and_identity_mismatch(tmp_path, ledger_path, two_servers
     assert run.cancelled and run.stats.n == 1 and run.label == "descriptive"
     failed = {c.name for c in run.checks if not c.passed}
     assert {"complete", "pinned-identity", "order"} <= failed
-    assert run.record and run.to_json()["schema"] == "execsys.plan-run/1"
+    assert run.record and run.to_json()["schema"] == "execsys.plan-run/2"
     # the plan has an identity, so the run counts toward it and needs no reason
     assert run.to_json()["identity"] == "f" * 64 and run.to_json()["identity_reason"] is None
 
@@ -747,3 +747,60 @@ def test_an_executed_log_is_never_overwritten_nor_the_plan_truncated(cli, tmp_pa
     assert first_log.read_bytes() == first_bytes
     with Ledger.open(ledger_path) as ledger:
         assert ledger.count(kind="plan-run") == 2  # the refused runs recorded nothing
+
+
+def _cases_without_max_tokens(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"id": f"c{i}", "prompt": f"Item {i} says", "expected": "nothing"}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def test_plan_run_sends_the_declared_budget_as_probes_do(cli, tmp_path, ledger_path, two_servers) -> None:
+    """``[budget]`` (the lock's, else the declaration's) is what both arms send, as a probe under the same
+    lock would; temperature 0 and max_tokens 32 are only defaults for what the budget leaves out, and
+    --params / --arm-params still win."""
+    from execsys.probes.options import ProbeOptions, declared_budget
+
+    from execsys.sources import load_sources
+
+    project = tmp_path / "eval"
+    project.mkdir()
+    config = project / "execsys.toml"
+    config.write_text("[budget]\nmax_tokens = 16\nseed = 1234\n")
+    cases = _cases_without_max_tokens(tmp_path / "cases.jsonl", 2)
+    plan_path = tmp_path / "plan.json"
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--config", str(config),
+               "--out", str(plan_path), cwd=tmp_path).returncode == 0
+    url = two_servers[0].base_url
+    with RecordingProxy(url) as a, RecordingProxy(url) as b:
+        result = cli("plan", "run", str(plan_path), "--arm", f"A={a.base_url}", "--arm", f"B={b.base_url}",
+                     "--arm-params", 'B={"seed": 7}', "--config", str(config), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(a.bodies) == len(b.bodies) == 2
+    for body in a.bodies:
+        assert (body["max_tokens"], body["seed"], body["temperature"]) == (16, 1234, 0)
+    for body in b.bodies:
+        assert (body["max_tokens"], body["seed"]) == (16, 7)  # the arm's own parameter wins
+    arms = result.json()["arms"]
+    assert arms["A"]["params"] == {"temperature": 0, "max_tokens": 16, "seed": 1234}
+    assert arms["B"]["params"] == {"temperature": 0, "max_tokens": 16, "seed": 7}
+    # the very parameters a probe under the same declaration would send
+    sources = load_sources(config)
+    probe = ProbeOptions.from_sources(sources.declaration, sources.lock, axis="session", endpoints=[url],
+                                      cases=str(cases))
+    assert probe.decoding == arms["A"]["params"]
+
+    # a lock that declares a budget: the lock's wins over the declaration's (what was pinned is sent)
+    components = {name: {"declared": {}, "observed": {}} for name in COMPONENTS}
+    components["budget"]["declared"] = {"max_tokens": 12, "seed": 5, "temperature": 0.5}
+    (project / "execsys.lock.json").write_text(json.dumps({
+        "schema": "execsys.identity/1", "id": content_id(components), "recorded_at": "2026-11-30T00:00:00Z",
+        "declaration": {}, "components": components, "notes": []}))
+    sources = load_sources(config)
+    assert declared_budget(sources.declaration, sources.lock) == {"max_tokens": 12, "seed": 5, "temperature": 0.5}
+    with RecordingProxy(url) as a, RecordingProxy(url) as b:
+        locked = cli("plan", "run", str(plan_path), "--arm", f"A={a.base_url}", "--arm", f"B={b.base_url}",
+                     "--params", '{"max_tokens": 9}', "--config", str(config), "--json", cwd=tmp_path)
+    assert locked.returncode in (0, 1), locked.stderr
+    assert {(x["max_tokens"], x["seed"], x["temperature"]) for x in a.bodies + b.bodies} == {(9, 5, 0.5)}
+    assert locked.json()["arms"]["A"]["params"] == {"temperature": 0.5, "max_tokens": 9, "seed": 5}

@@ -39,6 +39,16 @@ lock's identity in the plan; 'plan run' checks the plan was registered for the l
 verifies remote placement (b) against its artifact digest. With no lock, 'plan new' and 'plan run'
 say so in one line on stderr, and --json records "identity": null with "identity_reason".
 
+Each arm's system is checked: 'plan run' observes every arm's serving runtime (models, version, the
+serving process's pid, start time, argv, numerics environment) at the start and end of the window and
+compares it with the arm's lock -- --arm-lock ARM=PATH for an arm that is a pinned system of its own
+(two artifacts, two engine builds: pin each), else the run's lock. The record (execsys.plan-run/2)
+has per arm "system_check" {verdict: matches-lock|differs|unverified, at_start, at_end, differences}
+and "identity": the lock's id when the arm matches it, else null with "identity_reason". An arm that
+is not its pinned system is said in one line on stderr as it is seen ("arm B: the engine answering
+this plan is not the pinned system: runtime argv +--n_batch 7"). 'execsys compare RUN:A RUN:B'
+derives what moved from the arms' own identities.
+
 exit codes: new 0; run 0 causal, 1 descriptive (a check failed); check 0 clean, 1 violations;
 2 a tampered or unregistered plan, unknown arms, a malformed log, a named lock that does not
 exist or other bad input
@@ -69,16 +79,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "  execsys plan run plan.json --arm A=http://127.0.0.1:8001/v1 "
                              "--arm B=http://127.0.0.1:8002/v1 --extract last-number\n"
                              "  execsys plan run plan.json --arm A=URL --arm B=URL --arm-params "
-                             "B='{\"temperature\": 0.8}' --json"))
+                             "B='{\"temperature\": 0.8}' --json\n"
+                             "  execsys plan run plan.json --arm A=URL --arm B=URL --arm-lock A=a/execsys.lock.json "
+                             "--arm-lock B=b/execsys.lock.json\n\n"
+                             "Each arm's serving runtime is observed at the start and end of the window and checked "
+                             "against its lock\n(--arm-lock, else the run's): --json has arms.<ARM>.system_check "
+                             "and arms.<ARM>.identity (null,\nwith identity_reason, unless the arm matched); a "
+                             "differing arm is one line on stderr. Both arms\nsend the declared [budget] unless "
+                             "--params/--arm-params say otherwise. Record: execsys.plan-run/2."))
     run.add_argument("plan", help="plan file from 'execsys plan new'")
     run.add_argument("--arm", action="append", metavar="ARM=URL", required=True, help="endpoint of an arm (repeat)")
     run.add_argument("--arm-params", action="append", metavar="ARM=JSON", default=[],
                      help="sampling parameters for one arm, e.g. B='{\"temperature\": 0.8}'")
-    run.add_argument("--params", metavar="JSON", help="sampling parameters for both arms (default temperature 0, max_tokens 32)")
+    run.add_argument("--params", metavar="JSON",
+                     help="sampling parameters for both arms (default: the declared [budget], as probes send "
+                          "it; temperature 0 and max_tokens 32 where the budget is silent)")
     run.add_argument("--extract", metavar="SPEC", help="outcome extractor: regex:PAT, json:PATH, last-number, command:CMD")
     run.add_argument("--cases", metavar="FILE", help="cases file (default: the one registered in the plan)")
     add_sources(run, lock_help="the pinned identity the plan must be registered for, and whose artifact digest "
                                "remote placement (b) verifies (default: execsys.lock.json beside the declaration)")
+    run.add_argument("--arm-lock", action="append", metavar="ARM=PATH", default=[],
+                     help="the lock of one arm that is a pinned system of its own (repeat): that arm's serving "
+                          "runtime is checked against it and the arm gets its identity (default: the run's lock)")
     run.add_argument("--artifact", metavar="PATH", help="artifact path on the remote hosts (default: the lock's)")
     run.add_argument("--log", metavar="FILE", help="executed log (default: <plan>.executed.jsonl)")
     run.add_argument("--timeout", type=positive_float, default=None, help="seconds per request (default 120)")
@@ -169,6 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.plan import (
         ArmAnswered,
+        ArmSystemDiffers,
         NoPinnedIdentity,
         PlacementChecked,
         PlanRunOptions,
@@ -184,11 +207,14 @@ def _run(args: argparse.Namespace) -> int:
     arm_params = {arm: _json_arg(text, f"--arm-params {arm}")
                   for arm, text in parse_assignments(args.arm_params, "--arm-params", "JSON",
                                                          'B={"temperature": 0.8}').items()}
+    arm_locks = parse_assignments(args.arm_lock, "--arm-lock", "PATH", "B=b/execsys.lock.json")
+    if len(arm_locks) != len(args.arm_lock):
+        raise UsageError("--arm-lock: one lock per arm (an arm was given twice)")
     options = PlanRunOptions.from_sources(
         sources.declaration, sources.lock, plan=plan, endpoints=endpoints,
         params=_json_arg(args.params, "--params") if args.params else None, arm_params=arm_params,
         extract=args.extract, cases=args.cases, artifact=args.artifact, log=args.log, plan_path=args.plan,
-        timeout=args.timeout, api_key_env=args.api_key_env, lock_path=sources.lock_path)
+        timeout=args.timeout, api_key_env=args.api_key_env, lock_path=sources.lock_path, arm_locks=arm_locks)
 
     def progress(event: object) -> None:
         if isinstance(event, ArmAnswered) and not args.json:
@@ -198,6 +224,13 @@ def _run(args: argparse.Namespace) -> int:
                                 highlight=False, markup=False)
         elif isinstance(event, NoPinnedIdentity):
             console.warn(event.reason)
+        elif isinstance(event, ArmSystemDiffers):
+            from rich.markup import escape
+
+            from execsys.termsafe import shown
+
+            # a warning that changes what the arm counts for: one line, never wrapped
+            console.err().print(f"[yellow]{escape(shown(event.message))}[/]", soft_wrap=True)
         elif isinstance(event, PlacementChecked):
             for check in event.checks:
                 status = "ok" if check.passed else "fail"
@@ -214,6 +247,13 @@ def _run(args: argparse.Namespace) -> int:
         for check in result.checks:
             status = "ok" if check.passed else "fail"
             out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {check.name:<16} {escape(check.detail)}")
+        for arm, info in result.arms.items():
+            verdict = str((info.get("system_check") or {}).get("verdict"))
+            status = {"matches-lock": "ok", "differs": "fail"}.get(verdict, "warn")
+            said = (f"identity {str(info['identity'])[:12]}" if info.get("identity")
+                    else str(info.get("identity_reason") or "counts toward no identity"))
+            out.print(f"[{console.STYLES[status]}]{console.symbol(status)}[/] {'system ' + arm:<16} "
+                      f"{escape(verdict)}: {escape(said)}", soft_wrap=True)
         out.print(f"\n[bold]{result.label}[/]: {escape(result.statement)}")
         out.print(f"[dim]recorded {result.record}; executed log {escape(str(result.log))}[/]")
     return ExitCode.OK if result.label == "causal" else ExitCode.FINDING

@@ -13,6 +13,7 @@ One module per responsibility:
 - :mod:`~execsys.plan.placement` -- remote placement conditions (a)-(d) over SSH;
 - :mod:`~execsys.plan.paired` -- the paired difference and the exact McNemar test;
 - :mod:`~execsys.plan.log` -- the executed log (``execsys.plan-log/1``);
+- :mod:`~execsys.plan.system` -- each arm's serving runtime observed against its own lock (per-arm identity);
 - :mod:`~execsys.plan.run` -- ``plan run``: :class:`PlanRunOptions`, :func:`run_plan`, its events.
 """
 
@@ -22,7 +23,9 @@ from execsys.plan.paired import PairedStats, is_correct, paired_stats
 from execsys.plan.placement import PlacementReport, check_placement, host_admissible
 from execsys.plan.run import (
     RUN_SCHEMA,
+    RUN_SCHEMAS,
     ArmAnswered,
+    ArmSystemDiffers,
     CaseSent,
     CheckResult,
     NoPinnedIdentity,
@@ -55,8 +58,8 @@ from execsys.plan.schedule import (
 )
 
 __all__ = [
-    "CHECKS", "DESIGNS", "LOG_SCHEMA", "RUN_SCHEMA", "SCHEMA",
-    "ArmAnswered", "CaseSent", "Check", "CheckResult", "Execution", "ExecutedLog", "NewPlan", "NewPlanOptions",
+    "CHECKS", "DESIGNS", "LOG_SCHEMA", "RUN_SCHEMA", "RUN_SCHEMAS", "SCHEMA",
+    "ArmAnswered", "ArmSystemDiffers", "CaseSent", "Check", "CheckResult", "Execution", "ExecutedLog", "NewPlan", "NewPlanOptions",
     "NoPinnedIdentity",
     "PairScored", "PairedStats", "PlacementChecked", "PlacementReport", "Plan", "PlanCheck", "PlanRun",
     "PlanRunOptions", "RestartSeen", "WindowClosed", "WindowOpened",

@@ -97,7 +97,9 @@ def inside_one_window(run: Execution) -> Check:
 
 
 def no_restart(run: Execution) -> Check:
-    """No engine restart between the two arms of a case (or anywhere inside the window)."""
+    """No engine restart between the two arms of a case (or anywhere inside the window): neither one the
+    run saw (a failed request, a fingerprint that moved) nor a serving process at the end of the window
+    other than the one at its start (the arm's ``system`` observations: pid and start time)."""
     runs_of: dict[str, list[dict[str, Any]]] = {}
     for event in run.case_events:
         runs_of.setdefault(event["case"], []).append(event)
@@ -112,7 +114,24 @@ def no_restart(run: Execution) -> Check:
                 break
         where = f"between the arms of case {crossing}" if crossing else "inside the window"
         problems.append(f"restart of arm {restart.get('arm', '?')} at {restart['at']} {where}")
+    problems.extend(_processes_changed(run))
     return Check("no-restart", not problems, "; ".join(problems) or "no restart between arms")
+
+
+def _processes_changed(run: Execution) -> list[str]:
+    """Arms whose serving process at the end of the window is not the one at its start."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for event in run.named("system"):
+        if isinstance(event.get("process"), dict):
+            seen.setdefault(str(event.get("arm")), []).append(event["process"])
+    problems = []
+    for arm, processes in seen.items():
+        if any(p != processes[0] for p in processes[1:]):
+            from execsys.probes.system import process_words
+
+            problems.append(f"arm {arm}'s serving process changed inside the window ({process_words(processes[0])}, "
+                            f"then {process_words(processes[-1])}): it restarted")
+    return problems
 
 
 def placement_as_registered(run: Execution) -> Check:

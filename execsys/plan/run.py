@@ -3,13 +3,19 @@
 ``execsys plan run`` is this module::
 
     options = PlanRunOptions.from_sources(declaration, lock, plan=plan, endpoints={"A": url, "B": url})
-    run = run_plan(options, on_event=print, cancel=threading.Event())   # -> PlanRun (execsys.plan-run/1)
+    run = run_plan(options, on_event=print, cancel=threading.Event())   # -> PlanRun (execsys.plan-run/2)
 
 Remote placement (a)-(d) is checked for every arm before the first case; each case is sent to
 its first arm, then to the other, with that arm's declared parameters; every step is written to
 the executed log as it happens and told to the face as a typed event. Afterwards the registry of
 :mod:`execsys.plan.checks` judges the log, and the paired difference is labelled causal only when
 every check held. Setting ``cancel`` stops after the case in hand; the run is then descriptive.
+
+Each arm's serving runtime is observed at the start and end of the window and judged against the
+arm's own lock (``--arm-lock``, else the run's; :mod:`execsys.plan.system`): the record carries
+``arms.<ARM>.system_check`` and ``arms.<ARM>.identity`` (null, with ``identity_reason``, unless the
+arm matched its lock), so ``compare`` derives what moved from the arms' own identities. Schema
+``execsys.plan-run/2``; a ``/1`` record (one identity for both arms) is still read.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from execsys.plan.schedule import (
     unpinned_reason,
     verify_registration,
 )
+from execsys.plan.system import ArmObserver, ArmSystem, arm_lock, arm_systems
 
 if TYPE_CHECKING:
     import threading
@@ -45,7 +52,8 @@ if TYPE_CHECKING:
     from execsys.identity import Identity
     from execsys.probes.client import EndpointClient
 
-RUN_SCHEMA = "execsys.plan-run/1"
+RUN_SCHEMA = "execsys.plan-run/2"  # /2: arms.<ARM>.system_check and identity (each arm's own system)
+RUN_SCHEMAS = ("execsys.plan-run/1", RUN_SCHEMA)  # what readers accept
 DEFAULT_PARAMS: dict[str, Any] = {"temperature": 0, "max_tokens": 32}
 DEFAULT_TIMEOUT = 120.0
 
@@ -68,6 +76,17 @@ class NoPinnedIdentity(Event):
     accepted, just before the window opens, so that bad input stays a single line."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class ArmSystemDiffers(Event):
+    """An arm's serving runtime is not its pinned system (``message``: "arm B: the engine answering this
+    plan is not the pinned system: runtime argv +--n_batch 7"): that arm counts toward no identity.
+    Told as it is seen (at the start or end of the window), once per distinct difference."""
+
+    arm: str
+    at: str  # "start" or "end"
+    message: str
 
 
 @dataclass(frozen=True)
@@ -164,6 +183,8 @@ class PlanRunOptions:
     lock_identity: str | None = None
     identity_reason: str | None = None  # why the run counts toward no scope, when it does not
     ledger: Path | None = None
+    # what each arm's serving runtime is judged against: its --arm-lock, else the run's lock
+    arm_systems: dict[str, ArmSystem] = field(default_factory=dict)
 
     @classmethod
     def from_sources(cls, declaration: Declaration | None, lock: Identity | None, *, plan: Plan,
@@ -173,21 +194,29 @@ class PlanRunOptions:
                      log: str | os.PathLike[str] | None = None, plan_path: str | os.PathLike[str] | None = None,
                      timeout: float | None = None, api_key_env: str | None = None,
                      lock_path: str | os.PathLike[str] | None = None,
-                     ledger: str | os.PathLike[str] | None = None) -> PlanRunOptions:
+                     ledger: str | os.PathLike[str] | None = None,
+                     arm_locks: Mapping[str, Identity | str | os.PathLike[str]] | None = None) -> PlanRunOptions:
         """Flags over the declaration over the lock; None = not given.
 
         - ``endpoints``/``arm_params``: every arm needs an endpoint; naming an arm the plan lacks
           is an error (as ``--arm``/``--arm-params`` would be spelled);
-        - ``params`` over temperature 0 and max_tokens 32, then each arm's ``arm_params``;
+        - ``params`` over the declared budget (the lock's ``budget``, else the declaration's ``[budget]``:
+          what probes under the same lock send, :func:`execsys.probes.options.declared_budget`) over
+          temperature 0 and max_tokens 32, then each arm's ``arm_params``;
         - ``cases``, else the registered cases file (a relative one found from the plan's directory);
         - ``log``, else ``<plan_path>.executed.jsonl`` when the plan came from a file, else none; an
           earlier run's log is never overwritten: a ``log`` that exists is refused (so is the plan or
           cases file itself), and the default becomes ``<plan_path>.executed-2.jsonl``, ``-3`` ...;
         - the lock: the identity the plan must have been registered for, and the artifact path
           and digest remote placement (b) verifies (``artifact`` overrides the path);
-        - the declaration: ``[placement]`` (hosts and the residency policy for (d)).
+        - the declaration: ``[placement]`` (hosts and the residency policy for (d)), and ``[runtime]``
+          engine/process (how each arm's serving runtime is observed);
+        - ``arm_locks``: an arm's own lock (an identity, or a lock file read as ``--lock`` is), which that
+          arm's system is checked against instead of the run's lock -- two arms that are two pinned
+          systems (two artifacts, two engine builds).
         """
         from execsys.probes.compare import parse_extractor
+        from execsys.probes.options import declared_budget, decoding_from_budget
 
         arms = plan.arms
         check_arms(endpoints, arms, lambda arm, url: f"--arm {f'{arm}={url}'!r}: ", listed="the plan's arms")
@@ -195,6 +224,8 @@ class PlanRunOptions:
         if missing:
             raise UsageError(f"no endpoint for arm(s) {', '.join(missing)}: give --arm {missing[0]}=URL")
         check_arms(arm_params or {}, arms, lambda arm, value: "--arm-params: ", error=UsageError)
+        check_arms(arm_locks or {}, arms, lambda arm, value: "--arm-lock: ", error=UsageError)
+        own_locks = {arm: arm_lock(arm, value) for arm, value in (arm_locks or {}).items()}
         for arm, values in (arm_params or {}).items():
             if not isinstance(values, Mapping):
                 raise UsageError(f"--arm-params {arm}: expected a JSON object")
@@ -226,12 +257,14 @@ class PlanRunOptions:
         if plan.identity is None:  # a lock found now does not pin a plan registered without one
             reason = unpinned_reason(lock_path) if lock is None else NO_PLAN_IDENTITY
         return cls(plan=plan, endpoints=dict(endpoints), cases_path=cases_path,
-                   params={**DEFAULT_PARAMS, **(params or {})},
+                   params={**DEFAULT_PARAMS, **decoding_from_budget(declared_budget(declaration, lock)),
+                           **(params or {})},
                    arm_params={arm: dict(values) for arm, values in (arm_params or {}).items()},
                    extract=extract, artifact_path=first_given(artifact, pinned_path), expected_digest=pinned_digest,
                    placement_table=placement_table, log_path=log_path, timeout=float(wait),
                    api_key_env=api_key_env, lock_identity=lock_identity, identity_reason=reason,
-                   ledger=Path(ledger).expanduser() if ledger else None)
+                   ledger=Path(ledger).expanduser() if ledger else None,
+                   arm_systems=arm_systems(declaration, lock, arms, own_locks))
 
     def arm_request_params(self, arm: str) -> dict[str, Any]:
         """The parameters ``arm`` is run with: the one value both sent and recorded."""
@@ -346,6 +379,9 @@ class _Run:
         models: dict[str, str] = {}
         started = finished = ""
         cancelled = False
+        systems = ArmObserver(options.arm_systems or arm_systems(None, None, plan.arms))
+        fingerprints: dict[str, set[str]] = {arm: set() for arm in plan.arms}
+        answered: dict[str, set[str]] = {arm: set() for arm in plan.arms}  # the models named in responses
         try:
             placements = self._check_placement(log, registered_at)
             models = {arm: clients[arm].resolve_model(None) for arm in plan.arms}
@@ -353,9 +389,9 @@ class _Run:
                 log.event("endpoint", arm=arm, observed=_observe(clients[arm]))
             if options.identity_reason:
                 emit(self.on_event, NoPinnedIdentity(options.identity_reason))
+            self._observe_systems(systems, log, "start")
             started = log.event("window-start")["at"]
             emit(self.on_event, WindowOpened(started, len(plan.order)))
-            fingerprints: dict[str, set[str]] = {arm: set() for arm in plan.arms}
             total = 2 * len(plan.order)
             step = 0
             for entry in plan.order:
@@ -374,6 +410,8 @@ class _Run:
                     correct = is_correct(outcome, case.expected)
                     if completion.system_fingerprint:
                         fingerprints[arm].add(completion.system_fingerprint)
+                    if completion.ok and completion.model:
+                        answered[arm].add(completion.model)
                     outcomes.setdefault(case.id, {})[arm] = {
                         "text": text, "outcome": outcome, "correct": correct, "error": completion.error,
                         "first": arm == entry["first"],
@@ -387,6 +425,7 @@ class _Run:
                 self._score(case.id, entry["first"], outcomes[case.id])
             for arm in plan.arms:
                 log.event("endpoint", arm=arm, observed=_observe(clients[arm]))
+            self._observe_systems(systems, log, "end")
             for arm, seen in fingerprints.items():
                 if len(seen) > 1:
                     self._restart(log, arm, f"system_fingerprint changed inside the window: {sorted(seen)}")
@@ -404,11 +443,13 @@ class _Run:
         stats = paired_stats(self.pairs)
         causal = all(c.passed for c in checks)
         a = plan.arms[0]
-        arms_json = {arm: {"endpoint": clients[arm].display, "model": models[arm],
+        arms_json = {arm: {"endpoint": clients[arm].display, "model": models.get(arm),
                            "host": plan.placement.get(arm) or "local",
                            "params": options.arm_request_params(arm),
                            "correct": sum(1 for o in outcomes.values() if o.get(arm, {}).get("correct")),
-                           "rate": stats.rate_a if arm == a else stats.rate_b} for arm in plan.arms}
+                           "rate": stats.rate_a if arm == a else stats.rate_b,
+                           **systems.judge(arm, models=sorted(answered[arm]), fingerprints=sorted(fingerprints[arm]))}
+                     for arm in plan.arms}
         run = PlanRun(plan, plan_record, arms_json, outcomes, stats, checks, placements,
                       "causal" if causal else "descriptive", run_statement(plan, stats, checks, causal),
                       started, finished, str(options.log_path) if options.log_path else None, cancelled,
@@ -435,6 +476,17 @@ class _Run:
                       hardware=report.hardware, digest=report.digest)
             emit(self.on_event, PlacementChecked(arm, host, tuple(report.checks), report.hardware, report.digest))
         return reports
+
+    def _observe_systems(self, systems: ArmObserver, log: ExecutedLog, at: str) -> None:
+        """Every arm's serving runtime against its lock, at the start or end of the window; a differing
+        arm is told at once (one line)."""
+        from execsys.probes.system import process_of
+
+        for arm, entry, line in systems.observe_all(self.options.endpoints, self.options.api_key_env, at):
+            log.event("system", arm=arm, when=at, verdict=entry["verdict"], differences=entry["differences"],
+                      process=process_of(entry.get("observed")), reason=entry.get("reason"))
+            if line is not None:
+                emit(self.on_event, ArmSystemDiffers(arm, at, line))
 
     def _restart(self, log: ExecutedLog, arm: str, reason: str) -> None:
         log.event("restart", arm=arm, reason=reason)

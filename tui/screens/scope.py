@@ -320,6 +320,7 @@ class ScopeScreen(GatedStep):
             return
         from execsys.plan import (  # not at import: the plan engine is not needed before the first paint
             ArmAnswered,
+            ArmSystemDiffers,
             CaseSent,
             NoPinnedIdentity,
             PairScored,
@@ -349,6 +350,8 @@ class ScopeScreen(GatedStep):
                                  f"{event.c}{' · ? this pair errored (excluded)' if event.errored else ''}")
         elif isinstance(event, RestartSeen):
             self._set_run_status(f"! {event.arm}: {event.reason}")
+        elif isinstance(event, ArmSystemDiffers):  # that arm will count toward no identity
+            self._set_run_status(f"! {event.message}")
 
     @on(PlanRunFinished)
     def plan_run_finished(self, message: PlanRunFinished) -> None:
