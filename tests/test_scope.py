@@ -241,6 +241,31 @@ def test_real_probe_then_scope(cli, lock, tmp_path, llama_server) -> None:
     assert ("session" in data["unstable"]) == (record["m"] != record["n"])
 
 
+
+def test_probes_of_two_case_sets_are_not_pooled(cli, lock, tmp_path, llama_server) -> None:
+    """Two session probes against the real llama.cpp server with different cases: scope counts the
+    newest, and lists the other as not pooled, naming its cases."""
+    path, _ident = lock
+    records = []
+    for name, count in (("first.jsonl", 3), ("second.jsonl", 4)):
+        cases = tmp_path / name
+        cases.write_text("".join(json.dumps({"id": f"{name}-{i}", "prompt": f"Item {i}:", "max_tokens": 4}) + "\n"
+                                 for i in range(count)))
+        probe = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases),
+                    "--lock", str(path), "--json")
+        assert probe.returncode in (0, 1), probe.stderr
+        records.append(probe.json())
+    first, second = records
+    data = cli("scope", "--lock", str(path), "--json").json()
+    session = data["measured"]["session"]
+    assert (session["records"], session["n"]) == ([second["id"]], second["n"])
+    assert [e["record"] for e in data["excluded"]] == [first["id"]]
+    assert data["excluded"][0]["reason"] == (
+        f"probed another case set: first.jsonl (cases digest {first['cases_digest'][:12]}), not second.jsonl "
+        f"(cases digest {second['cases_digest'][:12]}): not pooled with {second['id']}, the newest session probe")
+    human = cli("scope", "--lock", str(path))
+    assert f"not counted  {first['id']}: probed another case set: first.jsonl" in human.stdout
+
 def test_a_probe_that_saw_the_engine_change_does_not_measure_the_axis(ledger_path, lock) -> None:
     _path, ident = lock
     with Ledger.open(ledger_path) as ledger:
