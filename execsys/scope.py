@@ -538,7 +538,7 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
         lines += ["### Pinned components", "", "| component | pinned as |", "|---|---|"]
         for name in COMPONENTS:
             value = components.get(name)
-            lines.append(f"| {name} | {_md_cell(_summarise_component(value))} |")
+            lines.append(f"| {name} | {_md_cell(_summarise_component(value, name))} |")
         lines.append("")
     lines += ["### Boundaries measured", "", "| axis | agreement | m/n | 95% CI | verdict | record |",
               "|---|---|---|---|---|---|"]
@@ -568,19 +568,72 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
     return "\n".join(lines) + "\n"
 
 
-def _summarise_component(value: Any) -> str:
+# A component's cell in the contract's table: long enough for an endpoint, a full digest and a command.
+_CELL_LIMIT = 240
+
+
+def _summarise_component(value: Any, name: str = "", *, limit: int | None = _CELL_LIMIT) -> str:
+    """One cell of the contract's "Pinned components" table: the component's flat fields (declared,
+    then observed over them). The runtime names what serves: engine and version, endpoint, served model
+    and digest, before the rest (its restart command). A cell too long ends at a word with "…"."""
     if value in (None, {}, []):
         return "(not declared)"
+    runtime: list[str] = []
     if isinstance(value, dict) and ("declared" in value or "observed" in value):
-        merged = {**(value.get("declared") or {}), **(value.get("observed") or {})}
+        declared = value.get("declared") or {}
+        observed = value.get("observed") or {}
+        if name == "runtime":
+            runtime = _runtime_facts(declared, observed)
+        merged = {**declared, **observed}
         if not merged:
             return "(not declared)"
         value = merged
     if isinstance(value, dict):
-        items = [f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)) and v not in (None, "")]
-        text = ", ".join(items) or json.dumps(value, sort_keys=True)[:120]
-        return text[:160]
-    return str(value)[:160]
+        said = {"engine", "endpoint"} if runtime else set()
+        items = runtime + [f"{k}={v}" for k, v in value.items()
+                           if k not in said and not isinstance(v, (dict, list)) and v not in (None, "")]
+        text = ", ".join(items) or json.dumps(value, sort_keys=True)
+    else:
+        text = str(value)
+    return _shorten(" ".join(text.split()), limit)
+
+
+def _runtime_facts(declared: dict[str, Any], observed: dict[str, Any]) -> list[str]:
+    """What serves, as pinned: the engine and its version, the endpoint, the models it served and the
+    digest of the artifact it loaded (observed over declared)."""
+    facts: list[str] = []
+    engine = observed.get("engine")
+    name = (engine.get("name") if isinstance(engine, dict) else None) or declared.get("engine")
+    if isinstance(name, str) and name:
+        version = engine.get("version") if isinstance(engine, dict) else None
+        facts.append(f"engine={name}" + (f" {version}" if isinstance(version, str) and version else ""))
+    endpoint = observed.get("endpoint")
+    url = (endpoint.get("url") if isinstance(endpoint, dict) else None) or declared.get("endpoint")
+    if isinstance(url, str) and url:
+        facts.append(f"endpoint={url}")
+    models = endpoint.get("models") if isinstance(endpoint, dict) else None
+    if isinstance(models, list) and models:
+        facts.append(f"served model{'s' if len(models) != 1 else ''}={' '.join(str(m) for m in models)}")
+    served = observed.get("served")
+    if isinstance(served, dict):
+        if served.get("digest"):
+            facts.append(f"served digest={served['digest']}" + (f" ({served['verdict']})" if served.get("verdict")
+                                                                 else ""))
+        elif served.get("verdict"):
+            facts.append(f"served={served['verdict']}")
+    return facts
+
+
+def _shorten(text: str, limit: int | None) -> str:
+    """``text`` whole when it fits; else up to its last whole word that fits, and "…". A first word
+    longer than the limit is kept whole: a word is never cut."""
+    if limit is None or len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    if cut <= 0:
+        space = text.find(" ")
+        return text if space < 0 else text[:space].rstrip(",;:") + " …"
+    return text[:cut].rstrip(",;:") + " …"
 
 
 def merge_contract(existing: str, section: str) -> str:

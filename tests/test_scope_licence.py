@@ -367,8 +367,8 @@ def test_the_whole_contract_section_of_a_pinned_identity(tmp_path: Path) -> None
         "| runtime | engine=vllm, version=0.10.0, python=3.11 |",  # the observed version over the declared
         "| hardware | host=a\\|b |",
         '| harness | {"argv": ["lm_eval", "--tasks", "x"], "zeta": {"a": 1}} |',
-        "| context_policy | template=" + "t" * 151 + " |",
-        '| retrieval | {"indexes": ["' + "i" * 106 + " |",
+        "| context_policy | template=" + "t" * 200 + " |",  # one word longer than a cell: whole, never cut
+        '| retrieval | {"indexes": ["' + "i" * 150 + '"]} |',
         "| tools | notes=line1 line2 |",
         "| workflow | (not declared) |",
         "| budget | (not declared) |",
@@ -398,8 +398,9 @@ def test_the_whole_contract_section_of_a_pinned_identity(tmp_path: Path) -> None
         "Probe records under other identities (1) were not counted.",
     ]) + "\n"
     # components known only as observed, or as a bare value, are summarised as well
-    table = contract_markdown(report, IdentityRef(ident, {"model": {"observed": {"name": "m"}}, "grader": "judge " * 40}))
-    assert "\n| model | name=m |\n" in table and f"\n| grader | {('judge ' * 40)[:160]} |\n" in table
+    table = contract_markdown(report, IdentityRef(ident, {"model": {"observed": {"name": "m"}}, "grader": "judge " * 50}))
+    # too long for a cell: it ends at the last whole word that fits (240 characters), and says so
+    assert "\n| model | name=m |\n" in table and f"\n| grader | {' '.join(['judge'] * 40)} … |\n" in table
     assert "### Pinned components" not in contract_markdown(report, "an identity without components")
 
 
@@ -636,3 +637,21 @@ def test_a_newest_probe_that_compared_nothing_does_not_displace_the_measurement(
     assert [e["record"] for e in report.excluded] == [errored]
     assert report.statement.endswith(" 1 probe record of this identity probed another target or case set than "
                                      "the newest of its axis and was not pooled with it.")
+
+
+def test_the_runtime_row_names_what_serves_before_how_it_restarts(ledger: Ledger) -> None:
+    report = compute_scope(ledger, ID)
+    observed = {"engine": {"name": "llama.cpp", "version": "b4500"},
+                "endpoint": {"url": "http://gpu1:8080/v1", "models": ["tiny", "tiny-2"]},
+                "served": {"digest": None, "verdict": "unverifiable"}, "process": {"pid": 7}}
+    declared = {"engine": "llama.cpp", "endpoint": "http://gpu1:8080/v1", "restart": "systemctl restart llama",
+                "api_key_env": ""}
+    text = contract_markdown(report, IdentityRef(ID, {"runtime": {"declared": declared, "observed": observed}}))
+    assert ("\n| runtime | engine=llama.cpp b4500, endpoint=http://gpu1:8080/v1, served models=tiny tiny-2, "
+            "served=unverifiable, restart=systemctl restart llama |\n") in text
+    only_declared = contract_markdown(report, IdentityRef(ID, {"runtime": {"declared": declared, "observed": {}}}))
+    assert "\n| runtime | engine=llama.cpp, endpoint=http://gpu1:8080/v1, restart=systemctl restart llama |\n" in (
+        only_declared)
+    long = {"restart": "x" * 230 + " --flag value"}
+    assert "\n| runtime | restart=" + "x" * 230 + " … |\n" in contract_markdown(
+        report, IdentityRef(ID, {"runtime": {"declared": long, "observed": {}}}))
