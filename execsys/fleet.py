@@ -5,17 +5,21 @@ Ansible ``execsys_facts`` result (fact cache or ``--tree`` output), a doctor, no
 JSON file, or the ledger's newest doctor and identity records per host -- is reduced as it is read
 to one small :class:`HostRecord`, so memory holds no report, only what the answer needs. Then:
 
-- **identity agreement**: k/n hosts share the modal *fleet identity* -- the pinned components with
-  the facts that name one machine removed (hostname, machine id, GPU UUIDs), so two nodes of one
-  build agree; each outlier is named with the components that differ from the mode;
+- **identity agreement**: k/n hosts share the modal *fleet digest* -- a stdlib sha256 over the pinned
+  components with the facts that name one machine removed (hostname, machine id, GPU UUIDs), so two
+  nodes of one build agree; each outlier is named with the components that differ from the mode. The
+  fleet digest is not an execsys identity: the identity id every other command shows (BLAKE3, over
+  every component, the machine's own facts included) is named per host where its report carries it
+  (a pin report, execsys_facts);
 - **artifact digest match rate**: the share of hosts whose computed artifact digest equals the
   expected one (the lock's pinned digest, else the report's declared digest, else the fleet's
   modal digest -- said which). Every mismatch is listed as an integrity defect, never averaged away;
 - **hazard matrix**: hazard x host, the worst hazard first, with counts per status.
 
-Every report given counts once: N is the number of reports; two reports naming the same host both
-count and the second is flagged (and keyed ``host#2`` in the matrix and the metrics). A report that
-cannot be read counts too, as a problem. :func:`prometheus_text` renders the four metrics for
+Every report given counts once: N is the number of host records. A doctor (or node-check) report and
+a pin report of one host are two kinds of report of that host, read as one record (``a.json+b.json``);
+two reports of one kind naming the same host both count and the second is flagged (and keyed ``host#2``
+in the matrix and the metrics). A report that cannot be read counts too, as a problem. :func:`prometheus_text` renders the four metrics for
 node_exporter's textfile collector.
 
     options = FleetOptions.from_sources(declaration, lock, reports=["a.json"], prom="fleet.prom")
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["FleetOptions", "FleetReport", "HostRecord", "component_digests", "fleet_components",
            "prometheus_text", "run_fleet"]
 
-SCHEMA = "execsys.fleet/1"
+SCHEMA = "execsys.fleet/2"  # /2: identity_agreement.fleet_digest; outliers name fleet_digest and identity
 STATUS_RANK = {"fail": 4, "error": 3, "warn": 2, "skip": 1, "ok": 0}
 PROM_STATUS = {"ok": 0, "skip": 0, "warn": 1, "fail": 2, "error": 3}
 """``execsys_doctor_hazard_status`` values: 0 ok (or not applicable), 1 warn, 2 fail, 3 could not check."""
@@ -72,8 +76,8 @@ class HostRecord:
     host: str
     report: str
     key: str = ""  # the host, or host#2, host#3 ... for the second and later reports naming it
-    identity: str | None = None  # the fleet identity (see fleet_components)
-    node_identity: str | None = None  # the host's own pinned id, when the report has it
+    fleet_digest: str | None = None  # sha256 over the fleet components (see fleet_components)
+    identity: str | None = None  # the host's execsys identity id (BLAKE3), when the report has it
     components: tuple[str, ...] | None = None  # component digests, in COMPONENTS order
     digest: str | None = None  # the artifact digest computed on the host
     declared_digest: str | None = None
@@ -108,8 +112,8 @@ def component_digests(components: dict[str, Any]) -> dict[str, str]:
             for name in COMPONENTS}
 
 
-def fleet_identity(digests: dict[str, str]) -> str:
-    """The fleet identity of a host: one digest over its component digests."""
+def fleet_digest(digests: dict[str, str]) -> str:
+    """The fleet digest of a host: one sha256 over its component digests (not its execsys identity id)."""
     return "sha256:" + hashlib.sha256(_canonical([digests.get(n) for n in COMPONENTS])).hexdigest()
 
 
@@ -171,14 +175,14 @@ class _Reader:
 
     def __init__(self) -> None:
         self.labels: dict[tuple[str, str], str] = {}  # (component, digest) -> short value
-        self._identities: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {}  # digests -> (interned, id)
+        self._digests: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {}  # digests -> (interned, fleet)
 
-    def _fleet_id(self, digests: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
-        """The interned digests and the fleet identity, computed once per distinct set of digests."""
-        known = self._identities.get(digests)
+    def _fleet_digest(self, digests: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+        """The interned digests and the fleet digest, computed once per distinct set of digests."""
+        known = self._digests.get(digests)
         if known is None:
-            known = (tuple(sys.intern(d) for d in digests), fleet_identity(dict(zip(COMPONENTS, digests, strict=True))))
-            self._identities[digests] = known
+            known = (tuple(sys.intern(d) for d in digests), fleet_digest(dict(zip(COMPONENTS, digests, strict=True))))
+            self._digests[digests] = known
         return known
 
     def _identity(self, record: HostRecord, components: dict[str, Any], node_id: str | None) -> None:
@@ -187,8 +191,8 @@ class _Reader:
             key = (name, digests[name])
             if key not in self.labels:
                 self.labels[key] = component_label(name, components.get(name) or {})
-        record.components, record.identity = self._fleet_id(tuple(digests[n] for n in COMPONENTS))
-        record.node_identity = node_id
+        record.components, record.fleet_digest = self._fleet_digest(tuple(digests[n] for n in COMPONENTS))
+        record.identity = node_id
         artifact = components.get("artifact") or {}
         record.digest = _intern((artifact.get("observed") or {}).get("digest"))
         record.declared_digest = _intern((artifact.get("declared") or {}).get("digest"))
@@ -201,12 +205,12 @@ class _Reader:
         digests = identity.get("components")
         if isinstance(digests, dict) and digests:
             key = tuple([d if type(d) is str else str(d or "") for d in map(digests.get, COMPONENTS)])
-            if key not in self._identities:
+            if key not in self._digests:
                 labels = identity.get("labels") or {}
                 for name, digest in zip(COMPONENTS, key, strict=True):
                     self.labels.setdefault((name, digest), str(labels.get(name) or ""))
-            record.components, record.identity = self._fleet_id(key)
-            record.node_identity = identity.get("id")
+            record.components, record.fleet_digest = self._fleet_digest(key)
+            record.identity = _intern(identity.get("id")) if isinstance(identity.get("id"), str) else None
         artifact = facts.get("artifact") or {}
         record.digest = _intern(artifact.get("blake3"))
         record.declared_digest = _intern(artifact.get("declared"))
@@ -367,13 +371,14 @@ class FleetOptions:
 
 @dataclass
 class FleetReport:
-    """The fleet answer. ``records`` are the hosts, in the order read (duplicates keyed ``host#2``)."""
+    """The fleet answer. ``records`` are the hosts, in the order read (duplicates keyed ``host#2``); the
+    agreement is over fleet digests (``modal_fleet_digest``), never called an execsys identity."""
 
     records: list[HostRecord]
     labels: dict[tuple[str, str], str]
     expected_digest: str | None
     expected_source: str | None
-    modal_identity: str | None = None
+    modal_fleet_digest: str | None = None
     identity_k: int = 0
     identity_n: int = 0
     digest_k: int = 0
@@ -382,6 +387,7 @@ class FleetReport:
     hazard_ids: list[str] = field(default_factory=list)  # worst first
     prom_path: str | None = None
     cancelled: bool = False
+    reports: int = 0  # reports read: more than the hosts where a doctor and a pin report of one host met
     _modal_digest: str | None = None  # the expected digest when neither the lock nor the reports declare one
     _counts: dict[str, dict[str, int]] | None = field(default=None, repr=False)
 
@@ -392,18 +398,18 @@ class FleetReport:
     def outliers(self) -> Iterator[dict[str, Any]]:
         modal = self._modal_components()
         for r in self.records:
-            if r.identity is None or r.identity == self.modal_identity:
+            if r.fleet_digest is None or r.fleet_digest == self.modal_fleet_digest:
                 continue
             changes = []
             for name, mine, theirs in zip(COMPONENTS, r.components or (), modal or (), strict=False):
                 if mine != theirs:
                     changes.append({"component": name, "modal": self.labels.get((name, theirs), ""),
                                     "this": self.labels.get((name, mine), "")})
-            yield {"host": r.key, "report": r.report, "identity": r.identity,
+            yield {"host": r.key, "report": r.report, "fleet_digest": r.fleet_digest, "identity": r.identity,
                    "components": [c["component"] for c in changes], "changes": changes}
 
     def _modal_components(self) -> tuple[str, ...] | None:
-        return next((r.components for r in self.records if r.identity == self.modal_identity), None)
+        return next((r.components for r in self.records if r.fleet_digest == self.modal_fleet_digest), None)
 
     def defects(self) -> Iterator[dict[str, Any]]:
         for r in self.records:
@@ -454,7 +460,9 @@ class FleetReport:
         return {
             "schema": SCHEMA,
             "hosts": self.hosts,
-            "identity_agreement": {"k": self.identity_k, "n": self.identity_n, "modal": self.modal_identity,
+            "reports": self.reports,
+            "identity_agreement": {"k": self.identity_k, "n": self.identity_n,
+                                   "fleet_digest": self.modal_fleet_digest,
                                    "ratio": _ratio(self.identity_k, self.identity_n)},
             "outliers": list(self.outliers()),
             "digest_match": self.digest_match(),
@@ -521,7 +529,7 @@ def _ledger_records(options: FleetOptions, reader: _Reader) -> Iterator[HostReco
                 for rec in reader.records(row.body, f"record {row.id}", row.id):
                     merged = newest.get(rec.host) or HostRecord(rec.host, row.id)
                     if kind == "identity":
-                        merged.identity, merged.node_identity = rec.identity, rec.node_identity
+                        merged.fleet_digest, merged.identity = rec.fleet_digest, rec.identity
                         merged.components, merged.digest = rec.components, rec.digest
                         merged.declared_digest = rec.declared_digest
                     else:
@@ -529,6 +537,25 @@ def _ledger_records(options: FleetOptions, reader: _Reader) -> Iterator[HostReco
                     merged.report = row.id if merged.report == row.id else f"{merged.report}+{row.id}"
                     newest[rec.host] = merged
     yield from newest.values()
+
+
+def _kind(record: HostRecord) -> str | None:
+    """"doctor" for a record of hazards alone, "pin" for one of an identity or digest alone, else None
+    (both already, as execsys_facts have, or neither: an unreadable report)."""
+    doctor = record.hazards is not None
+    pinned = record.fleet_digest is not None or record.digest is not None
+    return "doctor" if doctor and not pinned else "pin" if pinned and not doctor else None
+
+
+def _complete(record: HostRecord, other: HostRecord) -> None:
+    """``record`` with the other kind of report of its host (``other``) folded in."""
+    if other.hazards is not None:
+        record.hazards = other.hazards
+    else:
+        record.fleet_digest, record.identity, record.components = other.fleet_digest, other.identity, other.components
+        record.digest, record.declared_digest = other.digest, other.declared_digest
+    record.problem = record.problem or other.problem
+    record.report = f"{record.report}+{other.report}"
 
 
 def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
@@ -540,16 +567,42 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
     records: list[HostRecord] = []
     seen: Counter[str] = Counter()
     keys: set[str] = set()  # every key given: one series per key, so node_exporter never sees a duplicate
-    identities: Counter[str] = Counter()
+    identities: Counter[str] = Counter()  # fleet digest -> hosts
     digests: Counter[str] = Counter()
     hazard_rank: dict[str, tuple[int, ...]] = {}
+    waiting: dict[str, HostRecord] = {}  # host -> its record of one kind (doctor, pin), open for the other
     cancelled = False
+    read = 0
+
+    def count(record: HostRecord) -> None:
+        if record.fleet_digest is not None:
+            identities[record.fleet_digest] = identities.get(record.fleet_digest, 0) + 1
+        if record.digest is not None:
+            digests[record.digest] = digests.get(record.digest, 0) + 1
+        if record.hazards:
+            for hazard in record.hazards:
+                if hazard not in hazard_rank:
+                    hazard_rank[hazard] = ()
+
     for record in source:
         if cancel.is_set():
             cancelled = True
             break
-        records.append(record)
+        read += 1
         host = record.host
+        kind = _kind(record)
+        partner = waiting.get(host) if kind is not None else None
+        if partner is not None and _kind(partner) not in (None, kind):
+            # the doctor and the pin report of one host: one host, not a duplicate
+            _complete(partner, record)
+            del waiting[host]
+            count(record)
+            if on_event is not None:
+                emit(on_event, ReportRead(read, host, record.report))
+            continue
+        if kind is not None and host not in waiting:
+            waiting[host] = record
+        records.append(record)
         times = seen[host] = seen.get(host, 0) + 1
         key = host if times == 1 else f"{host}#{times}"
         while key in keys:  # hosts a, a and a#2: the second a is a#2, so the host a#2 is keyed a#2#2
@@ -557,24 +610,18 @@ def run_fleet(options: FleetOptions, on_event: OnEvent | None = None,
             key = f"{host}#{times}"
         keys.add(key)
         record.key = key
-        if record.identity is not None:
-            identities[record.identity] = identities.get(record.identity, 0) + 1
-        if record.digest is not None:
-            digests[record.digest] = digests.get(record.digest, 0) + 1
-        if record.hazards:
-            for hazard in record.hazards:
-                if hazard not in hazard_rank:
-                    hazard_rank[hazard] = ()
+        count(record)
         if on_event is not None:  # 10,000 events nobody listens to cost a tenth of the run
-            emit(on_event, ReportRead(len(records), record.host, record.report))
+            emit(on_event, ReportRead(read, record.host, record.report))
     if not records and not cancelled:
         raise InputError("no host reports found" + (f" in the ledger since {options.ledger_since}"
                                                     if options.ledger_since else ""))
     modal = min(identities.items(), key=lambda kv: (-kv[1], kv[0]))[0] if identities else None
     report = FleetReport(records, reader.labels, options.expected_digest, options.expected_source,
-                         modal_identity=modal, identity_k=identities.get(modal, 0) if modal else 0,
+                         modal_fleet_digest=modal, identity_k=identities.get(modal, 0) if modal else 0,
                          identity_n=sum(identities.values()),
-                         duplicates={h: n for h, n in seen.items() if n > 1}, cancelled=cancelled)
+                         duplicates={h: n for h, n in seen.items() if n > 1}, cancelled=cancelled,
+                         reports=read)
     if not options.expected_digest and digests:
         report._modal_digest = min(digests.items(), key=lambda kv: (-kv[1], kv[0]))[0]
     report.digest_n = sum(1 for r in records if r.digest is not None and report._expected_for(r) is not None)
@@ -614,12 +661,14 @@ def prometheus_lines(report: FleetReport) -> Iterable[str]:
             if label is None:
                 label = hazard_labels[hazard] = _label(hazard)
             yield f'execsys_doctor_hazard_status{{host="{host}",hazard="{label}"}} {PROM_STATUS.get(status, 3)}'
-    yield "# HELP execsys_identity_info The fleet identity each host reports (value always 1)"
+    yield ("# HELP execsys_identity_info The fleet digest each host reports, and its execsys identity id "
+           "where the report has one (value always 1)")
     yield "# TYPE execsys_identity_info gauge"
     for r in report.records:
-        if r.identity is not None:
-            yield f'execsys_identity_info{{host="{_label(r.key)}",identity="{_label(r.identity)}"}} 1'
-    yield "# HELP execsys_fleet_identity_agreement Share of hosts with the modal fleet identity (k/n)"
+        if r.fleet_digest is not None:
+            named = f',identity="{_label(r.identity)}"' if r.identity else ""
+            yield f'execsys_identity_info{{host="{_label(r.key)}",fleet_digest="{_label(r.fleet_digest)}"{named}}} 1'
+    yield "# HELP execsys_fleet_identity_agreement Share of hosts with the modal fleet digest (k/n)"
     yield "# TYPE execsys_fleet_identity_agreement gauge"
     yield f"execsys_fleet_identity_agreement {_prom_ratio(report.identity_k, report.identity_n)}"
     yield "# HELP execsys_fleet_digest_match_ratio Share of hosts whose artifact digest is the expected one"
@@ -666,7 +715,7 @@ def host_facts(config: str | None = None, path: str | None = None, env_from: str
         facts["error"] = f"cannot pin: {exc}"
         return scrub(facts)
     digests = component_digests(identity.components)
-    facts["identity"] = {"id": identity.id, "fleet_id": fleet_identity(digests), "components": digests,
+    facts["identity"] = {"id": identity.id, "fleet_digest": fleet_digest(digests), "components": digests,
                          "labels": {n: component_label(n, identity.components[n]) for n in COMPONENTS}}
     artifact = identity.components["artifact"]
     facts["artifact"] = {"path": artifact["observed"].get("path") or artifact["declared"].get("path"),

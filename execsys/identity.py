@@ -425,25 +425,28 @@ def _check_cancel(cancel: Cancel | None) -> None:
 
 def _observe_all(declared: dict[str, dict[str, Any]], base: Path, *, on_event: OnEvent | None,
                  cancel: Cancel | None, require_endpoint: bool, exclude: list[Path] | None,
-                 reasons: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+                 reasons: dict[str, str] | None, live: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The observed half of every component. With ``reasons`` (verify), what cannot be observed is
-    recorded there instead of raised."""
+    recorded there instead of raised. ``live`` receives what was observed outside the id: where the
+    declared ``[environment] variables`` were read (``variables_checked``: the serving process's pid)."""
     from execsys.observe.passmemo import observation_pass
 
     with observation_pass():
         return _observe_all_in_pass(declared, base, on_event=on_event, cancel=cancel,
-                                    require_endpoint=require_endpoint, exclude=exclude, reasons=reasons)
+                                    require_endpoint=require_endpoint, exclude=exclude, reasons=reasons,
+                                    live=live)
 
 
 def _observe_all_in_pass(declared: dict[str, dict[str, Any]], base: Path, *, on_event: OnEvent | None,
                          cancel: Cancel | None, require_endpoint: bool, exclude: list[Path] | None,
-                         reasons: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+                         reasons: dict[str, str] | None, live: dict[str, Any] | None = None
+                         ) -> dict[str, dict[str, Any]]:
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
     from execsys.observe.artifact import observe_artifact
     from execsys.observe.context_policy import observe_applied_template
-    from execsys.observe.environment import observe_environment
+    from execsys.observe.environment import observe_environment, variables_source
     from execsys.observe.hardware import observe_hardware
     from execsys.observe.harness import observe_harness
     from execsys.observe.served import DigestCache, check_served
@@ -475,7 +478,14 @@ def _observe_all_in_pass(declared: dict[str, dict[str, Any]], base: Path, *, on_
         return pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
     def environment_after(harness: Any) -> dict[str, Any]:
-        return observe_environment(declared["environment"], harness_shells=_harness_shells(harness.result()))
+        source = None
+        if declared["environment"].get("variables"):
+            # [environment] variables are the serving process's environment wherever one is found
+            source = variables_source(declared["runtime"])
+            if live is not None:
+                live["variables_checked"] = {"where": source.where, "pid": source.pid}
+        return observe_environment(declared["environment"], harness_shells=_harness_shells(harness.result()),
+                                   source=source)
 
     def grader_tools_workflow_after(harness: Any) -> dict[str, dict[str, Any]]:
         part = {"harness": harness.result()}
@@ -572,7 +582,8 @@ def _observe_grader_tools_workflow(declared: dict[str, dict[str, Any]], base: Pa
 
 def observe_components(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
                        require_endpoint: bool = True, exclude: list[Path] | None = None,
-                       base_dir: Path | None = None) -> dict[str, dict[str, Any]]:
+                       base_dir: Path | None = None, live: dict[str, Any] | None = None
+                       ) -> dict[str, dict[str, Any]]:
     """Declared and observed facts for all twelve components (redacted, JSON-ready).
 
     Raises InputError for what makes the identity unusable: a declared artifact that is
@@ -584,7 +595,7 @@ def observe_components(decl: Declaration, *, on_event: OnEvent | None = None, ca
     _refuse_untrusted_programs(decl, base)
     declared = {name: decl.component(name) for name in COMPONENTS}
     observed = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
-                            exclude=exclude, reasons=None)
+                            exclude=exclude, reasons=None, live=live)
     return _normalise({name: {"declared": sanitize_declared(name, declared[name]), "observed": observed[name]}
                        for name in COMPONENTS})
 
@@ -617,7 +628,7 @@ def observe_observer() -> dict[str, Any]:
     return _normalise(_observe())
 
 
-def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str]:
+def _notes(decl: Declaration, components: dict[str, dict[str, Any]], variables_where: str | None = None) -> list[str]:
     notes = list(decl.warnings)
     artifact = components["artifact"]["observed"]
     if artifact.get("quantization_matches_declared") is False:
@@ -625,7 +636,10 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]]) -> list[str
                      f"say {artifact.get('quantization')!r} ({artifact.get('quantization_source')})")
     missing = components["environment"]["observed"].get("variables_not_holding") or []
     if missing:
-        notes.append(f"declared environment variables that do not hold here: {', '.join(missing)}")
+        from execsys.observe.environment import OWN_ENVIRONMENT
+
+        notes.append(f"declared [environment] variables that do not hold: {', '.join(missing)} "
+                     f"({variables_where or OWN_ENVIRONMENT})")
     for command in components["harness"]["observed"].get("commands") or []:
         if command.get("note"):
             notes.append(f"harness command {command.get('command')!r}: {command['note']}")
@@ -666,12 +680,17 @@ def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | 
     """Observe the declared system and return its identity (not yet written anywhere)."""
     from execsys.clock import now_iso
 
+    checked: dict[str, Any] = {}
     components = observe_components(decl, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
-                                    exclude=exclude)
+                                    exclude=exclude, live=checked)
     live = _live_facts(components["runtime"]["observed"], decl.component("runtime"))
+    if checked.get("variables_checked"):
+        live["environment"] = {"variables_checked": checked["variables_checked"]}
     declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(_base_dir(decl))}
+    where = (checked.get("variables_checked") or {}).get("where")
     return Identity(id=content_id(components), recorded_at=now_iso(), components=components,
-                    declaration=declaration, notes=_normalise(_notes(decl, components) + _served_notes(components, live)),
+                    declaration=declaration, notes=_normalise(_notes(decl, components, where) +
+                                                              _served_notes(components, live)),
                     observer=observe_observer(), live=_normalise(live))
 
 
@@ -1039,8 +1058,9 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
         exclude = [Path(identity.source)]
     declared = {name: identity.declared(name) for name in COMPONENTS}
     reasons: dict[str, str] = {}
+    checked: dict[str, Any] = {}
     fresh = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=False,
-                         exclude=exclude, reasons=reasons)
+                         exclude=exclude, reasons=reasons, live=checked)
     fresh["runtime"].pop("engine_live", None)
     served = _served_defect(fresh["runtime"])
 
@@ -1065,7 +1085,7 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
         elif name == "runtime" and served is not None:
             checks[name] = ComponentCheck("changed", changes, served)
         elif changes:
-            checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name]))
+            checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name], checked))
         else:
             checks[name] = ComponentCheck("same")
         emit(on_event, ComponentChecked(name, checks[name].status, len(checks[name].changes), checks[name].reason))
@@ -1102,9 +1122,20 @@ def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
     return str(served["sentence"]) if served.get("verdict") == ANOTHER else None
 
 
-def _change_summary(component: str, changes: list[dict[str, Any]], observed: dict[str, Any]) -> str | None:
+def _change_summary(component: str, changes: list[dict[str, Any]], observed: dict[str, Any],
+                    live: dict[str, Any] | None = None) -> str | None:
     """What moved, in words, for the components whose field paths say little alone
-    (``grader: changed (judge model A → B)``, ``tools: changed (tool search: description)``)."""
+    (``grader: changed (judge model A → B)``, ``tools: changed (tool search: description)``,
+    ``environment: changed ([environment] variables A: checked in pid 7, the serving process)``)."""
+    if component == "environment":
+        moved = sorted({str(c["field"]).split(".")[2] for c in changes
+                        if str(c["field"]).startswith("observed.variables.") and str(c["field"]).count(".") >= 2})
+        if moved:
+            from execsys.observe.environment import OWN_ENVIRONMENT
+
+            where = ((live or {}).get("variables_checked") or {}).get("where") or OWN_ENVIRONMENT
+            return f"[environment] variables {', '.join(moved)}: {where}"
+        return None
     if component == "grader":
         from execsys.observe.grader import change_summary
 

@@ -270,11 +270,68 @@ def _final_records(ledger: Ledger) -> list[Record]:
     return [newest.get(r.parent, r) if r.parent is not None else r for r in records]
 
 
+def _target_key(body: dict[str, Any]) -> tuple[str | None, tuple[str, ...], str | None]:
+    """What a probe record sent its cases to: the endpoints, or the harness command (``body["target"]``)."""
+    raw = body.get("target")
+    target: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    endpoints = tuple(str(e) for e in target.get("endpoints") or [] if e)
+    command = str(target["command"]) if target.get("command") else None
+    kind = target.get("kind") if isinstance(target.get("kind"), str) else None
+    return kind or ("command" if command else "endpoint" if endpoints else None), endpoints, command
+
+
+def _describe_target(key: tuple[str | None, tuple[str, ...], str | None]) -> str:
+    kind, endpoints, command = key
+    if command:
+        return f"the harness command `{command}`"
+    if endpoints:
+        return f"endpoint{'s' if len(endpoints) != 1 else ''} {', '.join(endpoints)}"
+    return f"an unrecorded {kind}" if kind else "an unrecorded target"
+
+
+def _describe_cases(body: dict[str, Any]) -> str:
+    digest = body.get("cases_digest")
+    if not isinstance(digest, str) or not digest:
+        return "an unrecorded case set"
+    name = Path(str(body["cases_file"])).name if body.get("cases_file") else ""
+    return f"{name} (cases digest {digest[:12]})" if name else f"cases digest {digest[:12]}"
+
+
+def _newest_measurement(axis: str, records: list[Record]) -> tuple[list[Record], list[dict[str, str]]]:
+    """The records of one axis that measure one thing, and the others as ``excluded`` entries.
+
+    Agreement pooled over two probe targets (an endpoint and a harness command) or two case sets is
+    a figure of neither: only the records probing what the newest one probed (the newest that
+    compared a case, when there is one) count; the rest are listed with what they probed instead."""
+    def key(record: Record) -> tuple[Any, ...]:
+        return _target_key(record.body), record.body.get("cases_digest") or None
+
+    figures = [r for r in records if (_probe_figures(r.body) or (0, 0))[1] > 0]
+    newest = (figures or records)[-1]
+    wanted = key(newest)
+    kept = [r for r in records if key(r) == wanted]
+    apart: list[dict[str, str]] = []
+    for record in records:
+        if key(record) == wanted:
+            continue
+        differs = []
+        if _target_key(record.body) != wanted[0]:
+            differs.append(f"another target: {_describe_target(_target_key(record.body))}, "
+                           f"not {_describe_target(wanted[0])}")
+        if (record.body.get("cases_digest") or None) != wanted[1]:
+            differs.append(f"another case set: {_describe_cases(record.body)}, not {_describe_cases(newest.body)}")
+        apart.append({"record": record.id, "reason": f"probed {'; and '.join(differs)}: not pooled with "
+                      f"{newest.id}, the newest {axis} probe"})
+    return kept, apart
+
+
 def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) -> ScopeReport:
     """The comparability licence for ``identity_id`` from the ``probe`` records in ``ledger``.
 
-    Several probes of one axis under the same identity are pooled (m and n summed): an axis is
-    licensed only if every pair ever measured agreed."""
+    Several probes of one axis under the same identity are pooled (m and n summed) when they probed
+    the same target with the same cases: an axis is licensed only if every pair ever measured agreed.
+    Records of the axis that probed another target or case set than its newest are not pooled with it
+    (``excluded``, with what they probed)."""
     from execsys.stats import wilson
 
     per_axis: dict[str, list[Record]] = {}
@@ -282,7 +339,9 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
     excluded: list[dict[str, str]] = []
     another: list[dict[str, str]] = []
     unverified_why: dict[str, str] = {}
-    for record in _final_records(ledger):
+    unverified_by_record: dict[str, str] = {}
+    final = _final_records(ledger)
+    for record in final:
         body = record.body
         axis = body.get("axis")
         if axis not in AXES or _probe_figures(body) is None:
@@ -318,13 +377,26 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
                                  "reason": f"{axis} probe: {seen}: it licenses nothing across {_AXIS_NOUN[axis]}"})
                 continue
             if verdict != "observed":
-                unverified_why.setdefault(axis, str(evidence.get("sentence") or f"{record.id} was recorded before "
-                                          f"execsys confirmed that {_AXIS_NOUN[axis]} happened (execsys.probe/1)"))
+                unverified_by_record[record.id] = str(
+                    evidence.get("sentence") or f"{record.id} was recorded before execsys confirmed that "
+                    f"{_AXIS_NOUN[axis]} happened (execsys.probe/1)")
         per_axis.setdefault(axis, []).append(record)
-        if host is None:
-            scope = body.get("scope")
-            if isinstance(scope, dict) and isinstance(scope.get("host"), str):
-                host = scope["host"]
+
+    not_pooled: list[dict[str, str]] = []
+    for axis, records in per_axis.items():
+        per_axis[axis], apart = _newest_measurement(str(axis), records)
+        not_pooled += apart
+    counted = {r.id for records in per_axis.values() for r in records}
+    for record in final:  # ledger order: the first counted record naming a host or an unverified event speaks
+        if record.id not in counted:
+            continue
+        axis = record.body.get("axis")
+        if record.id in unverified_by_record:
+            unverified_why.setdefault(str(axis), unverified_by_record[record.id])
+        scope = record.body.get("scope")
+        if host is None and isinstance(scope, dict) and isinstance(scope.get("host"), str):
+            host = scope["host"]
+    excluded += not_pooled
 
     measured: dict[str, AxisMeasure] = {}
     for axis in AXES:
@@ -356,13 +428,17 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         statement += f" Grader: {grader['sentence']}."
     if excluded:
         changes = [e for e in excluded if "saw the engine change" in e["reason"]]
-        missing = len(excluded) - len(changes)
+        missing = len(excluded) - len(changes) - len(not_pooled)
         if changes:
             statement += (f" {len(changes)} probe record{'s' if len(changes) != 1 else ''} of this identity measured "
                           "an engine change rather than its axis and did not count.")
         if missing:
             statement += (f" {missing} probe record{'s' if missing != 1 else ''} of this identity saw no sign of the "
                           "restart or redeploy it measures and did not count.")
+    if not_pooled:
+        statement += (f" {len(not_pooled)} probe record{'s' if len(not_pooled) != 1 else ''} of this identity probed "
+                      "another target or case set than the newest of its axis and "
+                      f"{'were' if len(not_pooled) != 1 else 'was'} not pooled with it.")
     if another:
         statement += (f" {len(another)} probe record{'s' if len(another) != 1 else ''} taken under this lock measured "
                       "another system (the engine answering was not the pinned one) and did not count.")
@@ -462,7 +538,7 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
         lines += ["### Pinned components", "", "| component | pinned as |", "|---|---|"]
         for name in COMPONENTS:
             value = components.get(name)
-            lines.append(f"| {name} | {_md_cell(_summarise_component(value))} |")
+            lines.append(f"| {name} | {_md_cell(_summarise_component(value, name))} |")
         lines.append("")
     lines += ["### Boundaries measured", "", "| axis | agreement | m/n | 95% CI | verdict | record |",
               "|---|---|---|---|---|---|"]
@@ -492,19 +568,72 @@ def contract_markdown(report: ScopeReport, identity: IdentityRef | Any | None = 
     return "\n".join(lines) + "\n"
 
 
-def _summarise_component(value: Any) -> str:
+# A component's cell in the contract's table: long enough for an endpoint, a full digest and a command.
+_CELL_LIMIT = 240
+
+
+def _summarise_component(value: Any, name: str = "", *, limit: int | None = _CELL_LIMIT) -> str:
+    """One cell of the contract's "Pinned components" table: the component's flat fields (declared,
+    then observed over them). The runtime names what serves: engine and version, endpoint, served model
+    and digest, before the rest (its restart command). A cell too long ends at a word with "…"."""
     if value in (None, {}, []):
         return "(not declared)"
+    runtime: list[str] = []
     if isinstance(value, dict) and ("declared" in value or "observed" in value):
-        merged = {**(value.get("declared") or {}), **(value.get("observed") or {})}
+        declared = value.get("declared") or {}
+        observed = value.get("observed") or {}
+        if name == "runtime":
+            runtime = _runtime_facts(declared, observed)
+        merged = {**declared, **observed}
         if not merged:
             return "(not declared)"
         value = merged
     if isinstance(value, dict):
-        items = [f"{k}={v}" for k, v in value.items() if not isinstance(v, (dict, list)) and v not in (None, "")]
-        text = ", ".join(items) or json.dumps(value, sort_keys=True)[:120]
-        return text[:160]
-    return str(value)[:160]
+        said = {"engine", "endpoint"} if runtime else set()
+        items = runtime + [f"{k}={v}" for k, v in value.items()
+                           if k not in said and not isinstance(v, (dict, list)) and v not in (None, "")]
+        text = ", ".join(items) or json.dumps(value, sort_keys=True)
+    else:
+        text = str(value)
+    return _shorten(" ".join(text.split()), limit)
+
+
+def _runtime_facts(declared: dict[str, Any], observed: dict[str, Any]) -> list[str]:
+    """What serves, as pinned: the engine and its version, the endpoint, the models it served and the
+    digest of the artifact it loaded (observed over declared)."""
+    facts: list[str] = []
+    engine = observed.get("engine")
+    name = (engine.get("name") if isinstance(engine, dict) else None) or declared.get("engine")
+    if isinstance(name, str) and name:
+        version = engine.get("version") if isinstance(engine, dict) else None
+        facts.append(f"engine={name}" + (f" {version}" if isinstance(version, str) and version else ""))
+    endpoint = observed.get("endpoint")
+    url = (endpoint.get("url") if isinstance(endpoint, dict) else None) or declared.get("endpoint")
+    if isinstance(url, str) and url:
+        facts.append(f"endpoint={url}")
+    models = endpoint.get("models") if isinstance(endpoint, dict) else None
+    if isinstance(models, list) and models:
+        facts.append(f"served model{'s' if len(models) != 1 else ''}={' '.join(str(m) for m in models)}")
+    served = observed.get("served")
+    if isinstance(served, dict):
+        if served.get("digest"):
+            facts.append(f"served digest={served['digest']}" + (f" ({served['verdict']})" if served.get("verdict")
+                                                                 else ""))
+        elif served.get("verdict"):
+            facts.append(f"served={served['verdict']}")
+    return facts
+
+
+def _shorten(text: str, limit: int | None) -> str:
+    """``text`` whole when it fits; else up to its last whole word that fits, and "…". A first word
+    longer than the limit is kept whole: a word is never cut."""
+    if limit is None or len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    if cut <= 0:
+        space = text.find(" ")
+        return text if space < 0 else text[:space].rstrip(",;:") + " …"
+    return text[:cut].rstrip(",;:") + " …"
 
 
 def merge_contract(existing: str, section: str) -> str:

@@ -827,3 +827,28 @@ def test_clock_skew_verdict_from_a_planted_kernel_state_and_clocksource(
     assert f"adjtimex: state {state}, maxerror 16000.0 ms, esterror 1.5 ms, offset 0.250 ms" in result.evidence
     assert f"clocksource: {current} (available: {available})" in result.evidence
     assert [f.id for f in result.findings] == ([finding] if finding else [])
+
+
+def test_unread_env_config_without_a_serving_process_checks_execsys_own_environment_and_says_so(monkeypatch):
+    from execsys.doctor.hazards.unread_env_config import OWN_ENVIRONMENT
+
+    from execsys.observe import environment
+
+    assert OWN_ENVIRONMENT == environment.OWN_ENVIRONMENT == (
+        "checked in execsys's own environment (no serving process found)")
+    monkeypatch.setenv("EXECSYS_TEST_HOLDS", "1")
+    monkeypatch.setenv("EXECSYS_TEST_DIFFERS", "other")
+    monkeypatch.delenv("EXECSYS_TEST_MISSING", raising=False)
+    port = _free_port()  # nothing listens there: no serving process is found
+    declared = {"EXECSYS_TEST_HOLDS": "1", "EXECSYS_TEST_DIFFERS": "wanted", "EXECSYS_TEST_MISSING": "x"}
+    result = run_hazard("unread-env-config", DoctorOptions(endpoint_port=port, declared_env=declared))
+    assert result.status == "warn"
+    assert result.summary == ("EXECSYS_TEST_DIFFERS: declared 'wanted', has 'other' (checked in execsys's own "
+                              "environment (no serving process found)); EXECSYS_TEST_MISSING: declared, missing "
+                              "(checked in execsys's own environment (no serving process found))")
+    assert f"nothing (visible) listens on the declared endpoint port {port}" in result.evidence
+    assert ("3 declared variable(s) from [environment] variables; 1 match (checked in execsys's own environment "
+            "(no serving process found))") in result.evidence
+    holds = run_hazard("unread-env-config", DoctorOptions(declared_env={"EXECSYS_TEST_HOLDS": "1"}))
+    assert (holds.status, holds.summary) == ("ok", "the declared [environment] variables hold (checked in "
+                                                   "execsys's own environment (no serving process found))")

@@ -71,6 +71,10 @@ def test_agreement_outliers_defects_and_hazards_exact(tmp_path, cli):
     assert outliers["gpu-6"]["changes"][0] == {"component": "runtime", "modal": "vllm 0.11.0", "this": "vllm 0.11.1"}
     assert outliers["gpu-7"]["components"] == ["artifact"]
     assert outliers["gpu-6"]["report"].endswith("pin-gpu-6.json")
+    # the host is named by its execsys identity id; the sha256 it was compared by is the fleet digest
+    assert outliers["gpu-6"]["identity"] == "node-gpu-6" and outliers["gpu-6"]["fleet_digest"].startswith("sha256:")
+    assert body["identity_agreement"]["fleet_digest"].startswith("sha256:") and "modal" not in body["identity_agreement"]
+    assert body["schema"] == "execsys.fleet/2"
     match = body["digest_match"]
     assert (match["k"], match["n"]) == (6, 7)
     assert match["expected"] == DIGEST_A and match["expected_source"] == "the fleet's modal digest"
@@ -79,9 +83,9 @@ def test_agreement_outliers_defects_and_hazards_exact(tmp_path, cli):
     assert list(body["hazards"])[0] == "clock-skew"  # the worst first
     assert body["hazard_counts"]["clock-skew"]["fail"] == 1
     human = cli("fleet", *files)
-    assert "gpu-6: runtime (vllm 0.11.0 -> vllm 0.11.1)" in human.stdout
+    assert "gpu-6 (identity node-gpu-6): runtime (vllm 0.11.0 -> vllm 0.11.1)" in human.stdout  # its pinned id
     assert "DEFECT   gpu-7" in human.stdout and "6/7 = 0.857" in human.stdout
-    assert "5/7 share the modal fleet identity" in human.stdout
+    assert "5/7 share the modal fleet digest sha256:" in human.stdout
 
 
 def test_an_agreeing_fleet_exits_0(tmp_path, cli):
@@ -157,7 +161,8 @@ def test_prometheus_textfile_parses_with_the_four_metrics(tmp_path, cli):
     assert set(families) == {"execsys_doctor_hazard_status", "execsys_identity_info",
                              "execsys_fleet_identity_agreement", "execsys_fleet_digest_match_ratio"}
     status = {(s.labels["host"], s.labels["hazard"]): s.value for s in families["execsys_doctor_hazard_status"].samples}
-    assert status[("gpu-1#2", "port-collisions")] == 2 and status[("gpu-1#2", "clock-skew")] == 0
+    # the doctor report of gpu-1 and its pin report are one host, not a duplicate
+    assert status[("gpu-1", "port-collisions")] == 2 and status[("gpu-1", "clock-skew")] == 0
     identities = {s.labels["host"]: s.labels["identity"] for s in families["execsys_identity_info"].samples}
     assert set(identities) == {"gpu-1", "gpu-2"} and identities["gpu-1"] != identities["gpu-2"]
     assert families["execsys_fleet_identity_agreement"].samples[0].value == 0.5
@@ -245,3 +250,40 @@ def test_the_pinned_lock_is_the_expected_digest(tmp_path, cli):
     assert (match["k"], match["n"]) == (2, 3) and match["expected"] == pinned
     assert match["expected_source"].startswith("the lock")
     assert [d["host"] for d in match["defects"]] == ["gpu-3"]
+
+
+def test_a_doctor_and_a_pin_report_of_one_host_are_one_host_named_by_its_identity(tmp_path, cli):
+    """The real `execsys pin` and `execsys doctor` of this machine: two kinds of report of one host, not
+    duplicates; the host is named by the identity id pin shows, the sha256 it is compared by is the
+    fleet digest. A second doctor report of the host is a duplicate."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    (tmp_path / "model.bin").write_bytes(b"weights\n" * 4096)
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n')
+    pinned = cli("pin", "--json", cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr
+    lock = pinned.json()
+    host = lock["components"]["hardware"]["observed"]["hostname"]
+    pin = write(tmp_path, "pin.json", lock)
+    checked = cli("doctor", "--only", "clock-skew", "--json", cwd=tmp_path)
+    assert checked.returncode in (0, 1), checked.stderr
+    doctor = write(tmp_path, "doctor.json", checked.json())
+    status = checked.json()["hazards"][0]["status"]
+    prom = tmp_path / "fleet.prom"
+    result = cli("fleet", doctor, pin, "--json", "--prom", str(prom))
+    body = result.json()
+    assert (body["hosts"], body["reports"], body["duplicates"], body["problems"]) == (1, 2, [], [])
+    assert body["hazards"]["clock-skew"] == {host: status}
+    agreement = body["identity_agreement"]
+    assert (agreement["k"], agreement["n"], agreement["ratio"]) == (1, 1, 1.0)
+    assert agreement["fleet_digest"].startswith("sha256:") and lock["id"] not in agreement["fleet_digest"]
+    [info] = {f.name: f for f in text_string_to_metric_families(prom.read_text())}["execsys_identity_info"].samples
+    assert info.labels == {"host": host, "identity": lock["id"], "fleet_digest": agreement["fleet_digest"]}
+    human = cli("fleet", doctor, pin).stdout
+    assert f"identity   1/1 share the modal fleet digest {agreement['fleet_digest'][:19]} (the pinned " in human
+    assert human.startswith("1 host from 2 host reports\n")
+    assert "fleet identity" not in human and "duplicate" not in human
+    again = write(tmp_path, "doctor-again.json", checked.json())
+    twice = cli("fleet", doctor, pin, again, "--json").json()
+    assert twice["hosts"] == 2 and twice["duplicates"] == [{"host": host, "reports": 2}]
+    assert twice["hazards"]["clock-skew"] == {host: status, f"{host}#2": status}

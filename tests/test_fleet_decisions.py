@@ -77,11 +77,11 @@ def test_modal_identity(tmp_path, identities, k, n, modal) -> None:
     agreement = report.to_json()["identity_agreement"]
     assert (agreement["k"], agreement["n"]) == (k, n)
     assert agreement["ratio"] == round(k / n, 6)
-    fleet_id = {r.node_identity: r.identity for r in report.records if r.identity}
-    if modal is None:  # a tie: the smallest fleet identity among the tied ones, so every run names the same
+    fleet_id = {r.identity: r.fleet_digest for r in report.records if r.fleet_digest}
+    if modal is None:  # a tie: the smallest fleet digest among the tied ones, so every run names the same
         tied = [ident for ident in set(identities) if ident and identities.count(ident) == k]
         modal = min(tied, key=lambda ident: fleet_id[f"node-{ident}"])
-    assert agreement["modal"] == fleet_id[f"node-{modal}"]
+    assert agreement["fleet_digest"] == fleet_id[f"node-{modal}"]
     outliers = {o["host"] for o in report.to_json()["outliers"]}
     assert outliers == {f"h{i}" for i, ident in enumerate(identities) if ident not in (None, modal)}
 
@@ -240,8 +240,9 @@ def test_prometheus_label_values_come_back_exactly(tmp_path, name) -> None:
     [status] = families["execsys_doctor_hazard_status"].samples
     assert status.labels == {"host": name, "hazard": f"haz{name}"}
     [info] = families["execsys_identity_info"].samples
-    assert info.labels["host"] == f"{name}#2"  # the identity report names the same host: the second one
-    assert info.labels["identity"] == report.records[1].identity
+    # the pin report names the same host as the doctor report: one host, its two kinds of report
+    assert info.labels == {"host": name, "fleet_digest": report.records[0].fleet_digest, "identity": "n"}
+    assert [r.key for r in report.records] == [name] and report.duplicates == {}
 
 
 @pytest.mark.parametrize(("digests", "ratio"), [

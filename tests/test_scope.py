@@ -241,6 +241,57 @@ def test_real_probe_then_scope(cli, lock, tmp_path, llama_server) -> None:
     assert ("session" in data["unstable"]) == (record["m"] != record["n"])
 
 
+
+def test_probes_of_two_case_sets_are_not_pooled(cli, lock, tmp_path, llama_server) -> None:
+    """Two session probes against the real llama.cpp server with different cases: scope counts the
+    newest, and lists the other as not pooled, naming its cases."""
+    path, _ident = lock
+    records = []
+    for name, count in (("first.jsonl", 3), ("second.jsonl", 4)):
+        cases = tmp_path / name
+        cases.write_text("".join(json.dumps({"id": f"{name}-{i}", "prompt": f"Item {i}:", "max_tokens": 4}) + "\n"
+                                 for i in range(count)))
+        probe = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases),
+                    "--lock", str(path), "--json")
+        assert probe.returncode in (0, 1), probe.stderr
+        records.append(probe.json())
+    first, second = records
+    data = cli("scope", "--lock", str(path), "--json").json()
+    session = data["measured"]["session"]
+    assert (session["records"], session["n"]) == ([second["id"]], second["n"])
+    assert [e["record"] for e in data["excluded"]] == [first["id"]]
+    assert data["excluded"][0]["reason"] == (
+        f"probed another case set: first.jsonl (cases digest {first['cases_digest'][:12]}), not second.jsonl "
+        f"(cases digest {second['cases_digest'][:12]}): not pooled with {second['id']}, the newest session probe")
+    human = cli("scope", "--lock", str(path))
+    assert f"not counted  {first['id']}: probed another case set: first.jsonl" in human.stdout
+
+
+def test_the_contract_names_what_serves_from_a_real_pin(cli, tmp_path, llama_server) -> None:
+    """`execsys pin` against the real llama.cpp server, then `scope --contract`: the runtime row names the
+    engine and its version, the endpoint, the served model and digest -- not the restart command alone --
+    and no cell is cut inside a word."""
+    restart = ("sh -c 'kill $(cat server.pid) && python -m llama_cpp.server --model "
+               f"{llama_server.model_path} --model_alias tiny --n_ctx 256 --port 8000 --host 127.0.0.1'")
+    (tmp_path / "execsys.toml").write_text(
+        f'[artifact]\npath = "{llama_server.model_path}"\n[runtime]\nengine = "llama-cpp-python"\n'
+        f'endpoint = "{llama_server.base_url}"\nrestart = "{restart}"\n')
+    pinned = cli("pin", "--json", cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr
+    runtime = pinned.json()["components"]["runtime"]["observed"]
+    contract = tmp_path / "contract.md"
+    assert cli("scope", "--contract", str(contract), cwd=tmp_path).returncode == 0
+    rows = {line.split(" | ")[0][2:]: line.split(" | ", 1)[1][:-2] for line in contract.read_text().splitlines()
+            if line.startswith("| ") and " | " in line}
+    facts = (f"engine=llama-cpp-python {runtime['engine']['version']}, endpoint={llama_server.base_url}, "
+             f"served model={llama_server.alias}, served digest={runtime['served']['digest']} (the pinned artifact), "
+             "restart=")
+    assert rows["runtime"].startswith(facts)
+    assert rows["runtime"].endswith(" …") and len(rows["runtime"]) <= 242
+    assert (facts + restart).startswith(rows["runtime"][:-2] + " ")  # the restart command ends at a whole word
+    for name in ("artifact", "hardware"):  # every other cell whole, or ended at a whole word
+        assert not rows[name].endswith("…") or rows[name][-2] == " ", rows[name]
+
 def test_a_probe_that_saw_the_engine_change_does_not_measure_the_axis(ledger_path, lock) -> None:
     _path, ident = lock
     with Ledger.open(ledger_path) as ledger:

@@ -367,8 +367,8 @@ def test_the_whole_contract_section_of_a_pinned_identity(tmp_path: Path) -> None
         "| runtime | engine=vllm, version=0.10.0, python=3.11 |",  # the observed version over the declared
         "| hardware | host=a\\|b |",
         '| harness | {"argv": ["lm_eval", "--tasks", "x"], "zeta": {"a": 1}} |',
-        "| context_policy | template=" + "t" * 151 + " |",
-        '| retrieval | {"indexes": ["' + "i" * 106 + " |",
+        "| context_policy | template=" + "t" * 200 + " |",  # one word longer than a cell: whole, never cut
+        '| retrieval | {"indexes": ["' + "i" * 150 + '"]} |',
         "| tools | notes=line1 line2 |",
         "| workflow | (not declared) |",
         "| budget | (not declared) |",
@@ -398,8 +398,9 @@ def test_the_whole_contract_section_of_a_pinned_identity(tmp_path: Path) -> None
         "Probe records under other identities (1) were not counted.",
     ]) + "\n"
     # components known only as observed, or as a bare value, are summarised as well
-    table = contract_markdown(report, IdentityRef(ident, {"model": {"observed": {"name": "m"}}, "grader": "judge " * 40}))
-    assert "\n| model | name=m |\n" in table and f"\n| grader | {('judge ' * 40)[:160]} |\n" in table
+    table = contract_markdown(report, IdentityRef(ident, {"model": {"observed": {"name": "m"}}, "grader": "judge " * 50}))
+    # too long for a cell: it ends at the last whole word that fits (240 characters), and says so
+    assert "\n| model | name=m |\n" in table and f"\n| grader | {' '.join(['judge'] * 40)} … |\n" in table
     assert "### Pinned components" not in contract_markdown(report, "an identity without components")
 
 
@@ -582,3 +583,75 @@ def test_a_restart_that_could_not_be_confirmed_is_licensed_unverified(ledger: Le
     wider = compute_scope(ledger, ID)
     assert wider.licence == "hosts" and wider.unverified == ["restart"]
     assert "Licensed unverified (the event could not be confirmed from here): restart." in wider.statement
+
+
+def targeted(ledger: Ledger, axis: str, m: int, n: int, target: dict, digest: str, cases_file: str) -> str:
+    """A probe record (as :func:`probe` writes it) that says what it probed and with which cases."""
+    body = {"schema": "execsys.probe/2", "axis": axis, "identity": ID, "n": n, "m": m, "scope": {},
+            "target": {**target, "models": [None], "observed": {}}, "cases_digest": digest,
+            "cases_file": cases_file, "system_check": {"verdict": "unverified", "lock": ID}}
+    if axis in ("restart", "redeploy"):
+        body["evidence"] = {"event": axis, "verdict": "observed", "sentence": f"{axis} observed"}
+    return ledger.append("probe", body, identity=ID)
+
+
+def test_records_of_another_target_or_case_set_are_not_pooled_with_the_newest(ledger: Ledger) -> None:
+    endpoint = {"kind": "endpoint", "endpoints": ["http://127.0.0.1:8000/v1"], "command": None}
+    harness = {"kind": "command", "endpoints": [], "command": "lm_eval --model local-completions"}
+    cases, other_cases = "a" * 64, "b" * 64
+    by_harness = targeted(ledger, "session", 3, 10, harness, cases, "/p/cases.jsonl")
+    elsewhere = targeted(ledger, "session", 5, 5, endpoint, other_cases, "/p/other.jsonl")
+    first = targeted(ledger, "session", 4, 4, endpoint, cases, "/p/cases.jsonl")
+    newest = targeted(ledger, "session", 6, 6, endpoint, cases, "/q/cases.jsonl")  # the same cases, moved
+    restart_both = targeted(ledger, "restart", 1, 2, harness, other_cases, "/p/other.jsonl")
+    restart = targeted(ledger, "restart", 3, 3, endpoint, cases, "/p/cases.jsonl")
+    report = compute_scope(ledger, ID)
+    session = report.measured["session"]
+    assert (session.m, session.n, session.records, session.record) == (10, 10, [first, newest], newest)
+    assert report.measured["restart"].records == [restart]
+    assert report.licensed == ["session", "restart"] and report.unstable == [] and report.licence == "restart"
+    assert report.excluded == [
+        {"record": by_harness, "reason": "probed another target: the harness command `lm_eval --model "
+         f"local-completions`, not endpoint http://127.0.0.1:8000/v1: not pooled with {newest}, the newest "
+         "session probe"},
+        {"record": elsewhere, "reason": "probed another case set: other.jsonl (cases digest bbbbbbbbbbbb), not "
+         f"cases.jsonl (cases digest aaaaaaaaaaaa): not pooled with {newest}, the newest session probe"},
+        {"record": restart_both, "reason": "probed another target: the harness command `lm_eval --model "
+         "local-completions`, not endpoint http://127.0.0.1:8000/v1; and another case set: other.jsonl (cases "
+         f"digest bbbbbbbbbbbb), not cases.jsonl (cases digest aaaaaaaaaaaa): not pooled with {restart}, the "
+         "newest restart probe"},
+    ]
+    assert report.statement.endswith(
+        " 3 probe records of this identity probed another target or case set than the newest of its axis and "
+        "were not pooled with it.")
+    assert "saw no sign" not in report.statement
+    assert report.to_json()["excluded"] == report.excluded
+
+
+def test_a_newest_probe_that_compared_nothing_does_not_displace_the_measurement(ledger: Ledger) -> None:
+    endpoint = {"kind": "endpoint", "endpoints": ["http://h:1/v1"], "command": None}
+    measured = targeted(ledger, "session", 4, 4, endpoint, "a" * 64, "cases.jsonl")
+    errored = targeted(ledger, "session", 0, 0, endpoint, "b" * 64, "other.jsonl")  # every case errored
+    report = compute_scope(ledger, ID)
+    assert report.measured["session"].records == [measured] and report.licensed == ["session"]
+    assert [e["record"] for e in report.excluded] == [errored]
+    assert report.statement.endswith(" 1 probe record of this identity probed another target or case set than "
+                                     "the newest of its axis and was not pooled with it.")
+
+
+def test_the_runtime_row_names_what_serves_before_how_it_restarts(ledger: Ledger) -> None:
+    report = compute_scope(ledger, ID)
+    observed = {"engine": {"name": "llama.cpp", "version": "b4500"},
+                "endpoint": {"url": "http://gpu1:8080/v1", "models": ["tiny", "tiny-2"]},
+                "served": {"digest": None, "verdict": "unverifiable"}, "process": {"pid": 7}}
+    declared = {"engine": "llama.cpp", "endpoint": "http://gpu1:8080/v1", "restart": "systemctl restart llama",
+                "api_key_env": ""}
+    text = contract_markdown(report, IdentityRef(ID, {"runtime": {"declared": declared, "observed": observed}}))
+    assert ("\n| runtime | engine=llama.cpp b4500, endpoint=http://gpu1:8080/v1, served models=tiny tiny-2, "
+            "served=unverifiable, restart=systemctl restart llama |\n") in text
+    only_declared = contract_markdown(report, IdentityRef(ID, {"runtime": {"declared": declared, "observed": {}}}))
+    assert "\n| runtime | engine=llama.cpp, endpoint=http://gpu1:8080/v1, restart=systemctl restart llama |\n" in (
+        only_declared)
+    long = {"restart": "x" * 230 + " --flag value"}
+    assert "\n| runtime | restart=" + "x" * 230 + " … |\n" in contract_markdown(
+        report, IdentityRef(ID, {"runtime": {"declared": long, "observed": {}}}))

@@ -269,6 +269,41 @@ async def test_removing_a_host_updates_the_summary(project: Path) -> None:
         assert "Remove host" not in await painted_footer_keys(pilot)
 
 
+
+async def test_a_host_removed_while_it_is_checked_stays_removed(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Removed mid-run (this machine's check still running), the host's report is not taken for this
+    machine's when the run ends, a re-run does not bring it back, nor does the declaration read again."""
+    bin_dir = project / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "sleepy"
+    tool.write_text('#!/bin/sh\nsleep 3\necho "sleepy 1.0"\n')  # this machine's check outlasts the removal
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (project / "execsys.toml").write_text('[doctor]\ncommands = ["sleepy"]\ntimeout = 20\n')
+    remote = "ssh://nobody@127.0.0.1:1"  # refuses at once: its report is an unreachable host's
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        await pilot.press("a")
+        await pilot.pause()
+        await pilot.press(*remote)
+        await pilot.press("enter")
+        await while_running(pilot, lambda: app.doctor.running and app.doctor.hosts == ["local", remote])
+        screen.query_one("#hazards", DataTable).move_cursor(row=0, column=2)
+        await pilot.press("x")
+        await pilot.pause()
+        assert app.doctor.running and app.doctor.hosts == ["local"]
+        await settle(pilot, lambda: app.doctor.finished_once and not app.doctor.running)
+        assert app.doctor.hosts == ["local"] and set(app.doctor.results) == {"local"}
+        assert app.doctor.host_errors == {}  # the unreachable host's error is not this machine's
+        assert all(host == "local" for host, _ in app.doctor.failing())
+        await pilot.press("R")
+        await settle(pilot, lambda: not app.doctor.running)
+        screen.post_message(screen.DeclaredHosts([remote]))  # the declaration read again, naming it
+        await pilot.pause()
+        assert app.doctor.hosts == ["local"]
+        assert remote not in text_of(screen.query_one("#doctor-status", Static))
+
 async def test_override_leaves_the_footer_once_given(project: Path) -> None:
     app = ExecsysApp(autostart=False)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -55,6 +55,9 @@ class DoctorState:
     hazard_ids: list[str] = field(default_factory=list)
 
     host_errors: dict[str, str] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)
+    """Remote hosts the operator removed: they stay removed (a run still checking them, the declaration
+    read again) until added back by hand."""
     cancelled: set[tuple[str, str]] = field(default_factory=set)
     """(host, hazard id) checks that Esc stopped before they finished: not evidence either way."""
     last_run_cancelled: bool = False

@@ -35,6 +35,9 @@ FIX = ("Restart the serving process from the declared environment (for systemd: 
 START_TIME_SLACK_S = 1.0
 _MODEL_FLAGS = ("--model", "-m", "--model-path", "--model-dir", "--model_path", "--model-id", "--served-model-path")
 _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".onnx", ".ggml")
+# [environment] variables mean the serving process's environment; without one found, only execsys's own can be
+# read. The same words as pin's (execsys.observe.environment.OWN_ENVIRONMENT): this module ships alone to hosts.
+OWN_ENVIRONMENT = "checked in execsys's own environment (no serving process found)"
 
 
 def parse_env_file(path: str) -> dict[str, str]:
@@ -166,6 +169,8 @@ def check(ctx) -> HazardResult:
         return HazardResult(ID, "skip", "no declared environment (--env-file, [environment] variables) or artifact",
                             evidence, "")
     if proc is None:
+        if opts.declared_env:
+            return _in_own_environment(ctx, opts.declared_env, evidence)
         why = notes[-1] if notes else "no serving process given (--pid, --process, [runtime] process or endpoint)"
         return HazardResult(ID, "skip", why, evidence, "")
     evidence.append(f"pid {proc.pid} argv: {shlex.join(redact_argv(proc.cmdline))[:400]}")
@@ -213,6 +218,24 @@ def check(ctx) -> HazardResult:
 
     return fold(ID, findings, ok=f"pid {proc.pid} runs with the declared environment", fix=FIX, evidence=evidence,
                 accept=ctx.accept, summary=summary)
+
+
+def _in_own_environment(ctx, variables: dict[str, str], evidence: list[str]) -> HazardResult:
+    """``[environment] variables`` with no serving process to read: checked where execsys runs (a
+    harness reaching a remote endpoint or a provider's API runs there too), and said so in every line."""
+    findings: list[Finding] = []
+    for name, value in sorted(variables.items()):
+        got = os.environ.get(name)
+        if got is None:
+            findings.append(Finding("warn", f"{name}: declared, missing ({OWN_ENVIRONMENT})", f"{ID}/variable-missing"))
+        elif got != value:
+            findings.append(Finding("warn", f"{name}: declared {_show(name, value)}, has {_show(name, got)} "
+                                    f"({OWN_ENVIRONMENT})", f"{ID}/variable-differs"))
+    evidence.append(f"{len(variables)} declared variable(s) from [environment] variables; "
+                    f"{len(variables) - len(findings)} match ({OWN_ENVIRONMENT})")
+    return fold(ID, findings, ok=f"the declared [environment] variables hold ({OWN_ENVIRONMENT})", fix=FIX,
+                evidence=evidence, accept=ctx.accept,
+                summary=lambda top: "; ".join(f.text for f in top[:3]) + (" ..." if len(top) > 3 else ""))
 
 
 def _ago(ts: float) -> str:

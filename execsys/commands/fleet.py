@@ -13,16 +13,18 @@ Read host reports -- an Ansible fact cache or `ansible ... --tree` output of con
 execsys_facts module, the ledger's records from many hosts, or doctor / node-check / pin JSON
 files -- and answer for the fleet:
 
-  identity agreement   k/n hosts share the modal fleet identity (the pinned components minus
-                       what names one machine: hostname, machine id, GPU UUIDs); each outlier
-                       with the components that differ from the mode
+  identity agreement   k/n hosts share the modal fleet digest (a sha256 of the pinned components
+                       minus what names one machine: hostname, machine id, GPU UUIDs; not the
+                       execsys identity id, which each outlier is named by where its report has it);
+                       each outlier with the components that differ from the mode
   digest match rate    hosts whose artifact digest equals the expected one (the lock's, else the
                        declared, else the fleet's modal digest); every mismatch is an integrity defect
   hazard matrix        hazard x host, the worst hazard first, with counts
 
-Every report counts once: two reports naming the same host both count, and the second is
-flagged (keyed host#2). --prom writes node_exporter textfile metrics atomically:
-execsys_doctor_hazard_status{host,hazard}, execsys_identity_info{host,identity},
+A doctor report and a pin report of one host are one host; two reports of one kind naming the
+same host both count, and the second is flagged (keyed host#2). --prom writes node_exporter
+textfile metrics atomically: execsys_doctor_hazard_status{host,hazard},
+execsys_identity_info{host,fleet_digest,identity},
 execsys_fleet_identity_agreement, execsys_fleet_digest_match_ratio.
 
 examples:
@@ -93,16 +95,21 @@ def render(report) -> None:
     def line(text: str) -> None:
         out.write(shown(text) + "\n")  # one line each: a newline inside a host name cannot forge another
 
-    line(f"{report.hosts} host reports")
+    if report.reports > report.hosts:  # a doctor and a pin report of one host are one host
+        line(f"{report.hosts} host{'s' if report.hosts != 1 else ''} from {report.reports} host reports")
+    else:
+        line(f"{report.hosts} host reports")
     k, n = report.identity_k, report.identity_n
     if n:
-        line(f"identity   {k}/{n} share the modal fleet identity {short(report.modal_identity, 19)}")
+        line(f"identity   {k}/{n} share the modal fleet digest {short(report.modal_fleet_digest, 19)} (the "
+             "pinned components less each machine's own facts; not an execsys identity id)")
     else:
         line("identity   no report carries an identity (pin JSON or execsys_facts)")
     outliers = list(report.outliers())
     for outlier in outliers[:LIST_LIMIT]:
         changes = ", ".join(f"{c['component']} ({c['modal'] or '?'} -> {c['this'] or '?'})" for c in outlier["changes"])
-        line(f"  outlier  {outlier['host']}: {changes or 'no component differs'}")
+        named = f" (identity {short(outlier['identity'], 12)})" if outlier["identity"] else ""
+        line(f"  outlier  {outlier['host']}{named}: {changes or 'no component differs'}")
     if len(outliers) > LIST_LIMIT:
         line(f"  ... and {len(outliers) - LIST_LIMIT} more outliers (--json lists them all)")
     body = report.digest_match()

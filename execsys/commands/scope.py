@@ -120,6 +120,9 @@ def _render(scope) -> None:
     for ignored in scope.another_system:
         out.print(f"  [{console.STYLES['skip']}]{console.symbol('skip')}[/] ignored      {escape(ignored['axis'])} "
                   f"[dim]{escape(ignored['record'])}[/]: {escape(ignored['reason'])}")
+    for left_out in scope.excluded:
+        out.print(f"  [{console.STYLES['skip']}]{console.symbol('skip')}[/] not counted  "
+                  f"[dim]{escape(left_out['record'])}[/]: {escape(left_out['reason'])}")
 
 
 def _render_audit(report) -> None:

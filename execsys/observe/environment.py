@@ -5,7 +5,9 @@ install pins it. So this module keeps two records:
 
 - :func:`observe_environment` (in the id): what the harness gets whoever launches it -- the
   container, the machine's configured locale and timezone, the declared ``[environment]
-  variables`` (redacted when the name looks secret, so only their presence is compared) and the
+  variables`` as the serving process has them (:func:`variables_source`: execsys's own environment,
+  said so, only where no serving process is found; redacted when the name looks secret, so only
+  their presence is compared) and the
   shells a declared harness command runs through (or that ``[environment] shell`` declares).
 - :func:`observe_observer` (outside the id, the lock's ``observer``): execsys's own version and
   interpreter, the invoking shell, terminal, working directory, user, the process's locale and
@@ -21,6 +23,8 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,15 +147,50 @@ def observe_shell(program: str, because: str) -> dict[str, Any]:
     return record
 
 
-def observe_environment(declared: dict[str, Any], *, harness_shells: list[tuple[str, str]] | None = None
-                        ) -> dict[str, Any]:
+# [environment] variables mean the serving process's environment; without one, execsys can look only here
+OWN_ENVIRONMENT = "checked in execsys's own environment (no serving process found)"
+
+
+@dataclass(frozen=True)
+class VariablesSource:
+    """Where the declared ``[environment] variables`` are read: the serving process's environment
+    (``pid``) wherever one is declared or found, else execsys's own; ``where`` says which, in words."""
+
+    environ: Mapping[str, str]
+    where: str
+    pid: int | None = None
+
+
+def variables_source(declared_runtime: dict[str, Any] | None) -> VariablesSource:
+    """The serving process of ``[runtime]`` (the listener on its endpoint's port, or its ``process``)
+    and its environment; execsys's own environment, said so, when there is none here or it is unreadable."""
+    import psutil
+
+    from execsys.observe.runtime import REMOTE_PROCESS_NOTE, find_serving_process
+
+    runtime = declared_runtime or {}
+    proc = find_serving_process(runtime.get("endpoint"), runtime.get("process"))
+    if proc is None or proc == REMOTE_PROCESS_NOTE:
+        return VariablesSource(os.environ, OWN_ENVIRONMENT)
+    try:
+        return VariablesSource(proc.environ(), f"checked in pid {proc.pid}, the serving process", proc.pid)
+    except psutil.Error:
+        return VariablesSource(os.environ, f"checked in execsys's own environment (the environment of pid "
+                                           f"{proc.pid}, the serving process, is not readable from this user)")
+
+
+def observe_environment(declared: dict[str, Any], *, harness_shells: list[tuple[str, str]] | None = None,
+                        source: VariablesSource | None = None) -> dict[str, Any]:
     """The environment the harness runs in. ``harness_shells``: (shell, why) for each declared harness
-    command that runs through a shell (see :func:`execsys.observe.harness.observe_commands`)."""
+    command that runs through a shell (see :func:`execsys.observe.harness.observe_commands`). The
+    declared variables are read from ``source`` (:func:`variables_source`; execsys's own environment
+    without one)."""
     variables = declared.get("variables") or {}
+    environ = source.environ if source is not None else os.environ
     observed_vars: dict[str, Any] = {}
     not_holding: list[str] = []
     for name, expected in sorted(variables.items()):
-        actual = os.environ.get(name)
+        actual = environ.get(name)
         if actual is None:
             observed_vars[name] = None
         elif is_secret_name(name):

@@ -267,17 +267,20 @@ def _fingerprint(client: Any, api: str, models: list[str], timeout: float) -> st
 # -- the serving process ----------------------------------------------------------------------------
 
 
-def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[str, Any] | None:
-    """The process listening on the endpoint's port (or named ``name_hint``): name, exe, flags, numerics env."""
+REMOTE_PROCESS_NOTE = "endpoint is on another host: its serving process is not observable from here"
+
+
+def find_serving_process(endpoint: str | None, name_hint: str | None = None) -> Any:
+    """The local ``psutil.Process`` listening on the endpoint's port (or named ``name_hint``), None when
+    there is none here, or :data:`REMOTE_PROCESS_NOTE` for an endpoint on another host."""
     import psutil
 
-    from execsys.observe.harness import process_interpreter
     from execsys.observe.listener import is_local_host, listening_pid
 
     proc = None
     if endpoint:
         if not is_local_host(urlsplit(endpoint).hostname):
-            return {"note": "endpoint is on another host: its serving process is not observable from here"}
+            return REMOTE_PROCESS_NOTE
         pid = listening_pid(endpoint)
         with contextlib.suppress(psutil.Error, OSError):
             proc = psutil.Process(pid) if pid is not None else None
@@ -287,6 +290,18 @@ def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[
             if candidate.info.get("name") == name_hint or (name_hint in cmdline and candidate.pid != os.getpid()):
                 proc = candidate
                 break
+    return proc
+
+
+def serving_process(endpoint: str | None, name_hint: str | None = None) -> dict[str, Any] | None:
+    """The process listening on the endpoint's port (or named ``name_hint``): name, exe, flags, numerics env."""
+    import psutil
+
+    from execsys.observe.harness import process_interpreter
+
+    proc = find_serving_process(endpoint, name_hint)
+    if proc == REMOTE_PROCESS_NOTE:
+        return {"note": REMOTE_PROCESS_NOTE}
     if proc is None:
         return None
     info: dict[str, Any] = {}

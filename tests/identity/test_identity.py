@@ -146,7 +146,15 @@ def test_pin_records_twelve_components_declared_and_observed(cli, project: Path,
     if not hardware["gpus"]:
         assert hardware["gpu_note"]
     env = lock["components"]["environment"]["observed"]
-    assert env["variables"] == {"OMP_NUM_THREADS": "4"} and env["variables_not_holding"] == []
+    # [environment] variables are read from the serving process: here the loopback engine in this test run
+    # (its environment as it started: /proc), not the pinning shell's OMP_NUM_THREADS=4
+    import psutil
+
+    served = psutil.Process().environ().get("OMP_NUM_THREADS")
+    assert env["variables"] == {"OMP_NUM_THREADS": served}
+    assert env["variables_not_holding"] == ([] if served == "4" else ["OMP_NUM_THREADS"])
+    assert lock["live"]["environment"] == {"variables_checked": {
+        "where": f"checked in pid {os.getpid()}, the serving process", "pid": os.getpid()}}
     # execsys's interpreter and the operator's shell are the observer's, never the id's
     assert "python" not in env and "shell" not in env and "shells" not in env
     observer = lock["observer"]
@@ -243,7 +251,9 @@ def test_diff_isolates_one_component_or_says_descriptive_only(cli, project: Path
         one.json()["changes"]["runtime"]
 
     (project / "eval.py").write_text("print('changed harness')\n")
-    c = cli("pin", "--json", "--out", "c.lock.json", env=dict(ENV, OMP_NUM_THREADS="8"), cwd=project).json()
+    declared = (project / "execsys.toml").read_text()
+    (project / "execsys.toml").write_text(declared.replace('OMP_NUM_THREADS = "4"', 'OMP_NUM_THREADS = "8"'))
+    c = cli("pin", "--json", "--out", "c.lock.json", env=ENV, cwd=project).json()
     # ledger ids and identity-id prefixes work as well as lock files
     many = cli("diff", a["id"][:10], "c.lock.json", "--json", cwd=project).json()
     assert many["moved"] == ["runtime", "harness", "environment"]

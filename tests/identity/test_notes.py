@@ -47,7 +47,8 @@ def test_pin_notes_every_declared_fact_this_machine_contradicts(tmp_path: Path) 
     expected = [
         f"{tmp_path / 'execsys.toml'}:4: unknown key 'artifact.bogus' (ignored)",
         "declared quantization 'awq' but the files say 'none (bfloat16)' (config.json (no quantization_config))",
-        "declared environment variables that do not hold here: EXECSYS_TEST_NEVER_SET, EXECSYS_TEST_NEVER_SET_2",
+        "declared [environment] variables that do not hold: EXECSYS_TEST_NEVER_SET, EXECSYS_TEST_NEVER_SET_2 "
+        "(checked in execsys's own environment (no serving process found))",
         "harness command 'no-such-program-xyz --run': not found (on PATH, or relative to the declaration)",
         "the chat template the engine applies (tokenizer_config.json chat_template) is not the declared "
         "[context_policy] template: a flip no decoding margin explains may be this",

@@ -106,7 +106,7 @@ class DoctorScreen(StepScreen):
     @on(DeclaredHosts)
     def declared_hosts(self, message: DeclaredHosts) -> None:
         self._set_untrusted(message.untrusted)
-        added = [host for host in message.hosts if host not in self.state.hosts]
+        added = [host for host in message.hosts if host not in self.state.hosts and host not in self.state.removed]
         if added:
             self.state.hosts.extend(added)
             self._build_table()
@@ -164,6 +164,8 @@ class DoctorScreen(StepScreen):
     @on(HazardChecked)
     def hazard_checked(self, message: HazardChecked) -> None:
         self._pending.discard((message.host, message.result.id))
+        if message.host not in self.state.hosts:
+            return  # a host removed while the run still checked it
         if self._was_cancelled(message.run, message.result):
             self.state.cancelled.add((message.host, message.result.id))
         else:
@@ -182,6 +184,8 @@ class DoctorScreen(StepScreen):
         # The report is authoritative: it also carries hosts that could not be inspected at all. A stopped
         # run's abandoned checks say nothing about the system: the earlier results stay, marked cancelled.
         for host_report in getattr(message.report, "hosts", []):
+            if host_report.name in self.state.removed:
+                continue  # removed while the run checked it: its report is not this machine's
             name = host_report.name if host_report.name in self.state.hosts else LOCAL
             if not cancelled:
                 if host_report.error:
@@ -365,6 +369,7 @@ class DoctorScreen(StepScreen):
         def added(host: str | None) -> None:
             if not host or host in self.state.hosts:
                 return
+            self.state.removed.discard(host)  # added back by hand
             self.state.hosts.append(host)
             self.app.doctor_changed()
             self._start(self._remote_hosts(), None)
@@ -403,6 +408,8 @@ class DoctorScreen(StepScreen):
             return
         host = selected[0]
         self.state.hosts.remove(host)
+        self.state.removed.add(host)
+        self._pending = {(h, hazard) for h, hazard in self._pending if h != host}
         self.state.results.pop(host, None)
         self.state.host_errors.pop(host, None)
         self.app.doctor_changed()
