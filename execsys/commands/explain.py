@@ -1,0 +1,88 @@
+"""``execsys explain A B``: why the score changed, from the evidence the ledger holds. Wiring and
+rendering only; the engine is :mod:`execsys.explain`."""
+
+from __future__ import annotations
+
+import argparse
+
+from execsys.cli import add_json, positive_float
+from execsys.errors import ExitCode
+
+HELP = "explain a score change: what moved, the flips, the measured noise floor, one verdict"
+DESCRIPTION = """\
+A and B are two results compare accepts (result files, lm-eval results, Inspect logs, run ids,
+plan-run-...:ARM, probe-...:PASS). explain puts together what execsys already holds about them:
+
+  what moved    the components that differ between the two identities (or "no identity recorded")
+  flips         right->wrong and wrong->right over the cases paired by id, exact McNemar p, the
+                paired difference B - A with its 95% interval
+  noise floor   for each axis separating A from B (session, restart, hosts, concurrency) the agreement
+                scope measured for both identities, and the flips it alone predicts (95% interval);
+                an axis never probed, or licensed unverified, is unmeasured, never assumed quiet
+  margins       where both are probe passes with logprobs: which flips are near-ties
+  verdict       within-measured-noise | attributable (one component moved, flips beyond noise) |
+                not-attributable (several moved: the paired plans that separate them) |
+                unmeasured (the noise floor is unknown: the probe that would measure it)
+
+examples:
+  execsys explain out/before/results.json out/after/results.json
+  execsys explain run-20261201T100000-1a2b run-20261202T100000-3c4d --json
+  execsys explain probe-20261201T100000-ab12cd34:0 probe-20261201T100000-ab12cd34:1
+
+exit codes: 0 within measured noise, 1 any other verdict (the difference is real, or cannot be told
+apart from noise yet), 2 unreadable results or a bad argument
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", help="result A (file, run id, RECORD:ARM or RECORD:PASS)")
+    parser.add_argument("b", help="result B")
+    parser.add_argument("--tie-margin", type=positive_float, metavar="NATS",
+                        help="a flip whose first-divergence margin is at most this is a near-tie (default 0.1)")
+    add_json(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from execsys import console
+    from execsys.explain import ExplainOptions, run_explain
+
+    options = ExplainOptions.from_sources(None, None, a=args.a, b=args.b, tie_margin=args.tie_margin)
+    report = run_explain(options)
+    if args.json:
+        console.print_json(report.to_json())
+    else:
+        _render(report)
+    return ExitCode.OK if report.exit_code == 0 else ExitCode.FINDING
+
+
+def _render(report) -> None:
+    from rich.markup import escape
+
+    from execsys import console
+
+    out = console.out()
+    moved = (", ".join(report.moved) or "nothing") if report.moved is not None else f"unknown ({report.moved_reason})"
+    out.print(f"moved: {escape(moved)}")
+    flips = report.flips
+    line = f"flips: {flips['flips']} of {flips['n']} paired cases"
+    if flips["scored"]:
+        line += f" ({flips['right_to_wrong']} right\u2192wrong, {flips['wrong_to_right']} wrong\u2192right)"
+    out.print(escape(line))
+    for axis in report.axes:
+        entry = report.noise[axis]
+        if entry["status"] == "measured":
+            low, high = entry["interval"]
+            out.print(escape(f"noise, {axis}: agreement {entry['agreement']:.2f} ({entry['m']}/{entry['n']}) "
+                             f"predicts {entry['expected_flips']:.1f} flips ({low}\u2013{high})"))
+        else:
+            out.print(escape(f"noise, {axis}: {entry['status']}"))
+    if report.margins:
+        margins = report.margins
+        out.print(escape(f"margins: {margins['near_ties']} near-tie, {margins['decisive']} decisive, "
+                         f"{margins['unknown']} without logprobs"))
+    status = "ok" if report.verdict == "within-measured-noise" else "warn"
+    out.print(f"[{console.STYLES[status]}]{report.verdict}[/]: {escape(report.sentence)}")
+    if report.proposal and report.proposal.get("kind") == "plan":
+        for plan in report.proposal["plans"]:
+            cases = f" (about {plan['cases']} cases)" if plan.get("cases") else ""
+            out.print(escape(f"  varies {plan['varies']}: {plan['command']}{cases}"))

@@ -1,0 +1,468 @@
+"""Why did the score change? Two results, the evidence execsys holds about them, and one verdict.
+
+"Same command, different score" is answered from what is already recorded, nothing re-run:
+
+1. **what moved**: the components that differ between the two identities (:func:`execsys.compare.moved_between`,
+   the ``diff`` rule), or why that cannot be said ("no identity recorded for A": the rest is descriptive);
+2. **the flips**: the per-case outcomes paired by case id: right->wrong, wrong->right, the exact McNemar p
+   and the paired difference B - A with its 95% interval (the plan's arithmetic, :mod:`execsys.stats`);
+3. **the noise floor**: for each axis that separates A from B (two passes of one probe: that probe's axis;
+   one session or one paired run: session; different sessions: restart; other host: hosts; other load:
+   concurrency), the agreement :func:`execsys.scope.compute_scope` measured for both identities, and how
+   many flips that agreement alone predicts over the paired cases (:func:`noise_floor`). An axis never
+   probed, or licensed only "unverified", is unmeasured: never assumed quiet;
+4. **the margins**: where both results are passes of probe records that kept logprobs, the margin at each
+   flip's first divergent token (:func:`execsys.probes.margin.margin_at`): near-tie or decisive;
+5. **the verdict**: ``within-measured-noise`` | ``attributable`` (exactly one component moved and the flips
+   exceed the noise interval) | ``not-attributable`` (beyond noise, but several components moved, or none
+   that the identities record: with the smallest paired plans that separate them) | ``unmeasured`` (the
+   noise floor is unknown: with the one probe that would measure it).
+
+The noise arithmetic. An axis measured at agreement m/N predicts a disagreement rate d = 1 - m/N per case,
+so over n paired cases ``expected_flips = n * d``. Its binomial interval (the 2.5% and 97.5% quantiles
+of Binomial(n, d)) treats d as exact; the interval the verdict uses also carries the rate's own
+uncertainty -- agreement 20/20 is not a disagreement rate of zero, only one below about 0.1 -- as the
+predictive count: d ~ Beta(N - m + 1/2, m + 1/2) (Jeffreys), flips ~ BetaBinomial(n, d). Several axes
+crossed at once compound (a case agrees only if it agrees across each): d = 1 - prod(agreement). Where the two identities differ, each axis takes
+the lower of their two agreements: the noisier system sets the floor. The flips exceed the noise when
+there are more of them than the interval's upper end.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from execsys.errors import InputError, UsageError
+from execsys.ledger import Ledger
+from execsys.operation import Event, OnEvent, emit
+
+if TYPE_CHECKING:
+    from execsys.compare import Result
+    from execsys.declaration import Declaration
+    from execsys.identity import Identity
+    from execsys.scope import ScopeReport
+
+SCHEMA = "execsys.explain/1"
+
+WITHIN = "within-measured-noise"
+ATTRIBUTABLE = "attributable"
+NOT_ATTRIBUTABLE = "not-attributable"
+UNMEASURED = "unmeasured"
+VERDICTS = (WITHIN, ATTRIBUTABLE, NOT_ATTRIBUTABLE, UNMEASURED)
+
+MEASURED = "measured"
+UNVERIFIED = "unverified"  # licensed, but the restart/redeploy could not be confirmed: counts as unmeasured
+NOT_PROBED = "unmeasured"
+
+
+# ------------------------------------------------------------------ the arithmetic
+@dataclass(frozen=True)
+class NoiseFloor:
+    """Flips the measured agreement alone predicts over ``cases`` paired cases, with 95% intervals."""
+
+    agreement: float
+    cases: int
+    expected_flips: float
+    interval: tuple[int, int]  # the predictive interval: the count's spread and the rate's uncertainty
+    binomial_interval: tuple[int, int]  # the count's spread alone, as if the agreement were exact
+
+    def exceeded_by(self, flips: int) -> bool:
+        return flips > self.interval[1]
+
+
+def noise_floor(measures: list[tuple[int, int]], cases: int) -> NoiseFloor:
+    """The noise floor of ``cases`` paired cases under the axes measured as ``(m, N)`` agreements.
+
+    ``d = 1 - prod(m/N)``, expected ``cases * d``. ``binomial_interval``: the 2.5% and 97.5% quantiles
+    of Binomial(cases, d). ``interval`` (what the verdict uses): the same quantiles of the count the
+    measurement predicts, each agreement's rate taken as uncertain -- Jeffreys posterior
+    Beta(m + 1/2, N - m + 1/2) -- so the disagreement rate is Beta-distributed (exactly, for one axis;
+    matched in mean and variance for a product of several) and the count BetaBinomial."""
+    from execsys.stats import beta_binomial_quantile, binomial_quantile
+
+    if not measures or any(n <= 0 or not 0 <= m <= n for m, n in measures):
+        raise ValueError("each measure is m agreeing of N > 0")
+    agreement = math.prod(m / n for m, n in measures)
+    d = 1 - agreement
+    # moments of the product of the agreements (independent Beta posteriors), then of d = 1 - product
+    mean = math.prod((m + 0.5) / (n + 1) for m, n in measures)
+    second = math.prod((m + 0.5) * (m + 1.5) / ((n + 1) * (n + 2)) for m, n in measures)
+    mu, var = 1 - mean, max(second - mean * mean, 1e-300)
+    common = mu * (1 - mu) / var - 1
+    alpha, beta = mu * common, (1 - mu) * common
+    interval = (beta_binomial_quantile(0.025, cases, alpha, beta), beta_binomial_quantile(0.975, cases, alpha, beta))
+    binomial = (binomial_quantile(0.025, cases, d), binomial_quantile(0.975, cases, d))
+    return NoiseFloor(agreement, cases, cases * d, interval, binomial)
+
+
+def cases_to_exclude_zero(b: int, c: int, n: int, limit: int = 10**7) -> int | None:
+    """The smallest number of paired cases at which the paired difference's 95% interval
+    (:func:`execsys.stats.paired_difference_ci`) excludes 0, if the discordance rates stay b/n and c/n.
+    None when the observed difference is zero: no number of cases separates it from nothing."""
+    from execsys.stats import paired_difference_ci
+
+    if n <= 0 or b == c:
+        return None
+    rate_b, rate_c = b / n, c / n
+
+    def excludes(k: int) -> bool:
+        ci = paired_difference_ci(rate_b * k, rate_c * k, k)  # type: ignore[arg-type]
+        return ci is not None and (ci[0] > 0 or ci[1] < 0)
+
+    high = 1
+    while not excludes(high):
+        high *= 2
+        if high > limit:
+            return None
+    low = high // 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        if excludes(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+# ------------------------------------------------------------------ the operation
+@dataclass(frozen=True)
+class ExplainOptions:
+    """The two results to explain (anything ``compare`` accepts), from which ledger."""
+
+    a: str
+    b: str
+    ledger: str | Path | None = None  # None: $EXECSYS_LEDGER, else the user data directory
+    tie_margin: float | None = None  # nats; None: the probe's default
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration | None = None, lock: Identity | None = None, *,
+                     a: str | None = None, b: str | None = None, ledger: str | Path | None = None,
+                     tie_margin: float | None = None) -> ExplainOptions:
+        """``a`` and ``b`` are required. The declaration and the lock hold no explain settings: the two
+        results carry their own identities."""
+        for name, value in (("A", a), ("B", b)):
+            if value is None or not str(value).strip():
+                raise UsageError(f"result {name} is empty: give a result file, a run id or RECORD:ARM")
+        if tie_margin is not None and not tie_margin > 0:
+            raise UsageError(f"--tie-margin must be greater than 0: {tie_margin}")
+        return cls(a=str(a), b=str(b), ledger=ledger, tie_margin=tie_margin)
+
+
+@dataclass(frozen=True)
+class ResultsLoaded(Event):
+    a: str
+    b: str
+    cases_a: int
+    cases_b: int
+
+
+@dataclass(frozen=True)
+class Explained(Event):
+    verdict: str
+    sentence: str
+
+
+@dataclass
+class ExplainReport:
+    a: dict[str, Any]
+    b: dict[str, Any]
+    moved: list[str] | None
+    moved_reason: str | None
+    changes: dict[str, Any]
+    flips: dict[str, Any]
+    axes: list[str]
+    noise: dict[str, dict[str, Any]]
+    noise_total: dict[str, Any] | None
+    margins: dict[str, Any] | None
+    verdict: str
+    sentence: str
+    proposal: dict[str, Any] | None
+    caveats: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == WITHIN else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "verdict": self.verdict, "sentence": self.sentence, "a": self.a, "b": self.b,
+            "moved": self.moved, "moved_reason": self.moved_reason, "changes": self.changes, "flips": self.flips,
+            "axes": self.axes, "noise": self.noise, "noise_total": self.noise_total, "margins": self.margins,
+            "proposal": self.proposal, "caveats": self.caveats,
+        }
+
+
+def run_explain(options: ExplainOptions, on_event: OnEvent | None = None,
+                cancel: threading.Event | None = None) -> ExplainReport:
+    """Explain the difference between ``options.a`` and ``options.b`` from the ledger's evidence."""
+    from execsys.compare import load_result
+
+    with Ledger.open(options.ledger) as ledger:
+        a = load_result(options.a, ledger)
+        b = load_result(options.b, ledger)
+        emit(on_event, ResultsLoaded(a.ref, b.ref, len(a.outcomes), len(b.outcomes)))
+        report = explain(a, b, ledger, tie_margin=options.tie_margin)
+    emit(on_event, Explained(report.verdict, report.sentence))
+    return report
+
+
+def explain(a: Result, b: Result, ledger: Ledger, *, tie_margin: float | None = None) -> ExplainReport:
+    """The five sections and the verdict for two loaded results."""
+    from execsys.compare import moved_between, paired_figures
+    from execsys.scope import compute_scope
+
+    moved, changes, reasons = moved_between(a, b)
+    caveats = [c.replace("{side}", side) for side, r in (("A", a), ("B", b)) for c in r.caveats]
+    unrecorded = [c for c in caveats if c.startswith("no identity recorded for")]
+    moved_reason = (unrecorded[0] if unrecorded else "; ".join(reasons)) if moved is None else None
+
+    flips = _flips(a, b, paired_figures(a, b))
+    if not flips["n"]:
+        raise InputError(f"{a.ref} and {b.ref} share no case id: there is nothing to pair")
+
+    axes = separating_axes(a, b, ledger)
+    scopes: dict[str, ScopeReport] = {}
+    for result in (a, b):
+        if result.identity.id not in scopes:
+            scopes[result.identity.id] = compute_scope(ledger, result.identity.id)
+    noise = {axis: _axis_noise(axis, scopes, flips["n"]) for axis in axes}
+    measured = [noise[axis] for axis in axes if noise[axis]["status"] == MEASURED]
+    total = None
+    if len(measured) == len(axes):
+        floor = noise_floor([(entry["m"], entry["n"]) for entry in measured], flips["n"])
+        total = {"axes": axes, "agreement": floor.agreement, "expected_flips": floor.expected_flips,
+                 "interval": list(floor.interval), "binomial_interval": list(floor.binomial_interval),
+                 "exceeded": floor.exceeded_by(flips["flips"])}
+
+    margins = _margins(a, b, flips["flipped"], ledger, tie_margin)
+    verdict, sentence, proposal = _verdict(a, b, moved, moved_reason, flips, axes, noise, total, scopes)
+    return ExplainReport(a.to_json(), b.to_json(), moved, moved_reason, changes, flips, axes, noise, total,
+                         margins, verdict, sentence, proposal, caveats)
+
+
+# ------------------------------------------------------------------ sections
+def _flips(a: Result, b: Result, paired: dict[str, Any] | None) -> dict[str, Any]:
+    """The flips section: counts both ways (None when outcomes are answers, not scores), the paired figures."""
+    common = [case for case in a.outcomes if case in b.outcomes]
+    flipped = [case for case in common if a.outcomes[case] != b.outcomes[case]]
+    scored = paired is not None and paired.get("kind") == "paired"
+    if scored:
+        ba, bb = a.binary() or {}, b.binary() or {}
+        flipped = [case for case in common if ba[case] != bb[case]]
+    return {
+        "n": len(common), "flips": len(flipped),
+        "right_to_wrong": paired["b"] if scored and paired else None,
+        "wrong_to_right": paired["c"] if scored and paired else None,
+        "mcnemar_p": paired["mcnemar_p"] if scored and paired else None,
+        "difference": paired["difference"] if scored and paired else None,
+        "ci95": paired["ci95"] if scored and paired else None,
+        "scored": scored, "flipped": flipped,
+        "only_in_a": len(a.outcomes) - len(common), "only_in_b": len(b.outcomes) - len(common),
+    }
+
+
+def _probe_pass(result: Result, ledger: Ledger) -> tuple[Any, int] | None:
+    """(probe ledger record, pass index) when ``result`` is one pass of a probe record."""
+    record_ref, _, part = result.ref.partition(":")
+    if not record_ref.startswith("probe-") or Path(result.ref).is_file():
+        return None
+    try:
+        record = ledger.get(record_ref)
+    except InputError:
+        return None
+    if record.kind != "probe":
+        return None
+    try:
+        return record, int(part or 0)
+    except ValueError:
+        return None
+
+
+def separating_axes(a: Result, b: Result, ledger: Ledger) -> list[str]:
+    """The probe axes whose noise separates A from B.
+
+    Two passes of one probe are separated by that probe's axis; two arms of one paired run, or two
+    results of one session, by the session's own noise; otherwise by what
+    :func:`execsys.compare.crossed_axes` says was crossed (different sessions: a restart; other hosts;
+    other load), with the session's noise underneath when no wider boundary was crossed."""
+    from execsys.compare import crossed_axes
+    from execsys.scope import AXES, CHAIN
+
+    pass_a, pass_b = _probe_pass(a, ledger), _probe_pass(b, ledger)
+    if pass_a and pass_b and pass_a[0].id == pass_b[0].id and pass_a[1] != pass_b[1]:
+        axis = pass_a[0].body.get("axis")
+        if axis in AXES:
+            return [str(axis)]
+    if a.paired_run and a.paired_run == b.paired_run:
+        return ["session"]
+    crossed = crossed_axes(a, b)
+    if not any(axis in CHAIN for axis in crossed):
+        crossed = ["session", *crossed]
+    return crossed
+
+
+def _axis_noise(axis: str, scopes: dict[str, ScopeReport], cases: int) -> dict[str, Any]:
+    """One axis of the noise floor: each identity's measure, and the floor of the noisier one."""
+    per_identity: dict[str, dict[str, Any]] = {}
+    picked = None
+    for ident, scope in scopes.items():
+        measure = scope.measured.get(axis)
+        if measure is None or measure.n <= 0:
+            per_identity[ident] = {"status": NOT_PROBED}
+            continue
+        status = UNVERIFIED if axis in scope.unverified else MEASURED
+        per_identity[ident] = {"status": status, "m": measure.m, "n": measure.n,
+                               "agreement": measure.m / measure.n, "records": measure.records}
+        if status == MEASURED and (picked is None or (measure.m / measure.n, measure.n)
+                                   < (picked.m / picked.n, picked.n)):
+            picked = measure
+    statuses = {entry["status"] for entry in per_identity.values()}
+    status = NOT_PROBED if NOT_PROBED in statuses else UNVERIFIED if UNVERIFIED in statuses else MEASURED
+    entry: dict[str, Any] = {"status": status, "identities": per_identity, "agreement": None, "m": None,
+                             "n": None, "cases": cases, "expected_flips": None, "interval": None,
+                             "binomial_interval": None}
+    if status == MEASURED and picked is not None:
+        floor = noise_floor([(picked.m, picked.n)], cases)
+        entry.update(agreement=floor.agreement, m=picked.m, n=picked.n, expected_flips=floor.expected_flips,
+                     interval=list(floor.interval), binomial_interval=list(floor.binomial_interval))
+    return entry
+
+
+def _margins(a: Result, b: Result, flipped: list[str], ledger: Ledger,
+             tie_margin: float | None) -> dict[str, Any] | None:
+    """Each flip's margin at its first divergent token, where both results are probe passes whose
+    per-case rows kept logprobs; None when neither side has any."""
+    from execsys.probes.compare import divergence_between
+    from execsys.probes.margin import DEFAULT_TIE_MARGIN, margin_at, split_summary, unpack_logprobs
+    from execsys.probes.runner import case_row
+
+    pass_a, pass_b = _probe_pass(a, ledger), _probe_pass(b, ledger)
+    if pass_a is None or pass_b is None:
+        return None
+    run_a, run_b = pass_a[0].body.get("run"), pass_b[0].body.get("run")
+    if not run_a or not run_b:
+        return None
+    margin = tie_margin if tie_margin is not None else DEFAULT_TIE_MARGIN
+    cases: list[dict[str, Any]] = []
+    pairs: list[tuple[str, dict[str, Any] | None]] = []
+    for case_id in flipped:
+        row_a, _ = case_row(ledger, str(run_a), pass_a[1], case_id)
+        row_b, _ = case_row(ledger, str(run_b), pass_b[1], case_id)
+        body_a = row_a.body if row_a is not None else {}
+        body_b = row_b.body if row_b is not None else {}
+        tokens_a, tokens_b = unpack_logprobs(body_a), unpack_logprobs(body_b)
+        where = divergence_between(
+            (body_a.get("text"), list(tokens_a.tokens) if tokens_a.tokens is not None else None),
+            (body_b.get("text"), list(tokens_b.tokens) if tokens_b.tokens is not None else None), 1)
+        found = margin_at(tokens_a, tokens_b, where.get("token"), tie_margin=margin)
+        pairs.append((case_id, found))
+        cases.append({"case": case_id, "token": where.get("token"),
+                      "verdict": found["verdict"] if found else None,
+                      "margin": found["margin"] if found else None, "bound": found["bound"] if found else None})
+    summary = split_summary(pairs)
+    if not summary["near_ties"] and not summary["not_near_ties"]:
+        return None
+    return {"tie_margin": margin, "near_ties": summary["near_ties"], "decisive": summary["not_near_ties"],
+            "unknown": summary["unknown"], "median_near_tie_margin": summary["median_near_tie_margin"],
+            "cases": cases}
+
+
+# ------------------------------------------------------------------ the verdict
+def _figure(entry: dict[str, Any]) -> str:
+    return f"{entry['agreement']:.2f} ({entry['m']}/{entry['n']})"
+
+
+def _predicts(total: dict[str, Any], noise: dict[str, dict[str, Any]], axes: list[str]) -> str:
+    named = ", ".join(f"{axis} agreement {_figure(noise[axis])}" for axis in axes)
+    low, high = total["interval"]
+    return f"{named} predicts {total['expected_flips']:.1f} (95% interval {low}\u2013{high})"
+
+
+def _flip_text(flips: dict[str, Any]) -> str:
+    text = f"{flips['flips']} flip{'s' if flips['flips'] != 1 else ''} over {flips['n']} paired cases"
+    if flips["scored"]:
+        ci = flips["ci95"]
+        text += (f" ({flips['right_to_wrong']} right\u2192wrong, {flips['wrong_to_right']} wrong\u2192right; "
+                 f"B \u2212 A {flips['difference']:+.3f}, 95% CI {ci[0]:+.3f} to {ci[1]:+.3f}, "
+                 f"McNemar p = {flips['mcnemar_p']:.3g})")
+    return text
+
+
+def _verdict(a: Result, b: Result, moved: list[str] | None, moved_reason: str | None, flips: dict[str, Any],
+             axes: list[str], noise: dict[str, dict[str, Any]], total: dict[str, Any] | None,
+             scopes: dict[str, ScopeReport]) -> tuple[str, str, dict[str, Any] | None]:
+    head = _flip_text(flips)
+    if total is None:
+        axis = next(x for x in axes if noise[x]["status"] != MEASURED)
+        lacking = [i for i, e in noise[axis]["identities"].items() if e["status"] != MEASURED]
+        result = a if a.identity.id in lacking else b
+        why = ("licensed only unverified (the event was not confirmed)"
+               if noise[axis]["status"] == UNVERIFIED else "never probed")
+        proposal = _probe_proposal(axis, result, flips["n"])
+        sentence = (f"{head}; {axis} was {why} under identity {result.identity.id[:12]}: the noise floor is "
+                    f"unknown, so the difference cannot be told from run-to-run noise yet; measure it with "
+                    f"'{proposal['command']}'.")
+        return UNMEASURED, sentence, proposal
+    predicted = _predicts(total, noise, axes)
+    if not total["exceeded"]:
+        return WITHIN, f"{head}; {predicted}: not distinguishable from run-to-run noise.", None
+    if moved is None:
+        return NOT_ATTRIBUTABLE, (f"{head}; {predicted}: beyond measured noise, but what moved cannot be named "
+                                  f"({moved_reason}): record both systems' identities (execsys run or execsys "
+                                  "attach) and explain again."), None
+    if not moved:
+        proposal = _plan_proposal(a, b, ["(nothing the identities record)"], flips)
+        return NOT_ATTRIBUTABLE, (f"{head}; {predicted}: beyond measured noise, yet no component the identities "
+                                  "record moved: something unrecorded differs; a paired run of the two systems "
+                                  f"would show it ('{proposal['plans'][0]['command']}')."), proposal
+    if len(moved) == 1:
+        return ATTRIBUTABLE, (f"{head}; {predicted}: beyond measured noise, attributable to {moved[0]}, the one "
+                              "component that moved."), None
+    proposal = _plan_proposal(a, b, moved, flips)
+    return NOT_ATTRIBUTABLE, (f"{head}; {predicted}: beyond measured noise, but {len(moved)} components moved "
+                              f"({', '.join(moved)}): {len(proposal['plans'])} paired plans, each varying one, "
+                              "would separate them."), proposal
+
+
+def _lock_hint(result: Result) -> str:
+    source = result.identity.source
+    if source and source.endswith(".json"):
+        return source
+    return f"LOCK_OF_{result.identity.id[:12]}"
+
+
+def _probe_proposal(axis: str, result: Result, cases: int) -> dict[str, Any]:
+    """The one probe that measures ``axis`` for ``result``'s identity."""
+    import shlex
+
+    extra = {"restart": " --restart CMD", "concurrency": " --load K", "hosts": " --endpoint URL2",
+             "redeploy": " --baseline RECORD_ID"}.get(axis, "")
+    command = (f"execsys probe {axis} --endpoint URL{extra} --cases CASES --lock {shlex.quote(_lock_hint(result))}")
+    return {"kind": "probe", "axis": axis, "identity": result.identity.id, "command": command,
+            "cases": cases, "why": f"{axis} agreement under this identity is what predicts the flips"}
+
+
+def _plan_proposal(a: Result, b: Result, moved: list[str], flips: dict[str, Any]) -> dict[str, Any]:
+    """Per moved component, one paired AB/BA plan: arm A is system A, arm ``A-with-C`` is A with only C moved
+    to B's setting; the cases needed for the interval to exclude zero if that component carries the whole
+    observed difference."""
+    needed = (cases_to_exclude_zero(flips["right_to_wrong"], flips["wrong_to_right"], flips["n"])
+              if flips["scored"] else None)
+    plans = []
+    for component in moved:
+        arm = "B" if component.startswith("(") else f"A-with-{component}"
+        plans.append({
+            "varies": component, "arms": {"A": f"system A ({a.ref})",
+                                          arm: (f"system A with {component} as in B ({b.ref})"
+                                                if arm != "B" else f"system B ({b.ref})")},
+            "cases": needed,
+            "command": f"execsys plan new --arms A {arm} --cases CASES --design abba",
+        })
+    return {"kind": "plan", "plans": plans,
+            "cases_why": ("the smallest n at which the paired 95% interval excludes zero at the observed "
+                          "discordance rates" if needed else "outcomes are answers, not scores: size by "
+                          "'execsys probe size'" if not flips["scored"] else "the observed difference is zero")}
