@@ -218,6 +218,8 @@ def explain(a: Result, b: Result, ledger: Ledger, *, tie_margin: float | None = 
     moved, changes, reasons = moved_between(a, b)
     caveats = [c.replace("{side}", side) for side, r in (("A", a), ("B", b)) for c in r.caveats]
     unrecorded = [c for c in caveats if c.startswith("no identity recorded for")]
+    if unrecorded:  # two unrecorded results share no identity, even when they are the same file
+        moved, changes = None, {}
     moved_reason = (unrecorded[0] if unrecorded else "; ".join(reasons)) if moved is None else None
 
     flips = _flips(a, b, paired_figures(a, b))

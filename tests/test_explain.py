@@ -1,0 +1,389 @@
+"""`execsys explain A B`: the noise-floor arithmetic by hand, the verdict each body of evidence earns,
+and end to end against the real llama.cpp server (an A/A pair, and a planted ``--n_batch`` change)."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from execsys.compare import load_result
+from execsys.errors import InputError, UsageError
+from execsys.explain import (
+    ATTRIBUTABLE,
+    NOT_ATTRIBUTABLE,
+    UNMEASURED,
+    WITHIN,
+    ExplainOptions,
+    cases_to_exclude_zero,
+    explain,
+    noise_floor,
+    run_explain,
+)
+from execsys.ledger import Ledger
+from execsys.stats import beta_binomial_quantile, binomial_quantile, paired_difference_ci
+from tests.fixtures.compare_records import BASE, OUT_A, OUT_B, lm_eval_output, write_lock, write_result
+
+
+# ------------------------------------------------------------------ the arithmetic, by hand
+def _quantile(q: Fraction, pmf) -> int:
+    total = Fraction(0)
+    k = 0
+    while True:
+        total += pmf(k)
+        if total >= q:
+            return k
+        k += 1
+
+
+def _binomial(n: int, p: Fraction):
+    return lambda k: math.comb(n, k) * p**k * (1 - p) ** (n - k)
+
+
+def _rising(x: Fraction, k: int) -> Fraction:
+    out = Fraction(1)
+    for i in range(k):
+        out *= x + i
+    return out
+
+
+def _beta_binomial(n: int, alpha: Fraction, beta: Fraction):
+    # exact: C(n, k) (alpha)_k (beta)_(n-k) / (alpha + beta)_n with rising factorials
+    return lambda k: math.comb(n, k) * _rising(alpha, k) * _rising(beta, n - k) / _rising(alpha + beta, n)
+
+
+@pytest.mark.parametrize(("n", "p", "q"), [(12, Fraction(1, 25), Fraction(39, 40)), (450, Fraction(1, 25), Fraction(1, 40)),
+                                           (450, Fraction(1, 25), Fraction(39, 40)), (20, Fraction(1, 5), Fraction(39, 40))])
+def test_binomial_quantile_is_the_exact_one(n: int, p: Fraction, q: Fraction) -> None:
+    assert binomial_quantile(float(q), n, float(p)) == _quantile(q, _binomial(n, p))
+
+
+@pytest.mark.parametrize(("n", "m", "big_n"), [(12, 20, 20), (450, 192, 200), (20, 16, 20), (60, 60, 60)])
+def test_beta_binomial_quantile_is_the_exact_one(n: int, m: int, big_n: int) -> None:
+    alpha, beta = Fraction(2 * (big_n - m) + 1, 2), Fraction(2 * m + 1, 2)  # Jeffreys: the disagreement rate
+    for q in (Fraction(1, 40), Fraction(39, 40)):
+        assert beta_binomial_quantile(float(q), n, float(alpha), float(beta)) == _quantile(q, _beta_binomial(n, alpha, beta))
+
+
+@pytest.mark.parametrize(("measures", "cases", "expected", "interval", "binomial"), [
+    # agreement 20/20 over 12 cases: the rate is not known to be 0, only small: up to 2 flips are noise
+    ([(20, 20)], 12, 0.0, (0, 2), (0, 0)),
+    ([(20, 20)], 60, 0.0, (0, 8), (0, 0)),
+    ([(60, 60)], 60, 0.0, (0, 3), (0, 0)),
+    # the issue's example: restart agreement 0.96 (n = 200) over 450 cases predicts 18
+    ([(192, 200)], 450, 18.0, (7, 36), (10, 27)),
+    ([(16, 20)], 20, 4.0, (0, 10), (1, 8)),
+    # two axes crossed at once: 1 - 0.96 * 0.95
+    ([(192, 200), (95, 100)], 450, 39.6, (20, 71), (28, 52)),
+])
+def test_noise_floor_golden_values(measures, cases, expected, interval, binomial) -> None:
+    floor = noise_floor(measures, cases)
+    assert floor.expected_flips == pytest.approx(expected)
+    assert floor.expected_flips == pytest.approx(cases * (1 - math.prod(m / n for m, n in measures)))
+    assert floor.interval == interval and floor.binomial_interval == binomial
+    assert not floor.exceeded_by(interval[1]) and floor.exceeded_by(interval[1] + 1)
+
+
+def test_one_axis_noise_floor_is_the_exact_jeffreys_prediction() -> None:
+    floor = noise_floor([(192, 200)], 450)
+    exact = _beta_binomial(450, Fraction(17, 2), Fraction(385, 2))
+    assert floor.interval == (_quantile(Fraction(1, 40), exact), _quantile(Fraction(39, 40), exact))
+    assert floor.binomial_interval == (_quantile(Fraction(1, 40), _binomial(450, Fraction(1, 25))),
+                                       _quantile(Fraction(39, 40), _binomial(450, Fraction(1, 25))))
+
+
+def test_a_noise_floor_needs_measures() -> None:
+    with pytest.raises(ValueError):
+        noise_floor([], 10)
+    with pytest.raises(ValueError):
+        noise_floor([(3, 0)], 10)
+
+
+def test_cases_needed_for_the_interval_to_exclude_zero() -> None:
+    # b = 7, c = 1 over 12: the paired interval excludes 0 first at 9 cases with those rates
+    assert cases_to_exclude_zero(7, 1, 12) == 9 == cases_to_exclude_zero(1, 7, 12)
+    low, high = paired_difference_ci(7 / 12 * 9, 1 / 12 * 9, 9)  # type: ignore[arg-type, misc]
+    assert low > 0
+    low8, _ = paired_difference_ci(7 / 12 * 8, 1 / 12 * 8, 8)  # type: ignore[arg-type, misc]
+    assert low8 <= 0
+    assert cases_to_exclude_zero(12, 0, 60) == 21
+    assert cases_to_exclude_zero(3, 3, 12) is None  # a zero difference: no n separates it
+
+
+# ------------------------------------------------------------------ the verdict, from recorded evidence
+@pytest.fixture
+def ledger(tmp_path: Path):
+    with Ledger.open(tmp_path / "ledger.sqlite3") as opened:
+        yield opened
+
+
+@pytest.fixture
+def systems(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    out = {}
+    for name, declared in {
+        "base": BASE,
+        "runtime": {**BASE, "runtime": {"engine": "vllm", "version": "0.11.0"}},
+        "both": {**BASE, "runtime": {"engine": "vllm", "version": "0.11.0"}, "hardware": {"host": "gpu2"}},
+    }.items():
+        path = tmp_path / f"{name}.lock.json"
+        out[name] = (path, write_lock(path, **declared))
+    return out
+
+
+def _probe(ledger: Ledger, identity: str, axis: str, m: int, n: int, **body) -> str:
+    return ledger.append("probe", {"schema": "execsys.probe/2", "axis": axis, "identity": identity, "m": m, "n": n,
+                                   "agreement_rate": m / n, **body}, identity=identity)
+
+
+def _explain(tmp_path: Path, ledger: Ledger, a_system: Path, b_system: Path, out_a=OUT_A, out_b=OUT_B, **extra):
+    a = write_result(tmp_path / "a.json", a_system, out_a, **extra.get("a", {}))
+    b = write_result(tmp_path / "b.json", b_system, out_b, **extra.get("b", {}))
+    return explain(load_result(str(a), ledger), load_result(str(b), ledger), ledger)
+
+
+def test_one_component_beyond_measured_noise_is_attributable(tmp_path, ledger, systems) -> None:
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "session", 20, 20)
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0])
+    assert report.verdict == ATTRIBUTABLE and report.exit_code == 1
+    assert report.moved == ["runtime"] and report.axes == ["session"]
+    flips = report.flips
+    assert (flips["right_to_wrong"], flips["wrong_to_right"], flips["n"], flips["flips"]) == (7, 1, 12, 8)
+    assert flips["mcnemar_p"] == pytest.approx(2 * (1 + 8) / 2**8)
+    assert flips["difference"] == pytest.approx(-6 / 12)
+    low, high = paired_difference_ci(7, 1, 12)  # type: ignore[misc]
+    assert flips["ci95"] == pytest.approx([-high, -low])
+    session = report.noise["session"]
+    assert (session["status"], session["agreement"], session["n"], session["cases"]) == ("measured", 1.0, 20, 12)
+    assert session["expected_flips"] == 0.0 and session["interval"] == [0, 2]
+    assert "attributable to runtime, the one component that moved" in report.sentence
+    data = report.to_json()
+    assert set(data) >= {"verdict", "sentence", "moved", "flips", "noise", "margins", "proposal"}
+    assert data["proposal"] is None and data["margins"] is None
+
+
+def test_flips_inside_the_measured_noise_are_within_it(tmp_path, ledger, systems) -> None:
+    # session agreement 14/20 predicts up to 8 flips over 12 cases: 8 flips are noise
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "session", 14, 20)
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0])
+    assert report.verdict == WITHIN and report.exit_code == 0
+    assert report.noise["session"]["expected_flips"] == pytest.approx(12 * 0.3)
+    assert report.noise["session"]["interval"] == [0, 8]
+    assert "not distinguishable from run-to-run noise" in report.sentence
+
+
+def test_the_noisier_identity_sets_the_floor(tmp_path, ledger, systems) -> None:
+    _probe(ledger, systems["base"][1], "session", 20, 20)
+    _probe(ledger, systems["runtime"][1], "session", 14, 20)
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0])
+    assert report.noise["session"]["agreement"] == pytest.approx(0.7) and report.verdict == WITHIN
+
+
+def test_several_components_moved_proposes_the_plans_that_separate_them(tmp_path, ledger, systems) -> None:
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "session", 20, 20)
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["both"][0])
+    assert report.verdict == NOT_ATTRIBUTABLE and report.exit_code == 1
+    assert set(report.moved or []) == {"runtime", "hardware"}
+    proposal = report.proposal
+    assert proposal is not None and proposal["kind"] == "plan"
+    assert {p["varies"] for p in proposal["plans"]} == {"runtime", "hardware"}
+    for plan in proposal["plans"]:
+        assert plan["cases"] == 9  # cases_to_exclude_zero(7, 1, 12)
+        assert plan["command"] == f"execsys plan new --arms A A-with-{plan['varies']} --cases CASES --design abba"
+    assert "2 components moved" in report.sentence
+
+
+def test_an_axis_never_probed_is_unmeasured_with_the_probe_that_measures_it(tmp_path, ledger, systems) -> None:
+    _probe(ledger, systems["base"][1], "session", 20, 20)  # B's identity was never probed
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0])
+    assert report.verdict == UNMEASURED and report.exit_code == 1
+    assert report.noise["session"]["status"] == "unmeasured" and report.noise_total is None
+    assert report.noise["session"]["identities"][systems["base"][1]]["status"] == "measured"
+    proposal = report.proposal
+    assert proposal is not None and proposal["kind"] == "probe" and proposal["axis"] == "session"
+    assert proposal["identity"] == systems["runtime"][1]
+    assert proposal["command"].startswith("execsys probe session --endpoint URL --cases CASES --lock ")
+    assert str(systems["runtime"][0]) in proposal["command"]
+
+
+def test_different_sessions_are_separated_by_a_restart_and_other_hosts_by_hosts(tmp_path, ledger, systems) -> None:
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "session", 20, 20)
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0],
+                      a={"session": "monday", "host": "gpu1"}, b={"session": "tuesday", "host": "gpu2"})
+    assert report.axes == ["restart", "hosts"] and report.verdict == UNMEASURED
+    assert report.proposal is not None and report.proposal["axis"] == "restart"
+    assert "--restart CMD" in report.proposal["command"]
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "restart", 20, 20, evidence={"verdict": "observed"})
+        _probe(ledger, ident, "hosts", 20, 20)
+    both = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0],
+                    a={"session": "monday", "host": "gpu1"}, b={"session": "tuesday", "host": "gpu2"})
+    assert both.verdict == ATTRIBUTABLE
+    total = both.noise_total
+    assert total is not None and total["axes"] == ["restart", "hosts"]
+    assert total["interval"] == list(noise_floor([(20, 20), (20, 20)], 12).interval)
+
+
+def test_a_licence_marked_unverified_counts_as_unmeasured(tmp_path, ledger, systems) -> None:
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "restart", 20, 20, evidence={"verdict": "unverified", "sentence": "remote endpoint"})
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0],
+                      a={"session": "monday"}, b={"session": "tuesday"})
+    assert report.noise["restart"]["status"] == "unverified"
+    assert report.verdict == UNMEASURED and "licensed only unverified" in report.sentence
+
+
+def test_the_same_system_beyond_noise_is_not_attributable_to_anything_recorded(tmp_path, ledger, systems) -> None:
+    _probe(ledger, systems["base"][1], "session", 20, 20)
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["base"][0])
+    assert report.moved == [] and report.verdict == NOT_ATTRIBUTABLE
+    assert "no component the identities record moved" in report.sentence
+    assert report.proposal is not None and report.proposal["plans"][0]["command"].startswith(
+        "execsys plan new --arms A B")
+
+
+def test_no_identity_recorded_is_descriptive(tmp_path, ledger) -> None:
+    result = lm_eval_output(tmp_path / "out")
+    a = load_result(str(result), ledger)
+    report = explain(a, a, ledger)
+    assert report.moved is None and report.moved_reason == "no identity recorded for A"
+    assert report.verdict == UNMEASURED and report.flips["flips"] == 0
+
+
+def test_two_passes_of_one_probe_are_separated_by_its_axis(ledger, systems) -> None:
+    ident = systems["base"][1]
+    cases = [{"id": f"c{i}", "passes": [{"digest": f"d{i}", "outcome": str(i)},
+                                        {"digest": f"d{i}", "outcome": str(i if i else 9)}]} for i in range(6)]
+    record = _probe(ledger, ident, "restart", 5, 6, cases=cases, evidence={"verdict": "observed"})
+    report = explain(load_result(f"{record}:0", ledger), load_result(f"{record}:1", ledger), ledger)
+    assert report.axes == ["restart"] and report.moved == []
+    assert report.flips["flips"] == 1 and report.flips["right_to_wrong"] is None  # answers, not scores
+    assert report.verdict == WITHIN
+
+
+def test_options_and_bad_input(tmp_path, ledger) -> None:
+    with pytest.raises(UsageError, match="result A is empty"):
+        ExplainOptions.from_sources(None, None, a=" ", b="x")
+    with pytest.raises(UsageError, match="tie-margin"):
+        ExplainOptions.from_sources(None, None, a="a", b="b", tie_margin=0)
+    options = ExplainOptions.from_sources(None, None, a=str(tmp_path / "nope.json"), b="x", ledger=ledger.path)
+    with pytest.raises(InputError, match="neither a result file nor a ledger record"):
+        run_explain(options)
+
+
+def test_the_cli_exit_codes_and_json(cli, tmp_path, ledger_path, systems) -> None:
+    a = write_result(tmp_path / "a.json", systems["base"][0], OUT_A)
+    b = write_result(tmp_path / "b.json", systems["runtime"][0], OUT_B)
+    unmeasured = cli("explain", str(a), str(b), "--json")
+    assert unmeasured.returncode == 1, unmeasured.stderr
+    assert unmeasured.json()["verdict"] == "unmeasured"
+    with Ledger.open(ledger_path) as ledger:
+        for _path, ident in systems.values():
+            _probe(ledger, ident, "session", 20, 20)
+    data = cli("explain", str(a), str(b), "--json").json()
+    assert data["verdict"] == "attributable" and data["moved"] == ["runtime"]
+    assert data["flips"]["right_to_wrong"] == 7 and data["noise"]["session"]["interval"] == [0, 2]
+    same = cli("explain", str(a), str(a))
+    assert same.returncode == 0 and "within-measured-noise" in same.stdout
+    other = tmp_path / "other-ledger.sqlite3"
+    elsewhere = cli("explain", str(a), str(b), "--ledger", str(other), "--json")
+    assert elsewhere.returncode == 1 and elsewhere.json()["verdict"] == "unmeasured"
+    bad = cli("explain", str(a), str(tmp_path / "missing.json"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "neither a result file nor a ledger record" in bad.stderr
+    disjoint = write_result(tmp_path / "c.json", systems["runtime"][0], {"other": True})
+    none_shared = cli("explain", str(a), str(disjoint))
+    assert none_shared.returncode == 2 and "share no case id" in none_shared.stderr
+    assert "explain" in cli("--help").stdout
+
+
+# ------------------------------------------------------------------ end to end, real llama.cpp
+def _cases(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"id": f"c{i:02d}", "prompt": f"Case {i}: what is {i}+{i}?", "max_tokens": 24})
+                            + "\n" for i in range(n)))
+    return path
+
+
+def _pin(cli, directory: Path, endpoint: str) -> Path:
+    directory.mkdir(exist_ok=True)
+    (directory / "execsys.toml").write_text(f'[runtime]\nengine = "llama-cpp-python"\nendpoint = "{endpoint}"\n')
+    pinned = cli("pin", "--json", cwd=directory, timeout=180)
+    assert pinned.returncode == 0, pinned.stderr
+    return directory / "execsys.lock.json"
+
+
+def test_an_a_a_pair_on_llama_cpp_is_within_measured_noise(cli, tmp_path, llama_server, ledger_path) -> None:
+    """Two passes of one session probe of the same pinned system: the session agreement that probe
+    measured (1.0 on llama.cpp at temperature 0) licenses them, and explain says noise."""
+    lock = _pin(cli, tmp_path / "project", llama_server.base_url)
+    cases = _cases(tmp_path / "cases.jsonl", 12)
+    probe = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases), "--lock", str(lock),
+                "--json", timeout=300)
+    assert probe.returncode == 0, probe.stderr
+    record = probe.json()
+    assert record["identity"] == json.loads(lock.read_text())["id"] and record["m"] == record["n"] == 12
+    result = cli("explain", f"{record['id']}:0", f"{record['id']}:1", "--json")
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    assert data["verdict"] == "within-measured-noise" and data["moved"] == []
+    assert data["axes"] == ["session"] and data["flips"]["flips"] == 0
+    session = data["noise"]["session"]
+    assert (session["status"], session["agreement"], session["n"]) == ("measured", 1.0, 12)
+    assert "not distinguishable from run-to-run noise" in data["sentence"]
+
+
+def test_an_a_a_pair_without_a_probe_of_its_identity_is_unmeasured(cli, tmp_path, llama_server, ledger_path) -> None:
+    """The same two passes from a probe taken without a lock count toward no identity: nothing measured
+    the noise, so explain does not assume it quiet and names the probe to run."""
+    cases = _cases(tmp_path / "cases.jsonl", 6)
+    probe = cli("probe", "session", "--endpoint", llama_server.base_url, "--cases", str(cases), "--json", timeout=300)
+    assert probe.returncode == 0, probe.stderr
+    record = probe.json()
+    assert record["identity"] is None
+    result = cli("explain", f"{record['id']}:0", f"{record['id']}:1", "--json")
+    assert result.returncode == 1, result.stderr
+    data = result.json()
+    assert data["verdict"] == "unmeasured" and data["noise"]["session"]["status"] == "unmeasured"
+    assert data["proposal"]["kind"] == "probe" and data["proposal"]["command"].startswith("execsys probe session ")
+    human = cli("explain", f"{record['id']}:0", f"{record['id']}:1")
+    assert human.returncode == 1 and "unmeasured" in human.stdout
+
+
+SMALL_BATCH = ["--n_batch", "8", "--n_ubatch", "8"]
+
+
+def test_a_planted_n_batch_change_on_the_near_tie_model_is_attributable_to_the_runtime(
+        cli, tmp_path, tie_gguf, restart_script, ledger_path) -> None:
+    """The near-tie model served with default flags and with ``--n_batch 8 --n_ubatch 8`` (llama.cpp's
+    physical batch moves the summation order: 16 of 20 agreed when measured), each pinned and probed
+    across a restart of its own: the restart agreement of both (1.0) predicts almost no flips, the
+    batch change makes many, and the one component that moved is the runtime."""
+    cases = _cases(tmp_path / "cases.jsonl", 40)
+    records = []
+    for name, flags in (("default", ()), ("small", SMALL_BATCH)):
+        server = restart_script(tie_gguf, extra_args=flags)
+        lock = _pin(cli, tmp_path / name, server.base_url)
+        probe = cli("probe", "restart", "--endpoint", server.base_url, "--cases", str(cases), "--lock", str(lock),
+                    "--restart", server.command, "--ready-timeout", "60", "--json", timeout=300)
+        record = probe.json()
+        assert record["identity"] == json.loads(lock.read_text())["id"], probe.stderr
+        assert record["m"] == record["n"] == 40 and record["evidence"]["verdict"] == "observed"
+        records.append(record["id"])
+    result = cli("explain", f"{records[0]}:1", f"{records[1]}:1", "--json")
+    data = result.json()
+    assert result.returncode == 1, result.stderr
+    assert data["moved"] == ["runtime"] and data["axes"] == ["restart"]
+    restart = data["noise"]["restart"]
+    assert (restart["status"], restart["agreement"], restart["n"]) == ("measured", 1.0, 40)
+    assert data["flips"]["flips"] > restart["interval"][1]
+    assert data["verdict"] == "attributable" and "attributable to runtime" in data["sentence"]
+    # the probes kept logprobs: each flip's margin at its first divergent token is there
+    margins = data["margins"]
+    assert margins is not None and {c["case"] for c in margins["cases"]} == set(data["flips"]["flipped"])
+    assert margins["near_ties"] + margins["decisive"] >= 1
