@@ -14,8 +14,9 @@
 4. **the margins**: where both results are passes of probe records that kept logprobs, the margin at each
    flip's first divergent token (:func:`execsys.probes.margin.margin_at`): near-tie or decisive;
 5. **the verdict**: ``within-measured-noise`` | ``attributable`` (exactly one component moved and the flips
-   exceed the noise interval) | ``not-attributable`` (beyond noise, but several components moved, or none
-   that the identities record: with the smallest paired plans that separate them) | ``unmeasured`` (the
+   are beyond the noise: more than its interval, or lopsided) | ``not-attributable`` (beyond noise, but
+   several components moved, or none that the identities record: with the smallest paired plans that
+   separate them) | ``unmeasured`` (the
    noise floor is unknown: with the one probe that would measure it).
 
 The noise arithmetic. An axis measured at agreement m/N predicts a disagreement rate d = 1 - m/N per case,
@@ -24,8 +25,10 @@ of Binomial(n, d)) treats d as exact; the interval the verdict uses also carries
 uncertainty -- agreement 20/20 is not a disagreement rate of zero, only one below about 0.1 -- as the
 predictive count: d ~ Beta(N - m + 1/2, m + 1/2) (Jeffreys), flips ~ BetaBinomial(n, d). Several axes
 crossed at once compound (a case agrees only if it agrees across each): d = 1 - prod(agreement). Where the two identities differ, each axis takes
-the lower of their two agreements: the noisier system sets the floor. The flips exceed the noise when
-there are more of them than the interval's upper end.
+the lower of their two agreements: the noisier system sets the floor. The flips are beyond the noise
+when there are more of them than the interval's upper end -- or when they go one way: two runs of one
+system score alike on average, so noise flips right->wrong and wrong->right with equal odds, and an
+exact McNemar p below 0.05 is a score change however few the flips.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ ATTRIBUTABLE = "attributable"
 NOT_ATTRIBUTABLE = "not-attributable"
 UNMEASURED = "unmeasured"
 VERDICTS = (WITHIN, ATTRIBUTABLE, NOT_ATTRIBUTABLE, UNMEASURED)
+
+LOPSIDED_P = 0.05  # below this exact McNemar p, the flips' split is not the even one noise makes
 
 MEASURED = "measured"
 UNVERIFIED = "unverified"  # licensed, but the restart/redeploy could not be confirmed: counts as unmeasured
@@ -239,6 +244,9 @@ def explain(a: Result, b: Result, ledger: Ledger, *, tie_margin: float | None = 
         total = {"axes": axes, "agreement": floor.agreement, "expected_flips": floor.expected_flips,
                  "interval": list(floor.interval), "binomial_interval": list(floor.binomial_interval),
                  "exceeded": floor.exceeded_by(flips["flips"])}
+        # noise flips go either way with equal odds: a lopsided split is beyond it however few the flips
+        total["lopsided"] = bool(flips["scored"] and flips["mcnemar_p"] < LOPSIDED_P)
+        total["beyond"] = total["exceeded"] or total["lopsided"]
 
     margins = _margins(a, b, flips["flipped"], ledger, tie_margin)
     verdict, sentence, proposal = _verdict(a, b, moved, moved_reason, flips, axes, noise, total, scopes)
@@ -410,8 +418,11 @@ def _verdict(a: Result, b: Result, moved: list[str] | None, moved_reason: str | 
                     f"'{proposal['command']}'.")
         return UNMEASURED, sentence, proposal
     predicted = _predicts(total, noise, axes)
-    if not total["exceeded"]:
+    if not total["beyond"]:
         return WITHIN, f"{head}; {predicted}: not distinguishable from run-to-run noise.", None
+    if not total["exceeded"]:
+        predicted += (f", but the flips go one way (McNemar p = {flips['mcnemar_p']:.3g}) and noise flips go "
+                      "either way")
     if moved is None:
         return NOT_ATTRIBUTABLE, (f"{head}; {predicted}: beyond measured noise, but what moved cannot be named "
                                   f"({moved_reason}): record both systems' identities (execsys run or execsys "

@@ -176,6 +176,24 @@ def test_flips_inside_the_measured_noise_are_within_it(tmp_path, ledger, systems
     assert "not distinguishable from run-to-run noise" in report.sentence
 
 
+def test_flips_that_go_one_way_are_beyond_noise_however_few(tmp_path, ledger, systems) -> None:
+    # 14/20 over 40 cases allows many flips, but noise flips go either way: 12 right->wrong and none back is
+    # a score change (exact McNemar p = 2 / 2**12)
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "session", 14, 20)
+    out_a = {f"q{i}": i < 20 for i in range(40)}
+    out_b = {f"q{i}": i < 8 for i in range(40)}
+    report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0], out_a, out_b)
+    total = report.noise_total
+    assert total is not None and report.flips["flips"] == 12 and total["interval"][1] >= 12
+    assert not total["exceeded"] and total["lopsided"] and report.flips["mcnemar_p"] == pytest.approx(2 / 2**12)
+    assert report.verdict == ATTRIBUTABLE and "the flips go one way" in report.sentence
+    # the same count split evenly is noise
+    even_b = {f"q{i}": (i < 14 or 20 <= i < 26) for i in range(40)}
+    even = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0], out_a, even_b)
+    assert even.flips["flips"] == 12 and even.flips["right_to_wrong"] == 6 and even.verdict == WITHIN
+
+
 def test_the_noisier_identity_sets_the_floor(tmp_path, ledger, systems) -> None:
     _probe(ledger, systems["base"][1], "session", 20, 20)
     _probe(ledger, systems["runtime"][1], "session", 14, 20)
