@@ -318,7 +318,10 @@ def test_the_cli_exit_codes_and_json(cli, tmp_path, ledger_path, systems) -> Non
     disjoint = write_result(tmp_path / "c.json", systems["runtime"][0], {"other": True})
     none_shared = cli("explain", str(a), str(disjoint))
     assert none_shared.returncode == 2 and "share no case id" in none_shared.stderr
-    assert "explain" in cli("--help").stdout
+    top = cli("--help").stdout
+    assert "explain" in top and "execsys explain A B" in top
+    helped = cli("explain", "--help")
+    assert helped.returncode == 0 and "example" in helped.stdout and "execsys explain " in helped.stdout
 
 
 # ------------------------------------------------------------------ end to end, real llama.cpp
