@@ -7,6 +7,7 @@ import json
 import math
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -388,9 +389,9 @@ def _declared_lock(path: Path, ledger_path: Path, **declared) -> Path:
     return path
 
 
-def _restart_probes(cli, tmp_path: Path, ledger_path: Path, restart_script, systems) -> list[str]:
+def _restart_probes(cli, tmp_path: Path, ledger_path: Path, restart_script, systems) -> list[dict[str, Any]]:
     """Per system ``(name, model file, server flags, declared components)``: a restartable llama.cpp
-    server, its declared lock, and a restart probe of 40 cases under that lock; the probe record ids."""
+    server, its declared lock, and a restart probe of 40 cases under that lock; the probe records (their JSON)."""
     cases = _cases(tmp_path / "cases.jsonl", 40)
     records = []
     for name, model, flags, declared in systems:
