@@ -286,6 +286,27 @@ def test_two_passes_of_one_probe_are_separated_by_its_axis(ledger, systems) -> N
     assert report.verdict == WITHIN
 
 
+def test_the_arms_of_one_paired_run_are_separated_by_the_session_alone(ledger, systems) -> None:
+    (_base_path, base), (_runtime_path, runtime) = systems["base"], systems["runtime"]
+    for _path, ident in systems.values():
+        ledger.append("identity", json.loads(_path.read_text()), identity=ident)
+        _probe(ledger, ident, "session", 20, 20)
+    outcomes = {f"q{i}": {"A": {"correct": OUT_A[f"q{i}"], "error": None},
+                          "B": {"correct": OUT_B[f"q{i}"], "error": None}} for i in range(12)}
+    run = ledger.append("plan-run", {"schema": "execsys.plan-run/1", "outcomes": outcomes, "checks": [],
+                                     "arms": {"A": {"host": "local", "identity": base},
+                                              "B": {"host": "local", "identity": runtime}}})
+    report = explain(load_result(f"{run}:A", ledger), load_result(f"{run}:B", ledger), ledger)
+    assert report.axes == ["session"] and report.moved == ["runtime"] and report.verdict == ATTRIBUTABLE
+    # a plan run that recorded one identity for both arms never observed what its arms differ in
+    blind = ledger.append("plan-run", {"schema": "execsys.plan-run/1", "outcomes": outcomes, "checks": [],
+                                       "identity": base, "arms": {"A": {"host": "local"}, "B": {"host": "local"}}},
+                          identity=base)
+    unobserved = explain(load_result(f"{blind}:A", ledger), load_result(f"{blind}:B", ledger), ledger)
+    assert unobserved.moved is None and "not observed" in (unobserved.moved_reason or "")
+    assert unobserved.verdict == NOT_ATTRIBUTABLE and "what moved cannot be named" in unobserved.sentence
+
+
 def test_options_and_bad_input(tmp_path, ledger) -> None:
     with pytest.raises(UsageError, match="result A is empty"):
         ExplainOptions.from_sources(None, None, a=" ", b="x")
@@ -456,3 +477,53 @@ def test_a_planted_n_batch_change_on_the_near_tie_model_is_judged_against_its_ow
     beyond = data["flips"]["flips"] > restart["interval"][1]
     assert data["verdict"] == ("attributable" if beyond else "within-measured-noise"), data["sentence"]
     assert result.returncode == (1 if beyond else 0)
+
+
+def test_two_causes_planted_at_once_are_not_attributable_and_the_plans_separate_them(
+        cli, tmp_path, tiny_gguf, restart_script, ledger_path) -> None:
+    """Another model file and a smaller batch at once: the flips are beyond the noise, but two components
+    moved, so explain names neither and proposes one paired plan per component."""
+    from tests.fixtures.llama import make_tiny_gguf
+
+    other = make_tiny_gguf(tmp_path / "other.gguf", seed=1)
+    records = _restart_probes(cli, tmp_path, ledger_path, restart_script, [
+        ("base", tiny_gguf, (), {"runtime": {"engine": "llama-cpp-python", "flags": []},
+                                 "artifact": {"path": "tiny.gguf", "seed": 0}}),
+        ("both", other, SMALL_BATCH, {"runtime": {"engine": "llama-cpp-python", "flags": SMALL_BATCH},
+                                      "artifact": {"path": "tiny.gguf", "seed": 1}}),
+    ])
+    result = cli("explain", f"{records[0]['id']}:1", f"{records[1]['id']}:1", "--json")
+    assert result.returncode == 1, result.stderr
+    data = result.json()
+    assert sorted(data["moved"]) == ["artifact", "runtime"] and data["noise"]["restart"]["status"] == "measured"
+    assert data["flips"]["flips"] > data["noise"]["restart"]["interval"][1]
+    assert data["verdict"] == "not-attributable" and "2 components moved" in data["sentence"]
+    plans = data["proposal"]["plans"]
+    assert sorted(p["varies"] for p in plans) == ["artifact", "runtime"]
+    assert all(p["command"].startswith("execsys plan new --arms A A-with-") and "--design abba" in p["command"]
+               for p in plans)
+    human = cli("explain", f"{records[0]['id']}:1", f"{records[1]['id']}:1")
+    assert "not-attributable" in human.stdout and "varies artifact" in human.stdout
+
+
+def test_a_planted_max_tokens_change_is_attributable_to_the_budget(cli, tmp_path, tiny_gguf, restart_script,
+                                                                  ledger_path) -> None:
+    """One server, two declared budgets: the cases sent with max_tokens 24, then with 4. Each is stable
+    across a restart; the shorter budget truncates every longer answer, and the budget is what moved."""
+    server = restart_script(tiny_gguf)
+    records = []
+    for name, max_tokens in (("long", 24), ("short", 4)):
+        cases = tmp_path / f"{name}.jsonl"
+        cases.write_text("".join(json.dumps({"id": f"c{i:02d}", "prompt": f"Case {i}: what is {i}+{i}?",
+                                             "max_tokens": max_tokens}) + "\n" for i in range(20)))
+        lock = _declared_lock(tmp_path / f"{name}.lock.json", ledger_path,
+                              runtime={"engine": "llama-cpp-python"}, budget={"max_tokens": max_tokens})
+        probe = cli("probe", "restart", "--endpoint", server.base_url, "--cases", str(cases), "--lock", str(lock),
+                    "--restart", server.command, "--ready-timeout", "60", "--json", timeout=300)
+        assert probe.stdout, probe.stderr
+        record = probe.json()
+        assert record["m"] == record["n"] == 20 and record["evidence"]["verdict"] == "observed"
+        records.append(record)
+    data = cli("explain", f"{records[0]['id']}:0", f"{records[1]['id']}:0", "--json").json()
+    assert data["moved"] == ["budget"] and data["verdict"] == "attributable", data["sentence"]
+    assert data["flips"]["flips"] > data["noise"]["restart"]["interval"][1]
