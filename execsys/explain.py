@@ -410,12 +410,16 @@ def _verdict(a: Result, b: Result, moved: list[str] | None, moved_reason: str | 
         axis = next(x for x in axes if noise[x]["status"] != MEASURED)
         lacking = [i for i, e in noise[axis]["identities"].items() if e["status"] != MEASURED]
         result = a if a.identity.id in lacking else b
-        why = ("licensed only unverified (the event was not confirmed)"
-               if noise[axis]["status"] == UNVERIFIED else "never probed")
+        status = noise[axis]["identities"][result.identity.id]["status"]
         proposal = _probe_proposal(axis, result, flips["n"])
-        sentence = (f"{head}; {axis} was {why} under identity {result.identity.id[:12]}: the noise floor is "
-                    f"unknown, so the difference cannot be told from run-to-run noise yet; measure it with "
-                    f"'{proposal['command']}'.")
+        if not _pinned_id(result):
+            where = (f"no identity is pinned for {result.ref}, so no probe counts toward it (pin the system, "
+                     "then probe under its lock)")
+        else:
+            why = "licensed only unverified (the event was not confirmed)" if status == UNVERIFIED else "never probed"
+            where = f"{axis} was {why} under identity {result.identity.id[:12]}"
+        sentence = (f"{head}; {where}: the noise floor is unknown, so the difference cannot be told from "
+                    f"run-to-run noise yet; measure it with '{proposal['command']}'.")
         return UNMEASURED, sentence, proposal
     predicted = _predicts(total, noise, axes)
     if not total["beyond"]:
@@ -441,10 +445,17 @@ def _verdict(a: Result, b: Result, moved: list[str] | None, moved_reason: str | 
                               "would separate them."), proposal
 
 
+def _pinned_id(result: Result) -> bool:
+    """Whether the result names a pinned identity (not a probe's or a harness file's stand-in id)."""
+    return not result.identity.id.startswith(("unpinned:", "unrecorded:"))
+
+
 def _lock_hint(result: Result) -> str:
     source = result.identity.source
     if source and source.endswith(".json"):
         return source
+    if not _pinned_id(result):
+        return "execsys.lock.json"  # what `execsys pin` writes
     return f"LOCK_OF_{result.identity.id[:12]}"
 
 

@@ -394,6 +394,8 @@ def test_an_a_a_pair_without_a_probe_of_its_identity_is_unmeasured(cli, tmp_path
     data = result.json()
     assert data["verdict"] == "unmeasured" and data["noise"]["session"]["status"] == "unmeasured"
     assert data["proposal"]["kind"] == "probe" and data["proposal"]["command"].startswith("execsys probe session ")
+    assert data["proposal"]["command"].endswith("--lock execsys.lock.json")
+    assert "no identity is pinned for" in data["sentence"]
     human = cli("explain", f"{record['id']}:0", f"{record['id']}:1")
     assert human.returncode == 1 and "unmeasured" in human.stdout
 
