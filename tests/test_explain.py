@@ -346,6 +346,29 @@ def test_the_cli_exit_codes_and_json(cli, tmp_path, ledger_path, systems) -> Non
     assert helped.returncode == 0 and "example" in helped.stdout and "execsys explain " in helped.stdout
 
 
+def test_two_lm_eval_results_of_10000_samples_explain_in_under_2_seconds(tmp_path, ledger) -> None:
+    """The issue's performance bound, without --rerun: two lm-eval results of 10,000 samples each."""
+    import random
+    import time
+
+    rng = random.Random(7)
+    first = lm_eval_output(tmp_path / "a")
+    line = json.loads(next(iter(first.parent.glob("samples_*.jsonl"))).read_text().splitlines()[0])
+    right_a = [rng.random() < 0.7 for _ in range(10_000)]
+    right_b = [r if rng.random() < 0.98 else not r for r in right_a]
+
+    def samples(rights: list[bool]) -> str:
+        return "".join(json.dumps({**line, "doc_id": i, "exact_match": float(r)}) + "\n" for i, r in enumerate(rights))
+
+    a = lm_eval_output(tmp_path / "a", samples=samples(right_a))
+    b = lm_eval_output(tmp_path / "b", samples=samples(right_b))
+    started = time.perf_counter()
+    report = run_explain(ExplainOptions.from_sources(None, None, a=str(a), b=str(b), ledger=ledger.path))
+    elapsed = time.perf_counter() - started
+    assert report.flips["n"] == 10_000 and report.flips["flips"] == sum(x != y for x, y in zip(right_a, right_b, strict=True))
+    assert elapsed <= 2.0, f"{elapsed:.2f} s"
+
+
 # ------------------------------------------------------------------ end to end, real llama.cpp
 def _cases(path: Path, n: int) -> Path:
     path.write_text("".join(json.dumps({"id": f"c{i:02d}", "prompt": f"Case {i}: what is {i}+{i}?", "max_tokens": 24})
