@@ -12,7 +12,8 @@
    many flips that agreement alone predicts over the paired cases (:func:`noise_floor`). An axis never
    probed, or licensed only "unverified", is unmeasured: never assumed quiet;
 4. **the margins**: where both results are passes of probe records that kept logprobs, the margin at each
-   flip's first divergent token (:func:`execsys.probes.margin.margin_at`): near-tie or decisive;
+   flip's first divergent token (:func:`execsys.probes.margin.margin_at`); where both are lm-eval results
+   of a loglikelihood task, the gap between the best two choices on each side: near-tie or decisive;
 5. **the verdict**: ``within-measured-noise`` | ``attributable`` (exactly one component moved and the flips
    are beyond the noise: more than its interval, or lopsided) | ``not-attributable`` (beyond noise, but
    several components moved, or none that the identities record: with the smallest paired plans that
@@ -34,6 +35,7 @@ exact McNemar p below 0.05 is a score change however few the flips.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,7 +251,7 @@ def explain(a: Result, b: Result, ledger: Ledger, *, tie_margin: float | None = 
         total["beyond"] = total["exceeded"] or total["lopsided"]
 
     margins = _margins(a, b, flips["flipped"], ledger, tie_margin)
-    verdict, sentence, proposal = _verdict(a, b, moved, moved_reason, flips, axes, noise, total, scopes)
+    verdict, sentence, proposal = _verdict(a, b, moved, moved_reason, flips, axes, noise, total, margins)
     return ExplainReport(a.to_json(), b.to_json(), moved, moved_reason, changes, flips, axes, noise, total,
                          margins, verdict, sentence, proposal, caveats)
 
@@ -350,13 +352,13 @@ def _margins(a: Result, b: Result, flipped: list[str], ledger: Ledger,
     from execsys.probes.margin import DEFAULT_TIE_MARGIN, margin_at, split_summary, unpack_logprobs
     from execsys.probes.runner import case_row
 
+    margin = tie_margin if tie_margin is not None else DEFAULT_TIE_MARGIN
     pass_a, pass_b = _probe_pass(a, ledger), _probe_pass(b, ledger)
     if pass_a is None or pass_b is None:
-        return None
+        return _choice_margins(a, b, flipped, margin)
     run_a, run_b = pass_a[0].body.get("run"), pass_b[0].body.get("run")
     if not run_a or not run_b:
         return None
-    margin = tie_margin if tie_margin is not None else DEFAULT_TIE_MARGIN
     cases: list[dict[str, Any]] = []
     pairs: list[tuple[str, dict[str, Any] | None]] = []
     for case_id in flipped:
@@ -378,7 +380,40 @@ def _margins(a: Result, b: Result, flipped: list[str], ledger: Ledger,
         return None
     return {"tie_margin": margin, "near_ties": summary["near_ties"], "decisive": summary["not_near_ties"],
             "unknown": summary["unknown"], "median_near_tie_margin": summary["median_near_tie_margin"],
-            "cases": cases}
+            "cases": cases, "source": "probe logprobs at the first divergent token"}
+
+
+def _choice_margins(a: Result, b: Result, flipped: list[str], tie_margin: float) -> dict[str, Any] | None:
+    """Each flip's margin where both results are lm-eval results of a loglikelihood (multiple-choice) task:
+    the gap between the best choice and the runner-up on each side; a near-tie when both are at most
+    ``tie_margin`` nats. None when neither side has such a gap for any flip."""
+    from execsys.harnesses.lm_eval import RESULTS_NAME, choice_gaps
+    from execsys.probes.margin import NEAR_TIE, NOT_NEAR_TIE
+
+    paths = [Path(r.ref) for r in (a, b)]
+    if not flipped or not all(p.is_file() and RESULTS_NAME.match(p.name) for p in paths):
+        return None
+    gaps_a, gaps_b = choice_gaps(paths[0], flipped), choice_gaps(paths[1], flipped)
+    if not gaps_a and not gaps_b:
+        return None
+    cases: list[dict[str, Any]] = []
+    near: list[float] = []
+    for case_id in flipped:
+        gap_a, gap_b = gaps_a.get(case_id), gaps_b.get(case_id)
+        if gap_a is None or gap_b is None:
+            cases.append({"case": case_id, "token": None, "verdict": None, "margin": None, "bound": None})
+            continue
+        value = max(gap_a, gap_b)  # a near-tie only when both runs saw the two choices practically tied
+        verdict = NEAR_TIE if value <= tie_margin else NOT_NEAR_TIE
+        if verdict == NEAR_TIE:
+            near.append(value)
+        cases.append({"case": case_id, "token": None, "verdict": verdict, "margin": value, "bound": "exact",
+                      "margin_a": gap_a, "margin_b": gap_b})
+    known = [c for c in cases if c["verdict"] is not None]
+    return {"tie_margin": tie_margin, "near_ties": len(near), "decisive": len(known) - len(near),
+            "unknown": len(cases) - len(known),
+            "median_near_tie_margin": statistics.median(near) if near else None, "cases": cases,
+            "source": "lm-eval choice loglikelihoods"}
 
 
 # ------------------------------------------------------------------ the verdict
@@ -404,8 +439,11 @@ def _flip_text(flips: dict[str, Any]) -> str:
 
 def _verdict(a: Result, b: Result, moved: list[str] | None, moved_reason: str | None, flips: dict[str, Any],
              axes: list[str], noise: dict[str, dict[str, Any]], total: dict[str, Any] | None,
-             scopes: dict[str, ScopeReport]) -> tuple[str, str, dict[str, Any] | None]:
+             margins: dict[str, Any] | None) -> tuple[str, str, dict[str, Any] | None]:
     head = _flip_text(flips)
+    if margins and margins["near_ties"]:
+        head += (f", {margins['near_ties']} of them at near-ties (≤ {margins['tie_margin']:g} nats: "
+                 "float reordering can explain those)")
     if total is None:
         axis = next(x for x in axes if noise[x]["status"] != MEASURED)
         lacking = [i for i, e in noise[axis]["identities"].items() if e["status"] != MEASURED]

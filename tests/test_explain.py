@@ -307,6 +307,33 @@ def test_the_arms_of_one_paired_run_are_separated_by_the_session_alone(ledger, s
     assert unobserved.verdict == NOT_ATTRIBUTABLE and "what moved cannot be named" in unobserved.sentence
 
 
+def test_margins_of_flips_in_lm_eval_choice_loglikelihoods(tmp_path, ledger) -> None:
+    """lm-eval's multiple-choice samples keep one loglikelihood per choice: a flip whose two best choices
+    were within the tie margin on both sides is a near-tie, one far apart a decisive flip."""
+    first = lm_eval_output(tmp_path / "shape")
+    line = json.loads(next(iter(first.parent.glob("samples_*.jsonl"))).read_text().splitlines()[0])
+
+    def samples(rows: list[tuple[bool, list[float]]]) -> str:
+        return "".join(json.dumps({**line, "doc_id": i, "exact_match": float(right),
+                                   "filtered_resps": [[str(v), "False"] for v in choices]}) + "\n"
+                       for i, (right, choices) in enumerate(rows))
+
+    a = lm_eval_output(tmp_path / "a", samples=samples([(True, [-1.00, -1.02]), (True, [-0.5, -3.5]),
+                                                        (False, [-2.0, -1.0])]))
+    b = lm_eval_output(tmp_path / "b", samples=samples([(False, [-1.01, -1.00]), (False, [-3.0, -0.5]),
+                                                        (False, [-2.0, -1.0])]))
+    report = explain(load_result(str(a), ledger), load_result(str(b), ledger), ledger)
+    margins = report.margins
+    assert margins is not None and (margins["near_ties"], margins["decisive"], margins["unknown"]) == (1, 1, 0)
+    by_case = {c["case"]: c for c in margins["cases"]}
+    assert by_case["tiny_qa/0"]["verdict"] == "near-tie" and by_case["tiny_qa/0"]["margin"] == pytest.approx(0.02)
+    assert by_case["tiny_qa/1"]["verdict"] == "not a near-tie" and by_case["tiny_qa/1"]["margin"] == pytest.approx(3.0)
+    assert "1 of them at near-ties" in report.sentence
+    # generated-text samples (the suite's real lm-eval run) have no choices: no margins to report
+    plain = load_result(str(first), ledger)
+    assert explain(plain, plain, ledger).margins is None
+
+
 def test_options_and_bad_input(tmp_path, ledger) -> None:
     with pytest.raises(UsageError, match="result A is empty"):
         ExplainOptions.from_sources(None, None, a=" ", b="x")
