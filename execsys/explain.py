@@ -138,25 +138,38 @@ def cases_to_exclude_zero(b: int, c: int, n: int, limit: int = 10**7) -> int | N
 # ------------------------------------------------------------------ the operation
 @dataclass(frozen=True)
 class ExplainOptions:
-    """The two results to explain (anything ``compare`` accepts), from which ledger."""
+    """The two results to explain (anything ``compare`` accepts), from which ledger; with ``rerun``, the two
+    systems' endpoints to send the flipped cases and a sample of the agreeing ones to again."""
 
     a: str
     b: str
     ledger: str | Path | None = None  # None: $EXECSYS_LEDGER, else the user data directory
     tie_margin: float | None = None  # nats; None: the probe's default
+    rerun: dict[str, str] | None = None  # {"A": URL, "B": URL}
+    cases: str | None = None  # the cases the results were made from (default: the probe's or the plan's)
+    sample: int | None = None  # agreeing cases to send again (default: as many as flipped, at least 10)
+    seed: int = 0
 
     @classmethod
     def from_sources(cls, declaration: Declaration | None = None, lock: Identity | None = None, *,
                      a: str | None = None, b: str | None = None, ledger: str | Path | None = None,
-                     tie_margin: float | None = None) -> ExplainOptions:
-        """``a`` and ``b`` are required. The declaration and the lock hold no explain settings: the two
-        results carry their own identities."""
+                     tie_margin: float | None = None, rerun: dict[str, str] | None = None,
+                     cases: str | None = None, sample: int | None = None, seed: int | None = None) -> ExplainOptions:
+        """``a`` and ``b`` are required; ``rerun`` names exactly the arms A and B. The declaration and the
+        lock hold no explain settings: the two results carry their own identities."""
         for name, value in (("A", a), ("B", b)):
             if value is None or not str(value).strip():
                 raise UsageError(f"result {name} is empty: give a result file, a run id or RECORD:ARM")
         if tie_margin is not None and not tie_margin > 0:
             raise UsageError(f"--tie-margin must be greater than 0: {tie_margin}")
-        return cls(a=str(a), b=str(b), ledger=ledger, tie_margin=tie_margin)
+        if rerun is not None and set(rerun) != {"A", "B"}:
+            raise UsageError("--rerun takes both systems: --rerun A=URL --rerun B=URL")
+        if sample is not None and sample < 0:
+            raise UsageError(f"--sample must be 0 or more: {sample}")
+        if rerun is None and (cases is not None or sample is not None):
+            raise UsageError("--cases and --sample are for --rerun")
+        return cls(a=str(a), b=str(b), ledger=ledger, tie_margin=tie_margin, rerun=dict(rerun) if rerun else None,
+                   cases=cases, sample=sample, seed=int(seed or 0))
 
 
 @dataclass(frozen=True)
@@ -189,6 +202,7 @@ class ExplainReport:
     sentence: str
     proposal: dict[str, Any] | None
     caveats: list[str] = field(default_factory=list)
+    rerun: dict[str, Any] | None = None  # --rerun: the paired re-run of the flips and a sample
 
     @property
     def exit_code(self) -> int:
@@ -199,13 +213,14 @@ class ExplainReport:
             "schema": SCHEMA, "verdict": self.verdict, "sentence": self.sentence, "a": self.a, "b": self.b,
             "moved": self.moved, "moved_reason": self.moved_reason, "changes": self.changes, "flips": self.flips,
             "axes": self.axes, "noise": self.noise, "noise_total": self.noise_total, "margins": self.margins,
-            "proposal": self.proposal, "caveats": self.caveats,
+            "proposal": self.proposal, "caveats": self.caveats, "rerun": self.rerun,
         }
 
 
 def run_explain(options: ExplainOptions, on_event: OnEvent | None = None,
                 cancel: threading.Event | None = None) -> ExplainReport:
-    """Explain the difference between ``options.a`` and ``options.b`` from the ledger's evidence."""
+    """Explain the difference between ``options.a`` and ``options.b`` from the ledger's evidence; with
+    ``options.rerun``, send the flips and a sample of the agreeing cases to both systems again."""
     from execsys.compare import load_result
 
     with Ledger.open(options.ledger) as ledger:
@@ -213,6 +228,10 @@ def run_explain(options: ExplainOptions, on_event: OnEvent | None = None,
         b = load_result(options.b, ledger)
         emit(on_event, ResultsLoaded(a.ref, b.ref, len(a.outcomes), len(b.outcomes)))
         report = explain(a, b, ledger, tie_margin=options.tie_margin)
+        rerun = _prepare_rerun(options, a, b, report, ledger) if options.rerun else None
+        ledger_path = ledger.path
+    if rerun is not None:
+        report.rerun = _run_rerun(options, rerun, report, ledger_path, on_event, cancel)
     emit(on_event, Explained(report.verdict, report.sentence))
     return report
 
@@ -414,6 +433,105 @@ def _choice_margins(a: Result, b: Result, flipped: list[str], tie_margin: float)
             "unknown": len(cases) - len(known),
             "median_near_tie_margin": statistics.median(near) if near else None, "cases": cases,
             "source": "lm-eval choice loglikelihoods"}
+
+
+# ------------------------------------------------------------------ --rerun
+@dataclass(frozen=True)
+class _Rerun:
+    plan: Any  # the registered execsys.plan/1
+    cases_path: Path
+    flipped: list[str]
+    agreeing: list[str]
+    original: dict[str, tuple[bool, bool]]  # case -> (A right, B right) in the results explained
+
+
+def _source_cases(options: ExplainOptions, a: Result, b: Result, ledger: Ledger) -> Path:
+    """The cases the two results were made from: ``--cases``, else a probe's cases file, else the
+    cases file the paired run's plan registered."""
+    if options.cases is not None:
+        return Path(options.cases)
+    for result in (a, b):
+        found = _probe_pass(result, ledger)
+        if found is not None and found[0].body.get("cases_file"):
+            return Path(str(found[0].body["cases_file"]))
+        if result.paired_run:
+            try:
+                run = ledger.get(result.paired_run)
+                plan = ledger.get(str(run.parent)) if run.parent else None
+            except InputError:
+                plan = None
+            file = ((plan.body.get("cases") or {}).get("file") if plan is not None else None)
+            if file:
+                return Path(str(file))
+    raise UsageError("--rerun needs the cases these results were made from (prompt and expected answer "
+                     "per case id): give --cases FILE")
+
+
+def _prepare_rerun(options: ExplainOptions, a: Result, b: Result, report: ExplainReport, ledger: Ledger) -> _Rerun:
+    """The flipped cases and a seeded sample of the agreeing ones, as a registered AB/BA plan."""
+    import json
+    import random
+
+    from execsys.plan.schedule import new_plan, register_plan
+    from execsys.probes.cases import load_cases
+
+    if not report.flips["scored"]:
+        raise UsageError("--rerun needs results scored right or wrong per case (these are answers): the "
+                         "paired re-run counts a flip as reproduced when both systems score it as before")
+    ba, bb = a.binary() or {}, b.binary() or {}
+    source = _source_cases(options, a, b, ledger)
+    by_id = {case.id: case for case in load_cases(source)}
+    flipped = [c for c in report.flips["flipped"] if c in by_id]
+    agreeing_all = [c for c in a.outcomes if c in b.outcomes and c not in set(report.flips["flipped"]) and c in by_id]
+    missing = [c for c in report.flips["flipped"] if c not in by_id]
+    if missing:
+        raise InputError(f"{source}: has no case {missing[0]!r} of the flips: not the cases these results were made from")
+    want = options.sample if options.sample is not None else max(10, len(flipped))
+    agreeing = sorted(random.Random(f"execsys-explain:{options.seed}").sample(agreeing_all,
+                                                                              min(want, len(agreeing_all))))
+    chosen = [by_id[c] for c in flipped + agreeing]
+    no_expected = [c.id for c in chosen if c.expected is None]
+    if no_expected:
+        raise InputError(f"{source}: case {no_expected[0]} has no \"expected\" answer: the re-run scores each case")
+    where = Path(ledger.path).parent / "explain"
+    where.mkdir(parents=True, exist_ok=True)
+    from execsys.ledger import new_id
+
+    cases_path = where / f"{new_id('rerun')}.cases.jsonl"
+    cases_path.write_text("".join(json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in chosen),
+                          encoding="utf-8")
+    plan = register_plan(new_plan(["A", "B"], cases_path, "abba", options.seed,
+                                  identity_reason="an explain re-run: its arms are the two systems explained"), ledger)
+    original = {c: (ba[c], bb[c]) for c in flipped + agreeing}
+    return _Rerun(plan, cases_path, flipped, agreeing, original)
+
+
+def _run_rerun(options: ExplainOptions, rerun: _Rerun, report: ExplainReport, ledger_path: Path,
+               on_event: OnEvent | None, cancel: threading.Event | None) -> dict[str, Any]:
+    """Run the plan against both systems in one window; a flip reproduces when both score it as before."""
+    from execsys.plan.run import PlanRunOptions, run_plan
+
+    plan_options = PlanRunOptions.from_sources(None, None, plan=rerun.plan, endpoints=options.rerun or {},
+                                               cases=rerun.cases_path, ledger=ledger_path)
+    run = run_plan(plan_options, on_event, cancel)
+    scored = {case: (arms["A"]["correct"], arms["B"]["correct"]) for case, arms in run.outcomes.items()
+              if "A" in arms and "B" in arms and not arms["A"].get("error") and not arms["B"].get("error")}
+    flipped = [c for c in rerun.flipped if c in scored]
+    reproduced = [c for c in flipped if scored[c] == rerun.original[c]]
+    agreeing = [c for c in rerun.agreeing if c in scored]
+    newly = [c for c in agreeing if scored[c][0] != scored[c][1]]
+    if not flipped:
+        finding = "no flipped case was scored again"
+    elif 2 * len(reproduced) > len(flipped):
+        finding = "most flips reproduce: a system effect"
+    else:
+        finding = "most flips do not reproduce: run-to-run noise"
+    sentence = (f"Re-run in one AB/BA window ({run.record}): {len(reproduced)} of {len(flipped)} flips reproduced, "
+                f"{len(newly)} of {len(agreeing)} agreeing cases flipped; {finding}.")
+    return {"record": run.record, "cases": str(rerun.cases_path), "flipped": len(flipped),
+            "reproduced": len(reproduced), "reproduced_cases": reproduced, "agreeing": len(agreeing),
+            "newly_flipped": len(newly), "paired": run.stats.to_json(), "cancelled": run.cancelled,
+            "finding": finding, "sentence": sentence}
 
 
 # ------------------------------------------------------------------ the verdict

@@ -284,6 +284,11 @@ def test_two_passes_of_one_probe_are_separated_by_its_axis(ledger, systems) -> N
     assert report.axes == ["restart"] and report.moved == []
     assert report.flips["flips"] == 1 and report.flips["right_to_wrong"] is None  # answers, not scores
     assert report.verdict == WITHIN
+    # a re-run scores each case again: answers without a right or wrong cannot say a flip reproduced
+    rerun = ExplainOptions.from_sources(None, None, a=f"{record}:0", b=f"{record}:1", ledger=ledger.path,
+                                        rerun={"A": "http://127.0.0.1:9/v1", "B": "http://127.0.0.1:9/v1"})
+    with pytest.raises(UsageError, match="--rerun needs results scored right or wrong"):
+        run_explain(rerun)
 
 
 def test_the_arms_of_one_paired_run_are_separated_by_the_session_alone(ledger, systems) -> None:
@@ -339,6 +344,10 @@ def test_options_and_bad_input(tmp_path, ledger) -> None:
         ExplainOptions.from_sources(None, None, a=" ", b="x")
     with pytest.raises(UsageError, match="tie-margin"):
         ExplainOptions.from_sources(None, None, a="a", b="b", tie_margin=0)
+    with pytest.raises(UsageError, match="--rerun A=URL --rerun B=URL"):
+        ExplainOptions.from_sources(None, None, a="a", b="b", rerun={"A": "http://x/v1", "C": "http://y/v1"})
+    with pytest.raises(UsageError, match="--cases and --sample are for --rerun"):
+        ExplainOptions.from_sources(None, None, a="a", b="b", cases="cases.jsonl")
     options = ExplainOptions.from_sources(None, None, a=str(tmp_path / "nope.json"), b="x", ledger=ledger.path)
     with pytest.raises(InputError, match="neither a result file nor a ledger record"):
         run_explain(options)
@@ -364,6 +373,8 @@ def test_the_cli_exit_codes_and_json(cli, tmp_path, ledger_path, systems) -> Non
     bad = cli("explain", str(a), str(tmp_path / "missing.json"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "neither a result file nor a ledger record" in bad.stderr
+    no_cases = cli("explain", str(a), str(b), "--rerun", "A=http://127.0.0.1:9/v1", "--rerun", "B=http://127.0.0.1:9/v1")
+    assert no_cases.returncode == 2 and "give --cases FILE" in no_cases.stderr
     disjoint = write_result(tmp_path / "c.json", systems["runtime"][0], {"other": True})
     none_shared = cli("explain", str(a), str(disjoint))
     assert none_shared.returncode == 2 and "share no case id" in none_shared.stderr
@@ -579,3 +590,53 @@ def test_a_planted_max_tokens_change_is_attributable_to_the_budget(cli, tmp_path
     data = cli("explain", f"{records[0]['id']}:0", f"{records[1]['id']}:0", "--json").json()
     assert data["moved"] == ["budget"] and data["verdict"] == "attributable", data["sentence"]
     assert data["flips"]["flips"] > data["noise"]["restart"]["interval"][1]
+
+
+def test_rerun_sends_the_flips_again_and_they_reproduce_on_a_deterministic_pair(cli, tmp_path, tiny_gguf,
+                                                                                ledger_path) -> None:
+    """A paired run of two real llama.cpp servers (two model files) flips half its cases; --rerun sends those
+    flips and a sample of the agreeing cases to both again in a registered AB/BA window, and at temperature 0
+    every flip comes back as it was: a system effect, not noise."""
+    from execsys.probes.cases import load_cases
+    from execsys.probes.client import EndpointClient
+
+    from tests.fixtures.llama import make_tiny_gguf, start_llama_server
+
+    other = make_tiny_gguf(tmp_path / "other.gguf", seed=1)
+    probe_cases = tmp_path / "probe.jsonl"
+    probe_cases.write_text("".join(json.dumps({"id": f"c{i}", "prompt": f"Item {i} says", "max_tokens": 8}) + "\n"
+                                   for i in range(16)))
+    with start_llama_server(tiny_gguf) as first, start_llama_server(other) as second:
+        texts = []
+        for server in (first, second):
+            with EndpointClient(server.base_url, timeout=60) as client:
+                model = client.resolve_model(None)
+                texts.append({c.id: (client.complete(c, {"temperature": 0, "model": model}).text or "").strip()
+                              for c in load_cases(probe_cases)})
+        # A's answer is the expected one on even cases, B's on odd ones: the two arms flip on all of them
+        cases = tmp_path / "cases.jsonl"
+        cases.write_text("".join(json.dumps({"id": f"c{i}", "prompt": f"Item {i} says", "max_tokens": 8,
+                                             "expected": texts[i % 2][f"c{i}"]}) + "\n" for i in range(16)))
+        plan = tmp_path / "plan.json"
+        assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(plan)).returncode == 0
+        ran = cli("plan", "run", str(plan), "--arm", f"A={first.base_url}", "--arm", f"B={second.base_url}",
+                  "--json", timeout=300)
+        assert ran.returncode in (0, 1), ran.stderr
+        record = ran.json()["record"]
+        plain = cli("explain", f"{record}:A", f"{record}:B", "--json").json()
+        flips = plain["flips"]["flips"]
+        assert flips >= 8 and plain["rerun"] is None
+        result = cli("explain", f"{record}:A", f"{record}:B", "--rerun", f"A={first.base_url}",
+                     "--rerun", f"B={second.base_url}", "--sample", "4", "--json", timeout=300)
+    assert result.returncode == 1, result.stderr
+    data = result.json()
+    rerun = data["rerun"]
+    assert (rerun["flipped"], rerun["reproduced"], rerun["agreeing"], rerun["newly_flipped"]) == (
+        flips, flips, min(4, 16 - flips), 0)
+    assert rerun["finding"] == "most flips reproduce: a system effect"
+    with Ledger.open(ledger_path) as ledger:
+        again = ledger.get(rerun["record"])
+    assert again.kind == "plan-run" and len(again.body["outcomes"]) == flips + rerun["agreeing"]
+    assert data["verdict"] == plain["verdict"]  # the re-run is evidence beside the verdict, not a new one
+    bad = cli("explain", f"{record}:A", f"{record}:B", "--rerun", f"A={first.base_url}")
+    assert bad.returncode == 2 and "--rerun A=URL --rerun B=URL" in bad.stderr
