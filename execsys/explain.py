@@ -271,6 +271,12 @@ def explain(a: Result, b: Result, ledger: Ledger, *, tie_margin: float | None = 
 
     margins = _margins(a, b, flips["flipped"], ledger, tie_margin)
     verdict, sentence, proposal = _verdict(a, b, moved, moved_reason, flips, axes, noise, total, margins)
+    doubts = [c for c in caveats if c not in unrecorded]
+    if verdict == ATTRIBUTABLE and doubts:
+        # what moved came from identities a caveat puts in doubt (a result changed since its run, a sidecar
+        # nobody recorded, a drifted run): the one component is not established
+        verdict = NOT_ATTRIBUTABLE
+        sentence = sentence.rstrip(".") + f", were it not that {doubts[0]}: not attributable."
     return ExplainReport(a.to_json(), b.to_json(), moved, moved_reason, changes, flips, axes, noise, total,
                          margins, verdict, sentence, proposal, caveats)
 

@@ -217,6 +217,20 @@ def test_several_components_moved_proposes_the_plans_that_separate_them(tmp_path
     assert "2 components moved" in report.sentence
 
 
+def test_a_caveat_on_a_result_keeps_one_moved_component_from_being_attributed(tmp_path, ledger, systems) -> None:
+    for _path, ident in systems.values():
+        _probe(ledger, ident, "session", 20, 20)
+    a = load_result(str(write_result(tmp_path / "a.json", systems["base"][0], OUT_A)), ledger)
+    b = load_result(str(write_result(tmp_path / "b.json", systems["runtime"][0], OUT_B)), ledger)
+    assert explain(a, b, ledger).verdict == ATTRIBUTABLE
+    b.caveats.append("run run-20261201T101010-0000000d for {side} drifted: its result is not attributable to one system")
+    report = explain(a, b, ledger)
+    assert report.verdict == NOT_ATTRIBUTABLE and report.moved == ["runtime"]
+    assert "were it not that run run-20261201T101010-0000000d for B drifted" in report.sentence
+    assert report.caveats == ["run run-20261201T101010-0000000d for B drifted: its result is not attributable to one "
+                              "system"]
+
+
 def test_an_axis_never_probed_is_unmeasured_with_the_probe_that_measures_it(tmp_path, ledger, systems) -> None:
     _probe(ledger, systems["base"][1], "session", 20, 20)  # B's identity was never probed
     report = _explain(tmp_path, ledger, systems["base"][0], systems["runtime"][0])

@@ -114,6 +114,8 @@ def _render(report) -> None:
         margins = report.margins
         out.print(escape(f"margins: {margins['near_ties']} near-tie, {margins['decisive']} decisive, "
                          f"{margins['unknown']} without logprobs"))
+    for caveat in report.caveats:
+        out.print(escape(f"caveat: {caveat}"))
     status = "ok" if report.verdict == "within-measured-noise" else "warn"
     out.print(f"[{console.STYLES[status]}]{report.verdict}[/]: {escape(report.sentence)}")
     if report.rerun:
