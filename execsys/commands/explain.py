@@ -19,8 +19,10 @@ plan-run-...:ARM, probe-...:PASS). explain puts together what execsys already ho
   noise floor   for each axis separating A from B (session, restart, hosts, concurrency) the agreement
                 scope measured for both identities, and the flips it alone predicts (95% interval);
                 an axis never probed, or licensed unverified, is unmeasured, never assumed quiet
-  margins       where both are probe passes with logprobs: which flips are near-ties
-  verdict       within-measured-noise | attributable (one component moved, flips beyond noise) |
+  margins       which flips are near-ties, where both are probe passes with logprobs or lm-eval
+                multiple-choice results (the gap between the two best choices)
+  verdict       within-measured-noise | attributable (one component moved, flips beyond noise:
+                more than predicted, or lopsided, McNemar p < 0.05) |
                 not-attributable (several moved: the paired plans that separate them) |
                 unmeasured (the noise floor is unknown: the probe that would measure it)
 
