@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "probe": "probe",
     "scope": "scope",
     "compare": "compare",
+    "explain": "explain",
     "plan": "plan",
     "quant": "quant",
     "ledger": "ledger",
@@ -140,6 +141,7 @@ def build_parser(only: str | None = None) -> Parser:
             "  execsys trust                  let a declaration you did not write run its commands\n"
             "  execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl\n"
             "  execsys scope                  what comparisons the measurements license\n"
+            "  execsys explain A B            why a score changed: what moved, flips, noise, verdict\n"
             "  execsys run -- lm_eval --model local-completions --tasks gsm8k --output_path out\n"
             "                                 the evaluation, gated, watched, verified and recorded\n\n"
             "exit codes: 0 fine, 1 a finding (hazard, drift, instability), 2 usage or input error"

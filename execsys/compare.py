@@ -395,15 +395,10 @@ def crossed_axes(a: Result, b: Result) -> list[str]:
     return crossed
 
 
-def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None = None, *,
-            record: bool = True) -> Comparison:
-    """Label the comparison causal or descriptive, compute the figures, and record it."""
-    from execsys.stats import mcnemar_exact, paired_difference_ci
-
-    intervention = list(intervention or [])
-    for name in intervention:
-        if name not in COMPONENTS:
-            raise UsageError(f"--intervention {name!r}: not a component (one of {', '.join(COMPONENTS)})")
+def moved_between(a: Result, b: Result) -> tuple[list[str] | None, dict[str, Any], list[str]]:
+    """What moved between two results' identities (the identity diff, observer set aside), its per-component
+    changes, and why it cannot be named when it cannot (``moved`` None): an arm whose own identity was
+    not observed, or a side with no pinned identity record."""
     reasons: list[str] = []
     moved: list[str] | None
     changes: dict[str, Any] = {}
@@ -430,6 +425,17 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
         reasons.append("the components that moved cannot be named: "
                        + ", ".join(f"{r.ref} has no pinned identity record" for r in (a, b)
                                    if not pinned(r.identity)))
+    return moved, changes, reasons
+
+
+def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None = None, *,
+            record: bool = True) -> Comparison:
+    """Label the comparison causal or descriptive, compute the figures, and record it."""
+    intervention = list(intervention or [])
+    for name in intervention:
+        if name not in COMPONENTS:
+            raise UsageError(f"--intervention {name!r}: not a component (one of {', '.join(COMPONENTS)})")
+    moved, changes, reasons = moved_between(a, b)
     for side, result in (("A", a), ("B", b)):
         # replace, not format: a caveat may quote a path or run id with braces in it
         reasons.extend(caveat.replace("{side}", side) for caveat in result.caveats)
@@ -459,7 +465,7 @@ def compare(a: Result, b: Result, ledger: Ledger, intervention: list[str] | None
             elif axis in scope.unmeasured:
                 reasons.append(f"different sessions and {axis} was never probed under identity {ident[:12]}")
 
-    paired = _paired(a, b, mcnemar_exact, paired_difference_ci)
+    paired = paired_figures(a, b)
     label = "descriptive" if reasons else "causal"
     statement = _statement(a, b, paired, label, intervention, reasons, crossed, paired_control)
     comparison = Comparison(a, b, moved, changes, intervention, crossed, reasons, label, statement, paired,
@@ -482,7 +488,12 @@ def intervention_mismatch(intervention: list[str], moved: list[str]) -> str | No
     return f"you named {', '.join(intervention)}; what moved: {', '.join(moved) or 'nothing'}"
 
 
-def _paired(a: Result, b: Result, mcnemar_exact, paired_difference_ci) -> dict[str, Any] | None:
+def paired_figures(a: Result, b: Result) -> dict[str, Any] | None:
+    """The two results paired by case id: discordant counts ``b`` (A right, B wrong) and ``c`` (A wrong,
+    B right), the paired difference B - A with its 95% interval and the exact McNemar p; or, when the
+    outcomes are answers rather than scores, how many shared cases agree."""
+    from execsys.stats import mcnemar_exact, paired_difference_ci
+
     common = sorted(set(a.outcomes) & set(b.outcomes))
     ba, bb = a.binary(), b.binary()
     if ba is None or bb is None:

@@ -97,3 +97,50 @@ def paired_difference_ci(b: int, c: int, n: int, z: float = Z95) -> tuple[float,
     var = ((b_adj + c_adj) - (b_adj - c_adj) ** 2 / n_adj) / n_adj**2
     half = z * math.sqrt(max(var, 0.0))
     return (max(-1.0, diff - half), min(1.0, diff + half))
+
+
+def binomial_quantile(q: float, n: int, p: float) -> int:
+    """The smallest k with P[X <= k] >= q for X ~ Binomial(n, p): the ``q`` quantile of a count.
+
+    Each probability comes from ``lgamma`` in log space, so n in the tens of thousands never
+    overflows; the sum stops at the quantile (a few terms for the small rates noise floors have)."""
+    if n <= 0 or p <= 0.0:
+        return 0
+    if p >= 1.0:
+        return n
+    log_p, log_q = math.log(p), math.log1p(-p)
+
+    def pmf(k: int) -> float:
+        return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_p
+                        + (n - k) * log_q)
+
+    total = 0.0
+    for k in range(n + 1):
+        total += pmf(k)
+        if total >= q - 1e-12:  # summation error must not push an exact quantile one count higher
+            return k
+    return n
+
+
+def beta_binomial_quantile(q: float, n: int, alpha: float, beta: float) -> int:
+    """The smallest k with P[X <= k] >= q for X ~ BetaBinomial(n, alpha, beta): a count of n trials whose
+    rate is itself uncertain, Beta(alpha, beta) -- what a rate measured on a finite sample predicts.
+
+    Computed in log space (``lgamma``) like :func:`binomial_quantile`."""
+    if n <= 0:
+        return 0
+    if not (alpha > 0 and beta > 0):
+        raise ValueError("alpha and beta must be greater than 0")
+    log_norm = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+
+    def pmf(k: int) -> float:
+        return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                        + math.lgamma(k + alpha) + math.lgamma(n - k + beta) - math.lgamma(n + alpha + beta)
+                        - log_norm)
+
+    total = 0.0
+    for k in range(n + 1):
+        total += pmf(k)
+        if total >= q - 1e-12:
+            return k
+    return n

@@ -190,3 +190,48 @@ def _first_metric(config: dict[str, Any], data: dict[str, Any], task: str) -> st
 
 
 ADAPTER = LmEvalHarness()
+
+
+def choice_gaps(path: Path, case_ids: Sequence[str]) -> dict[str, float]:
+    """For the cases ``<task>/<doc_id>`` of the results file ``path`` that lm-eval scored by loglikelihood
+    (a multiple-choice task: ``filtered_resps`` holds one ``[loglikelihood, is_greedy]`` per choice), the
+    gap in nats between the best choice and the runner-up: how near the choice came to going the other
+    way. Cases scored on generated text have no gap and are left out. Lines are read one at a time."""
+    wanted: dict[str, set[str]] = {}
+    for case in case_ids:
+        task, _, doc = case.rpartition("/")
+        wanted.setdefault(task, set()).add(doc)
+    gaps: dict[str, float] = {}
+    stamp = _stamp(path)
+    for task, docs in wanted.items():
+        samples = _samples_file(path, task, stamp) if task else None
+        if samples is None:
+            continue
+        with samples.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    sample = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(sample, dict) or str(sample.get("doc_id")) not in docs:
+                    continue
+                gap = _top_two_gap(sample.get("filtered_resps"))
+                if gap is not None:
+                    gaps[f"{task}/{sample.get('doc_id')}"] = gap
+    return gaps
+
+
+def _top_two_gap(responses: Any) -> float | None:
+    """best - second-best loglikelihood among ``[[loglikelihood, is_greedy], ...]`` (values may be strings)."""
+    if not isinstance(responses, list) or len(responses) < 2:
+        return None
+    values = []
+    for response in responses:
+        if not isinstance(response, (list, tuple)) or not response or isinstance(response[0], bool):
+            return None
+        try:
+            values.append(float(response[0]))
+        except (TypeError, ValueError):
+            return None
+    first, second = sorted(values, reverse=True)[:2]
+    return first - second
