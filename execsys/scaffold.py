@@ -87,7 +87,27 @@ def _from_listener(found: dict) -> None:
     except Exception:  # noqa: BLE001 - a pre-fill: an engine that answers oddly leaves the path to the user
         native = None
     if native is not None and native.model_path:
-        found["artifact"] = native.model_path
+        artifact = _served_path(native.model_path, first.get("pid"))
+        if artifact is not None:
+            found["artifact"] = artifact
+
+
+def _served_path(model_path: str, pid: int | None) -> str | None:
+    """The weights' path as this machine names it: a relative ``--model`` is relative to the serving
+    process's working directory, not to the new declaration's. None when no such file or directory is
+    here (a hub id such as ``org/model``, a process whose directory cannot be read): a pre-filled
+    path that does not exist would make the first ``pin`` fail."""
+    import os
+
+    import psutil
+
+    path = model_path
+    if not os.path.isabs(path):
+        try:
+            path = os.path.join(psutil.Process(pid).cwd(), path) if pid else ""
+        except (psutil.Error, OSError):
+            return None
+    return os.path.normpath(path) if path and os.path.exists(path) else None
 
 
 def render_template(found: dict) -> str:

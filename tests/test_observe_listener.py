@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from execsys.observe.listener import listener, listening_pid, local_port
 from execsys.observe.passmemo import observation_pass
 
@@ -75,3 +77,43 @@ def test_init_beside_a_real_llama_cpp_server_prefills_it(cli, tmp_path, llama_se
     if first["pid"] == llama_server.pid:
         artifact = tomllib.loads((tmp_path / "execsys.toml").read_text())["artifact"]
         assert artifact["path"] == str(llama_server.model_path)
+
+
+@pytest.mark.integration
+def test_init_names_a_relative_model_by_the_serving_process_s_directory(tmp_path, tiny_gguf, monkeypatch):
+    """A server started as ``--model tiny.gguf`` from the model's directory reports a relative path:
+    init pre-fills it as that process's directory names it (an absolute path that exists), never
+    relative to the new declaration, where the first pin would not find it. (In process, with the
+    discovery narrowed to this server: the machine may have other engines listening.)"""
+    import os
+    import shutil
+    import signal
+    import subprocess
+
+    from execsys import scaffold
+    from execsys.observe import listener
+    from tests.fixtures.llama import free_port, server_argv, wait_ready
+    from tests.fixtures.markers import starts_real_service
+
+    starts_real_service("a llama.cpp server")
+    served = tmp_path / "served"
+    served.mkdir()
+    shutil.copy(tiny_gguf, served / "tiny.gguf")
+    port = free_port()
+    proc = subprocess.Popen(server_argv("tiny.gguf", port), cwd=served, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_ready(f"http://127.0.0.1:{port}/v1", 120, proc)
+        everything = listener.engine_listeners
+        monkeypatch.setattr(listener, "engine_listeners",
+                            lambda *a, **k: [e for e in everything(*a, **k) if e["pid"] == proc.pid])
+        found: dict = {}
+        scaffold._from_listener(found)
+        assert found["endpoint"] == f"http://127.0.0.1:{port}/v1"
+        assert found["artifact"] == str(served / "tiny.gguf")
+        # the same server seen from a directory where the name means nothing: no path rather than a wrong one
+        assert scaffold._served_path("tiny.gguf", None) is None
+        assert scaffold._served_path("org/not-here", proc.pid) is None
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
