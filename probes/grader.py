@@ -39,6 +39,7 @@ from typing import Any
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import DECLARATION_LIMIT, RECORD_FILE_LIMIT, read_bounded
 from execsys.harnesses.base import SampleOutput
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, Event, OnEvent, emit, first_given
@@ -84,11 +85,12 @@ def load_graded_cases(path: str | os.PathLike[str], ledger_path: Path | None = N
     if target.suffix == ".eval" or (target.suffix == ".json" and inspect_log.ADAPTER.owns(target)):
         return _harness_cases(target, inspect_log.graded_samples(target))
     try:
-        lines = target.read_text(encoding="utf-8").splitlines()
+        # bounded: a FIFO or /dev/zero given as the cases is refused, never read forever
+        lines = read_bounded(target, RECORD_FILE_LIMIT, "cases file").decode("utf-8").splitlines()
     except FileNotFoundError:
         raise InputError(f"cases file {target}: not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cases file {target}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"cases file {target}: not UTF-8 text") from None
     cases: list[GradedCase] = []
     seen: set[str] = set()
     for lineno, line in enumerate(lines, 1):
@@ -269,7 +271,9 @@ class GraderProbeOptions:
 
             prompt_path = resolve(str(judge["prompt"]), base)
             try:
-                template = prompt_path.read_text(encoding="utf-8")
+                template = read_bounded(prompt_path, DECLARATION_LIMIT, "[grader.judge] prompt").decode("utf-8")
+            except InputError:
+                raise
             except (OSError, UnicodeDecodeError) as exc:
                 raise InputError(f"[grader.judge] prompt {prompt_path}: cannot read "
                                  f"({getattr(exc, 'strerror', None) or exc})") from None

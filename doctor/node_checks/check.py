@@ -36,7 +36,7 @@ from execsys.doctor.model import HazardResult, HostReport
 from execsys.doctor.node_checks import registry
 from execsys.doctor.sysinfo import node_name, parse_environ
 
-from execsys.errors import UsageError
+from execsys.errors import InputError, UsageError
 from execsys.operation import Event, OnEvent, emit, new_cancel
 
 if TYPE_CHECKING:
@@ -218,14 +218,18 @@ class CannotCheck(Exception):
 
 
 def read_env_file(path: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines (comments, ``export``, quotes) or a NUL-separated ``/proc/N/environ`` copy."""
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    """``KEY=VALUE`` lines (comments, ``export``, quotes) or a NUL-separated ``/proc/N/environ`` copy.
+
+    Read once, bounded: a FIFO, ``/dev/zero`` or a file over the env-file cap is an InputError (the
+    check's "could not check"), never a read that lasts until the watchdog fires."""
+    from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
+
+    raw = read_bounded(path, ENV_FILE_LIMIT, "--env-from file")
     if b"\0" in raw:
         return parse_environ(raw)
-    from execsys.doctor.hazards.unread_env_config import parse_env_file
+    from execsys.doctor.hazards.unread_env_config import parse_env_text
 
-    return parse_env_file(path)
+    return parse_env_text(raw.decode("utf-8"))
 
 
 def inspected_environment(options: NodeCheckOptions, process_env: dict[str, str] | None = None
@@ -242,6 +246,8 @@ def inspected_environment(options: NodeCheckOptions, process_env: dict[str, str]
                 variables = sysinfo.process_environ(int(value))
             else:
                 variables = read_env_file(str(value))
+        except InputError as exc:
+            raise CannotCheck(str(exc)) from exc
         except (OSError, UnicodeDecodeError) as exc:
             raise CannotCheck(f"cannot read --env-from {options.env_from}: "
                               f"{getattr(exc, 'strerror', None) or exc}") from exc

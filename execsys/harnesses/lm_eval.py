@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
-from execsys.fsutil import read_json_object
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded, read_json_object
 from execsys.harnesses.base import HarnessResult, SampleOutput, flag_value, program_words
 
 NAME = "lm-eval"
@@ -84,7 +84,7 @@ class LmEvalHarness:
                 continue
             sources.append(samples)
             metric = _first_metric(configs.get(task) or {}, data, task)
-            for line_no, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
+            for line_no, line in enumerate(_sample_lines(samples), 1):
                 if not line.strip():
                     continue
                 try:
@@ -108,12 +108,7 @@ def graded_samples(path: Path) -> list[SampleOutput]:
     if found is None:
         raise InputError(f"{path}: not an lm-eval samples file (samples_<task>_<time>.jsonl)")
     task = found.group("task")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    lines = _sample_lines(path)
     rows: list[tuple[Any, str, str, Any, Any]] = []
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
@@ -133,6 +128,17 @@ def graded_samples(path: Path) -> list[SampleOutput]:
     several = len({row[4] for row in rows}) > 1
     return [SampleOutput(f"{task}/{doc}" + (f":{filt}" if several else ""), prompt, output, target)
             for doc, prompt, output, target, filt in rows]
+
+
+def _sample_lines(path: Path) -> list[str]:
+    """A samples file's lines, read bounded (a FIFO or device named like one is refused, never read
+    forever); InputError for a file that is missing, unreadable or not UTF-8."""
+    try:
+        return read_bounded(path, RECORD_FILE_LIMIT, "lm-eval samples file").decode("utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: not found") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"lm-eval samples file {path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def _first_request(arguments: Any) -> tuple[str, bool]:
