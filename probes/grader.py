@@ -280,10 +280,10 @@ class GraderProbeOptions:
         cases_file = Path(str(cases_path))
         if not cases_file.is_absolute() and cases is None:
             cases_file = base / cases_file  # declared paths resolve beside the declaration
+        wait = float(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
         return cls(cases=cases_file, via=chosen, repeats=count, command=command, judge=judge, template=template,
-                   extract=parse_extractor(first_given(extract, probe.get("extract"))), base_dir=base,
-                   identity=getattr(lock, "id", None), n=n,
-                   timeout=float(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT),
+                   extract=parse_extractor(first_given(extract, probe.get("extract")), wait), base_dir=base,
+                   identity=getattr(lock, "id", None), n=n, timeout=wait,
                    ledger_path=Path(ledger).expanduser() if ledger else None,
                    record=bool(first_given(record, True)), resume=resume or False,
                    retry_errored=bool(retry_errored))

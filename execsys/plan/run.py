@@ -335,7 +335,7 @@ class _Run:
         no_expected = [e["case"] for e in plan.order if cases[e["case"]].expected is None]
         if no_expected:
             raise InputError(f"case {no_expected[0]} has no \"expected\" answer: a paired comparison needs one per case")
-        extractor = parse_extractor(options.extract)
+        extractor = parse_extractor(options.extract, options.timeout)
 
         clients = {arm: EndpointClient(url, timeout=options.timeout, api_key_env=options.api_key_env)
                    for arm, url in options.endpoints.items()}
