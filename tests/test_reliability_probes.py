@@ -32,3 +32,39 @@ def test_a_command_extractor_that_never_ends_honours_timeout(cli, tmp_path: Path
     assert result.returncode in (0, 1, 2) and "Traceback" not in result.stderr, result.stderr
     if probe == "grader":  # nothing graded: said in one line, as for any grader that gives no verdict
         assert result.returncode == 2 and "found no verdict" in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "named"), [
+    ("--arm-params", 'B={"temperature": NaN}', "--arm-params B: temperature"),
+    ("--arm-params", 'A={"logit_bias": {"5": -Infinity}}', "--arm-params A: logit_bias.5"),
+    ("--params", '{"stop": ["x", Infinity]}', "--params: stop[1]"),
+])
+def test_plan_run_refuses_nan_parameters_before_any_case_runs(cli, tmp_path: Path, ledger_path: Path,
+                                                              flag: str, value: str, named: str) -> None:
+    """Python's JSON reads NaN; no request body or executed log can hold it. It used to crash the run
+    (exit 3) at its first case, the executed log already created; now: exit 2, one line, nothing sent
+    to the endpoint, no log written."""
+    from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+
+    requests: list[object] = []
+
+    class Endpoint(JsonHandler):
+        def do_GET(self) -> None:
+            self.send_json({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+        def do_POST(self) -> None:
+            requests.append(self.read_json())
+            self.send_json({"choices": [{"index": 0, "text": "nothing", "finish_reason": "stop"}]})
+
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(f'{{"id": "c{i}", "prompt": "p{i}", "expected": "nothing"}}\n' for i in range(3)))
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(tmp_path / "plan.json"),
+               cwd=tmp_path, timeout=60).returncode == 0
+    with LoopbackServer(Endpoint) as server:
+        result = cli("plan", "run", str(tmp_path / "plan.json"), "--arm", f"A={server.url()}",
+                     "--arm", f"B={server.url()}", flag, value, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert named in line and "NaN or infinite" in line
+    assert requests == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.jsonl", "ledger.sqlite3", "plan.json"]
