@@ -38,6 +38,8 @@ from execsys.doctor.sysinfo import node_name, parse_environ
 
 from execsys.errors import InputError, UsageError
 from execsys.operation import Event, OnEvent, emit, new_cancel
+from execsys.redact import redact_text, scrub
+from execsys.termsafe import shown
 
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
@@ -184,15 +186,19 @@ class NodeCheckReport:
     drain: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "mode": self.mode, "exit_code": self.exit_code, "status": self.status,
+        """The whole report, redacted (the doctor's evidence and the environment's source name files
+        and values from the node; ``--json`` is written as it is, past the console's redactor)."""
+        return scrub({"schema": SCHEMA, "mode": self.mode, "exit_code": self.exit_code, "status": self.status,
                 "line": self.line, "hazard": self.hazard, "environment": dict(self.environment),
                 "log": self.log, "drain": self.drain,
-                "doctor": self.host.to_json() if self.host is not None else None}
+                "doctor": self.host.to_json() if self.host is not None else None})
 
 
 def fit_line(text: str, limit: int = LINE_LIMIT) -> str:
-    """One line of at most ``limit`` UTF-8 bytes (NPD cuts there; a Slurm Reason should be short)."""
-    line = " ".join(text.split())
+    """One line of at most ``limit`` UTF-8 bytes (NPD cuts there; a Slurm Reason should be short),
+    redacted and terminal-safe: it names paths and summaries from the node (an ``--env-from`` path,
+    a hazard's evidence) and goes to NPD, syslog, a Slurm Reason and a terminal as it is."""
+    line = shown(" ".join(redact_text(text).split()))
     data = line.encode("utf-8")
     if len(data) <= limit:
         return line
