@@ -73,3 +73,27 @@ def test_a_node_checks_line_log_and_json_are_redacted_and_terminal_safe(cli, tmp
             assert KEY not in both and "\x1b" not in both and "\x07" not in both, both[-600:]
             if not extra and "missing" in env_from:
                 assert "<redacted>/missing" in result.stdout
+
+
+def test_a_secret_shaped_declaration_key_reaches_no_lock_ledger_or_json(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """Only values were redacted: a key-shaped TOML *key* went into the lock, the ledger row and
+    ``pin --json`` as written. Two such keys stay two entries."""
+    live, other = "sk-live-abcdefghijklmnop123456", "sk-live-zyxwvutsrqponmlk654321"
+    (tmp_path / "execsys.toml").write_text(f'[environment.variables]\n"{live}" = "x"\n"{other}" = "y"\n')
+    result = cli("pin", "--json", cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lock = (tmp_path / "execsys.lock.json").read_text()
+    import sqlite3
+
+    with sqlite3.connect(ledger_path) as db:
+        rows = " ".join(str(row) for row in db.execute("SELECT * FROM records"))
+    for where, text in (("stdout", result.stdout), ("stderr", result.stderr), ("lock", lock), ("ledger", rows)):
+        assert live not in text and other not in text, where
+    assert REDACTED in lock and f"{REDACTED}#2" in lock
+
+
+def test_scrub_redacts_keys_and_keeps_colliding_ones_apart() -> None:
+    body = {"sk-live-abcdefghijklmnop123456": 1, "sk-live-zyxwvutsrqponmlk654321": 2, "max_tokens": 3,
+            "https://user:pw@host/x": 4, "nested": [{"hf_abcdefghijklmnopqrstuvwx": "v"}]}
+    assert scrub(body) == {REDACTED: 1, f"{REDACTED}#2": 2, "max_tokens": 3, f"https://user:{REDACTED}@host/x": 4,
+                           "nested": [{REDACTED: "v"}]}
