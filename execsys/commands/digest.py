@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.manifest and local.kind == "tree":
             sys.stdout.buffer.write(local.manifest.encode("utf-8"))
             sys.stdout.flush()
+            _note_uncheckable(local.entries)
         else:
             _print_human(local)
         return ExitCode.OK
@@ -91,6 +92,26 @@ def run(args: argparse.Namespace) -> int:
             _print_human(match.local)
         _print_sites(match.to_json())
     return ExitCode.OK if match.exit_code == 0 else ExitCode.FINDING
+
+
+def _note_uncheckable(entries) -> None:
+    """One line on stderr when some manifest lines name files whose names are not UTF-8: b3sum --check
+    cannot check those lines (it cannot name such a file from a UTF-8 check file, whatever the line
+    says), so the user learns which before reading its errors."""
+    from execsys.termsafe import shown
+
+    odd = []
+    for entry in entries:
+        try:
+            entry.relpath.decode("utf-8")
+        except UnicodeDecodeError:
+            odd.append(entry)
+    if odd:
+        first = shown(odd[0].relpath.decode("utf-8", "backslashreplace"))
+        sys.stderr.write(f"note: {len(odd)} of {len(entries)} names are not UTF-8 (first: {first}): b3sum --check "
+                         "cannot check their lines (\\xHH escapes; it says 'Invalid backslash escape' for each, "
+                         "checks the others and exits 1)\n")
+        sys.stderr.flush()
 
 
 def _print_human(result) -> None:
