@@ -146,3 +146,18 @@ def test_an_empty_path_is_named(cli) -> None:
     result = cli("digest", "")
     assert result.returncode == 2
     assert "path is empty" in result.stderr and ": :" not in result.stderr
+
+
+def test_every_expect_in_digests_help_is_accepted(cli, tmp_path: Path) -> None:
+    """The help's example used to be ``--expect 3f2a...``, which --expect refuses (exit 2): each
+    ``--expect`` value the help shows must be one it takes."""
+    import shlex
+
+    shown = cli("digest", "--help").stdout
+    values = [words[words.index("--expect") + 1] for line in shown.splitlines()
+              if line.strip().startswith("execsys digest") and "--expect" in (words := shlex.split(line))]
+    assert values, shown
+    (tmp_path / "model.gguf").write_bytes(b"")
+    for value in values:
+        result = cli("digest", "model.gguf", "--expect", value, cwd=tmp_path, timeout=60)
+        assert result.returncode in (0, 1), (value, result.stderr)
