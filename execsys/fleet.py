@@ -348,9 +348,13 @@ class FleetOptions:
             raise InputError(f"--from-ansible {from_ansible}: not a directory (an Ansible fact cache or --tree "
                              "output)")
         if prom is not None:
-            parent = Path(prom).expanduser().resolve().parent
+            from execsys.fsutil import check_output
+
+            # abspath, not resolve(): a symlink loop at --prom must be the writer's refusal, not a RuntimeError
+            parent = Path(os.path.abspath(os.path.expanduser(prom))).parent
             if Path(prom).is_dir() or not parent.is_dir():
                 raise InputError(f"--prom {prom}: cannot write there (give a file in an existing directory)")
+            check_output(prom, "the Prometheus textfile")  # a FIFO, device or loop there: refused before reading
         source = "--expected-digest" if expected_digest else None
         if expected_digest is None and lock is not None:
             expected_digest = lock.observed("artifact").get("digest") or None

@@ -69,7 +69,13 @@ def _write_target(path: str | os.PathLike[str], follow_symlinks: bool = True) ->
     if target.is_symlink():
         if not follow_symlinks:
             return target
-        target = Path(os.path.realpath(target))
+        try:
+            target = Path(os.path.realpath(target, strict=True))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # nothing to write through to; replacing it would destroy the link
+                raise InputError(f"{os.fspath(path)}: is a symlink loop, not a regular file: "
+                                 "refusing to replace it") from None
+            target = Path(os.path.realpath(target))  # a dangling link: the write creates what it names
     try:
         st = os.stat(target)
     except FileNotFoundError:

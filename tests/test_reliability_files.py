@@ -266,3 +266,17 @@ def test_node_check_env_from_a_fifo_or_device_is_could_not_check_at_once(cli, tm
     assert result.returncode == 2, (result.stdout, result.stderr)
     [line] = result.stdout.strip().splitlines()
     assert line.startswith("unknown:") and "not a regular file" in line and "Traceback" not in result.stderr
+
+
+def test_a_symlink_loop_as_an_output_is_refused_and_kept(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """``fleet --prom LOOP`` was exit 3 (RuntimeError from resolve()); ``scope --contract LOOP`` replaced
+    the user's link with a file. A loop has nothing to write through to: exit 2, one line, the links kept."""
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    with pytest.raises(InputError, match="symlink loop"):
+        write_output(tmp_path / "loop1", "x", "the plan")
+    assert cli("pin", cwd=tmp_path, timeout=60).returncode == 0
+    for args in (["fleet", "execsys.lock.json", "--prom", "loop1"], ["scope", "--contract", "loop1"]):
+        result = cli(*args, cwd=tmp_path, timeout=60)
+        _one_refusal(result, "loop1", "symlink loop")
+        assert os.readlink(tmp_path / "loop1") == "loop2" and os.readlink(tmp_path / "loop2") == "loop1"
