@@ -305,7 +305,10 @@ def parse_since(text: str, now: datetime | None = None) -> str:
     if match:
         amount, unit = int(match.group(1)), match.group(2)
         seconds = amount * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
-        when = now - timedelta(seconds=seconds)
+        try:
+            when = now - timedelta(seconds=seconds)
+        except (OverflowError, ValueError):  # older than any date: 100000000000d
+            when = datetime.min.replace(tzinfo=timezone.utc)
     else:
         try:
             when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))

@@ -242,6 +242,10 @@ class GraderProbeOptions:
         count = first_given(repeats, 2)
         if not isinstance(count, int) or count < 2:
             raise UsageError("--repeats must be at least 2")
+        from .options import MAX_REPEATS
+
+        if count > MAX_REPEATS:  # each grading of each case is planned up front
+            raise UsageError(f"--repeats is at most {MAX_REPEATS} gradings")
         if n is not None and n < 1:
             raise UsageError("--n must be at least 1")
         if retry_errored and not resume:
@@ -280,7 +284,10 @@ class GraderProbeOptions:
         cases_file = Path(str(cases_path))
         if not cases_file.is_absolute() and cases is None:
             cases_file = base / cases_file  # declared paths resolve beside the declaration
-        wait = float(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
+        from .options import _seconds
+
+        # finite and above 0, as every probe's --timeout ('0' was replaced by the default, nan crashed)
+        wait = _seconds(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT), "--timeout")
         return cls(cases=cases_file, via=chosen, repeats=count, command=command, judge=judge, template=template,
                    extract=parse_extractor(first_given(extract, probe.get("extract")), wait), base_dir=base,
                    identity=getattr(lock, "id", None), n=n, timeout=wait,

@@ -68,3 +68,47 @@ def test_plan_run_refuses_nan_parameters_before_any_case_runs(cli, tmp_path: Pat
     assert named in line and "NaN or infinite" in line
     assert requests == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.jsonl", "ledger.sqlite3", "plan.json"]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("args", [
+    ["probe", "grader", "--trust", "--timeout", "nan"],
+    ["probe", "grader", "--trust", "--timeout", "1e309"],
+    ["probe", "grader", "--trust", "--timeout", "1e12"],
+    ["probe", "grader", "--trust", "--timeout", "0"],
+    ["probe", "grader", "--trust", "--timeout", "-1"],
+    ["probe", "grader", "--trust", "--repeats", "1000000000000"],
+    ["probe", "session", "--command", "echo 1", "--repeats", "1000000000000"],
+    ["probe", "session", "--endpoint", "http://127.0.0.1:9/v1", "--timeout", "1e12"],
+    ["plan", "run", "plan.json", "--arm", "A=http://127.0.0.1:9/v1", "--arm", "B=http://127.0.0.1:9/v1",
+     "--timeout", "1e12"],
+    ["plan", "run", "plan.json", "--arm", "A=http://127.0.0.1:9/v1", "--arm", "B=http://127.0.0.1:9/v1",
+     "--timeout", "inf"],
+], ids=["grader-timeout-nan", "grader-timeout-inf", "grader-timeout-1e12", "grader-timeout-0", "grader-timeout-neg",
+        "grader-repeats-1e12", "session-repeats-1e12", "session-timeout-1e12", "plan-timeout-1e12", "plan-timeout-inf"])
+def test_numbers_no_clock_or_memory_can_hold_are_refused_up_front(cli, tmp_path: Path, ledger_path: Path,
+                                                                  args: list[str]) -> None:
+    """Each was exit 3 (ValueError/OverflowError from select() or httpx, MemoryError), 1.2 GB in 10 s
+    (a trillion passes planned), or silently another value (``--timeout 0`` became 120 s, ``-1``
+    graded nothing): now exit 2, one line, before any case is sent or recorded."""
+    (tmp_path / "execsys.toml").write_text('[grader]\ncommand = "echo correct"\n')
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "c1", "prompt": "p", "output": "o", "expected": "nothing"}\n')
+    if args[0] == "plan":
+        assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", "plan.json",
+                   cwd=tmp_path, timeout=60).returncode == 0
+    else:
+        args = [*args, "--cases", str(cases)]
+    started = time.monotonic()
+    result = cli(*args, cwd=tmp_path, timeout=100)
+    assert time.monotonic() - started < 60
+    assert result.returncode == 2, (result.returncode, result.stderr[-500:])
+    [line] = result.stderr.strip().splitlines()
+    assert "--timeout" in line or "--repeats" in line, line
+
+
+def test_an_age_older_than_any_date_is_since_the_beginning(cli, tmp_path: Path, ledger_path: Path) -> None:
+    assert cli("pin", cwd=tmp_path, timeout=60).returncode == 0
+    result = cli("fleet", "--ledger-since", "100000000000d", "--json", cwd=tmp_path, timeout=60)
+    assert result.returncode in (0, 1), result.stderr  # was OverflowError, exit 3
+    assert "internal error" not in result.stderr

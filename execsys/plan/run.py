@@ -188,6 +188,7 @@ class PlanRunOptions:
         - the declaration: ``[placement]`` (hosts and the residency policy for (d)).
         """
         from execsys.probes.compare import parse_extractor
+        from execsys.proc import MAX_WAIT_S
 
         arms = plan.arms
         check_arms(endpoints, arms, lambda arm, url: f"--arm {f'{arm}={url}'!r}: ", listed="the plan's arms")
@@ -202,8 +203,8 @@ class PlanRunOptions:
             raise UsageError("--params: expected a JSON object")
         check_sendable(params, arm_params)
         wait = first_given(timeout, DEFAULT_TIMEOUT)
-        if wait is None or not wait > 0:
-            raise UsageError(f"--timeout {timeout}: expected a positive number of seconds")
+        if wait is None or not 0 < wait <= MAX_WAIT_S:  # httpx overflows past it (1e12 crashed mid-run)
+            raise UsageError(f"--timeout {timeout}: expected a number of seconds above 0, at most {MAX_WAIT_S:.0f}")
         parse_extractor(extract)  # a malformed --extract is a usage error before anything runs
 
         base_dir = Path(plan_path).parent if plan_path is not None else None
