@@ -358,6 +358,11 @@ class FleetOptions:
             if Path(prom).is_dir() or not parent.is_dir():
                 raise InputError(f"--prom {prom}: cannot write there (give a file in an existing directory)")
             check_output(prom, "the Prometheus textfile")  # a FIFO, device or loop there: refused before reading
+        if expected_digest is not None:
+            # as digest --expect: a digest the fleet is held to must be one ('zz' matched no host, silently)
+            given_digest, expected_digest = expected_digest, expected_digest.strip().lower()
+            if len(expected_digest) != 64 or any(c not in "0123456789abcdef" for c in expected_digest):
+                raise UsageError(f"--expected-digest {given_digest!r}: not a BLAKE3 hex digest (64 hex characters)")
         source = "--expected-digest" if expected_digest else None
         if expected_digest is None and lock is not None:
             expected_digest = lock.observed("artifact").get("digest") or None

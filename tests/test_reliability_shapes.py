@@ -1,10 +1,11 @@
-"""lm-eval files of any shape: a finding or one line, never an internal error.
+"""Inputs of unexpected shape: a finding or one line, never an internal error or a silent pass.
 
 ``compare`` reads an lm-eval ``results_*.json`` and the ``samples_<task>_*.jsonl`` beside it;
 ``probe grader`` reads the samples. Fields of an unexpected type (``"configs": [1]``,
 ``"metadata": "x"``), samples that are not UTF-8 or not JSON objects, task names that cannot be
 file names, unhashable ``filter`` values: each is read as absent or refused with one line, exit 2
--- they were AttributeError, TypeError, UnicodeDecodeError or ValueError (exit 3) before.
+-- they were AttributeError, TypeError, UnicodeDecodeError or ValueError (exit 3) before. A
+``fleet --expected-digest`` that is no digest is refused, not matched against nothing.
 """
 
 from __future__ import annotations
@@ -64,3 +65,17 @@ def test_probe_grader_reads_samples_whose_filter_is_not_a_string(cli, tmp_path: 
     result = cli("probe", "grader", "--trust", "--cases", str(samples), "--json", cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.json()["n"] == 2
+
+
+@pytest.mark.parametrize("digest", ["", "zz", "A" * 63, "\x1b]0;x\x07"])
+def test_fleet_expected_digest_that_is_no_digest_is_refused(cli, tmp_path: Path, ledger_path: Path,
+                                                            digest: str) -> None:
+    """A digest the fleet is held to that cannot be one matched no host, silently ("the fleet
+    agrees", exit 0); now refused as ``digest --expect`` refuses it, the value shown escaped."""
+    assert cli("pin", cwd=tmp_path, timeout=60).returncode == 0
+    result = cli("fleet", "execsys.lock.json", "--expected-digest", digest, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stdout
+    [line] = result.stderr.strip().splitlines()
+    assert "not a BLAKE3 hex digest" in line and "\x1b" not in line
+    ok = cli("fleet", "execsys.lock.json", "--expected-digest", "AF" + "0" * 62, cwd=tmp_path, timeout=60)
+    assert ok.returncode in (0, 1), ok.stderr  # upper case is a digest too
