@@ -280,3 +280,36 @@ def test_a_symlink_loop_as_an_output_is_refused_and_kept(cli, tmp_path: Path, le
         result = cli(*args, cwd=tmp_path, timeout=60)
         _one_refusal(result, "loop1", "symlink loop")
         assert os.readlink(tmp_path / "loop1") == "loop2" and os.readlink(tmp_path / "loop2") == "loop1"
+
+
+def _glob_without_end(root: Path) -> Path:
+    """Two links back to their own directory: glob's ``**`` follows each, 2**40 paths deep."""
+    root.mkdir()
+    (root / "a").symlink_to(".")
+    (root / "b").symlink_to(".")
+    return root
+
+
+def test_a_result_glob_without_end_is_said_within_its_budget(tmp_path: Path) -> None:
+    import time
+
+    from execsys.run.results import check_pattern_finishes
+
+    loops = _glob_without_end(tmp_path / "loops")
+    started = time.monotonic()
+    with pytest.raises(InputError, match="still matching after 1 s"):
+        check_pattern_finishes(str(loops / "**" / "*.json"), budget_s=1)
+    assert time.monotonic() - started < 5
+    check_pattern_finishes(str(tmp_path / "*.json"), budget_s=1)  # an ordinary glob passes
+
+
+@pytest.mark.timeout(120)
+def test_run_refuses_a_result_glob_without_end_before_anything_runs(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """It walked for ever before the harness started, printing nothing; now exit 2, one line, after
+    the check's 20 s budget, the harness never started and nothing recorded."""
+    loops = _glob_without_end(tmp_path / "loops")
+    result = cli("run", "--gate", "off", "--result", str(loops / "**" / "*.json"), "--", "touch", "ran",
+                 cwd=tmp_path, timeout=100)
+    _one_refusal(result, "still matching after 20 s")
+    assert not (tmp_path / "ran").exists()
+    assert not ledger_path.exists() or _ledger_count(ledger_path) == 0
