@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import errno
 import importlib
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -87,8 +88,8 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"must be greater than 0: {text}")
+    if not 0 < value < math.inf:  # also rejects nan; inf is no bound at all
+        raise argparse.ArgumentTypeError(f"must be greater than 0 and finite: {text}")
     return value
 
 

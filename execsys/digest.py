@@ -11,7 +11,10 @@ never share a digest. A line is written as b3sum writes it; where b3sum would sh
 a name lossily (bytes that are not UTF-8 become U+FFFD, so two different names
 could print the same), the line is escaped instead: it starts with ``\\`` (as b3sum
 marks escaped lines), a backslash is ``\\\\``, a newline ``\\n`` and each byte that is
-not UTF-8 ``\\xHH``. b3sum itself refuses to ``--check`` such names either way.
+not UTF-8 ``\\xHH``. Those lines, and only those, ``b3sum --check`` cannot check: it cannot name
+such a file from a UTF-8 check file, and refuses its own lossy line (``Unicode replacement character
+in path``) as it refuses the escaped one (``Invalid backslash escape``), checking every other line
+and exiting 1.
 A single file's digest line (``execsys digest FILE``) is exactly b3sum's.
 
 Files are hashed multi-threaded from memory mappings, one fixed-size window at a

@@ -309,7 +309,10 @@ def parse_since(text: str, now: datetime | None = None) -> str:
     if match:
         amount, unit = int(match.group(1)), match.group(2)
         seconds = amount * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
-        when = now - timedelta(seconds=seconds)
+        try:
+            when = now - timedelta(seconds=seconds)
+        except (OverflowError, ValueError):  # older than any date: 100000000000d
+            when = datetime.min.replace(tzinfo=timezone.utc)
     else:
         try:
             when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -352,9 +355,18 @@ class FleetOptions:
             raise InputError(f"--from-ansible {from_ansible}: not a directory (an Ansible fact cache or --tree "
                              "output)")
         if prom is not None:
-            parent = Path(prom).expanduser().resolve().parent
+            from execsys.fsutil import check_output
+
+            # abspath, not resolve(): a symlink loop at --prom must be the writer's refusal, not a RuntimeError
+            parent = Path(os.path.abspath(os.path.expanduser(prom))).parent
             if Path(prom).is_dir() or not parent.is_dir():
                 raise InputError(f"--prom {prom}: cannot write there (give a file in an existing directory)")
+            check_output(prom, "the Prometheus textfile")  # a FIFO, device or loop there: refused before reading
+        if expected_digest is not None:
+            # as digest --expect: a digest the fleet is held to must be one ('zz' matched no host, silently)
+            given_digest, expected_digest = expected_digest, expected_digest.strip().lower()
+            if len(expected_digest) != 64 or any(c not in "0123456789abcdef" for c in expected_digest):
+                raise UsageError(f"--expected-digest {given_digest!r}: not a BLAKE3 hex digest (64 hex characters)")
         source = "--expected-digest" if expected_digest else None
         if expected_digest is None and lock is not None:
             expected_digest = lock.observed("artifact").get("digest") or None

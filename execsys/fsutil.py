@@ -69,7 +69,13 @@ def _write_target(path: str | os.PathLike[str], follow_symlinks: bool = True) ->
     if target.is_symlink():
         if not follow_symlinks:
             return target
-        target = Path(os.path.realpath(target))
+        try:
+            target = Path(os.path.realpath(target, strict=True))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # nothing to write through to; replacing it would destroy the link
+                raise InputError(f"{os.fspath(path)}: is a symlink loop, not a regular file: "
+                                 "refusing to replace it") from None
+            target = Path(os.path.realpath(target))  # a dangling link: the write creates what it names
     try:
         st = os.stat(target)
     except FileNotFoundError:
@@ -219,6 +225,35 @@ def _output_errors(path: str | os.PathLike[str], what: str) -> Iterator[None]:
         raise InputError(f"{os.fspath(path)}: cannot write {what} ({reason})") from exc
 
 
+def _open_regular(path: str | os.PathLike[str], what: str) -> tuple[int, os.stat_result]:
+    """An open descriptor on a regular file and its stat: opened with ``O_NONBLOCK`` so a FIFO cannot
+    block the open, anything else refused. FileNotFoundError unchanged, InputError for the rest."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            raise InputError(f"{what} {shown}: is a directory, not a regular file") from exc
+        raise InputError(f"{what} {shown}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {shown}: is {file_kind(st.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def require_regular(path: str | os.PathLike[str], what: str) -> None:
+    """Raise what :func:`read_bounded` would for a FIFO, device or directory at ``path``, reading
+    nothing: for a file another library reads itself (an Inspect log), which would block on a FIFO."""
+    fd, _ = _open_regular(path, what)
+    os.close(fd)
+
+
 def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     """The bytes of a regular file no larger than ``limit``, for ``what`` ('declaration', 'lock').
 
@@ -226,16 +261,8 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     refused, as is a file over ``limit`` (also one that grows past it while read). Raises
     FileNotFoundError unchanged (callers say what to create), InputError for the rest."""
     shown = os.fspath(path)
+    fd, st = _open_regular(path, what)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise InputError(f"{what} {shown}: cannot read ({exc.strerror or exc})") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{what} {shown}: is {file_kind(st.st_mode)}, not a regular file")
         if st.st_size > limit:
             raise InputError(f"{what} {shown}: {st.st_size} bytes, more than a {what} may have ({_size(limit)})")
         chunks: list[bytes] = []
@@ -253,6 +280,18 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
         if exc.errno == errno.EISDIR:
             raise InputError(f"{what} {shown}: is a directory, not a regular file") from exc
         raise InputError(f"{what} {shown}: cannot read ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+
+
+def read_head(path: str | os.PathLike[str], size: int, what: str) -> bytes:
+    """The first ``size`` bytes of a regular file (fewer when it is shorter), for telling what a file
+    is from its start; the same refusals as :func:`read_bounded`, and no cap on the file itself."""
+    fd, _ = _open_regular(path, what)
+    try:
+        return os.read(fd, size)
+    except OSError as exc:
+        raise InputError(f"{what} {os.fspath(path)}: cannot read ({exc.strerror or exc})") from exc
     finally:
         os.close(fd)
 

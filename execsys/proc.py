@@ -8,6 +8,7 @@ that grandchildren holding the pipes cannot keep us waiting.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -17,6 +18,9 @@ from dataclasses import dataclass, field
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_MAX_OUTPUT = 1 << 20  # 1 MiB per stream is plenty for anything we parse
+MAX_WAIT_S = 2_000_000.0
+"""The longest wait :func:`run` asks for (23 days): epoll takes at most 2**31-1 ms, so a longer
+``timeout`` (a user's ``--timeout 1e12``) would be an OverflowError, not a wait."""
 
 
 @dataclass
@@ -62,6 +66,9 @@ def run(
 ) -> ProcResult:
     """Run ``argv`` with a timeout; never raises for a failing or missing program."""
     argv = [str(a) for a in argv]
+    # a timeout the clock cannot hold (1e12 s overflows select(); nan and inf are no wait at all)
+    # is "as long as it takes", up to the longest wait the platform can express
+    timeout = timeout if math.isfinite(timeout) and timeout < MAX_WAIT_S else MAX_WAIT_S
     start = time.monotonic()
     try:
         proc = subprocess.Popen(

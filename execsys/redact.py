@@ -292,20 +292,39 @@ def scrub_known_secrets(text: str) -> str:
 
 
 def scrub(obj: Any) -> Any:
-    """Walk a JSON-like structure: redact values under secret-named variables and any live secret value anywhere."""
+    """Walk a JSON-like structure: redact values under secret-named variables and any live secret value
+    anywhere -- keys included: a declaration's ``[environment.variables] "sk-live-..." = "x"`` puts a
+    key-shaped string where a name belongs, and the lock, the ledger and ``--json`` all keep the keys."""
     if isinstance(obj, Mapping):
         result = {}
         for key, value in obj.items():
+            shown_key = _scrub_key(key, result) if isinstance(key, str) else key
             if isinstance(key, str) and isinstance(value, str) and value and _is_secret_field(key):
-                result[key] = REDACTED
+                result[shown_key] = REDACTED
             else:
-                result[key] = scrub(value)
+                result[shown_key] = scrub(value)
         return result
     if isinstance(obj, (list, tuple)):
         return [scrub(v) for v in obj]
     if isinstance(obj, str):
         return redact_text(obj)
     return obj
+
+
+def _scrub_key(key: str, taken: Mapping[str, Any]) -> str:
+    """``key`` redacted as any text is; two keys that redact alike stay two (``<redacted>``,
+    ``<redacted>#2``) so no value is lost. The common key (a field name) costs one substring scan."""
+    # a field name is rarely more than a word: the full redactor only where a pattern could start
+    may_hide = "://" in key or "=" in key or " " in key or any(prefix in key for prefix in _KEY_PREFIXES)
+    clean = redact_text(key) if may_hide else scrub_known_secrets(key)
+    if clean == key:
+        return key
+    if clean not in taken:
+        return clean
+    n = 2
+    while f"{clean}#{n}" in taken:
+        n += 1
+    return f"{clean}#{n}"
 
 
 _SECRET_FIELDS = {"authorization", "api_key", "apikey", "password", "passwd", "token", "secret", "cookie", "private_key"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import blake3
@@ -31,10 +31,17 @@ def digest(text: str) -> str:
     return blake3.blake3(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+EXTRACT_TIMEOUT = 60.0
+"""How long a ``command:`` extractor may take on one output when the caller gives no ``--timeout``."""
+
+
 @dataclass(frozen=True)
 class Extractor:
     kind: str  # regex | json | last-number | command
     arg: str | None = None
+    # a command: extractor ends within the probe's --timeout (a hung grader script must not hold
+    # every output for a minute whatever the user asked); not part of the spec or of equality
+    timeout: float = field(default=EXTRACT_TIMEOUT, compare=False)
 
     @property
     def spec(self) -> str:
@@ -63,15 +70,16 @@ class Extractor:
         if self.kind == "command":
             from execsys.proc import run
 
-            result = run(["sh", "-c", self.arg or ""], timeout=60, input=text.encode("utf-8", "replace"))
+            result = run(["sh", "-c", self.arg or ""], timeout=self.timeout, input=text.encode("utf-8", "replace"))
             if not result.ok:
                 return None
             return result.text().strip()
         raise AssertionError(self.kind)
 
 
-def parse_extractor(spec: str | None) -> Extractor | None:
-    """``regex:...``, ``json:...``, ``last-number`` or ``command:...``; UsageError otherwise."""
+def parse_extractor(spec: str | None, timeout: float | None = None) -> Extractor | None:
+    """``regex:...``, ``json:...``, ``last-number`` or ``command:...``; UsageError otherwise.
+    ``timeout``: the seconds a ``command:`` extractor may take on one output (the probe's ``--timeout``)."""
     if spec is None or spec == "":
         return None
     if spec in ("last-number", "last_number", "number"):
@@ -88,7 +96,7 @@ def parse_extractor(spec: str | None) -> Extractor | None:
             raise UsageError(f"--extract regex {arg!r}: {exc}") from None
     if not arg:
         raise UsageError(f"--extract {kind}: needs an argument after the colon")
-    return Extractor(kind, arg)
+    return Extractor(kind, arg, timeout if timeout is not None else EXTRACT_TIMEOUT)
 
 
 def _json_path(text: str, path: str) -> str | None:

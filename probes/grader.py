@@ -39,6 +39,7 @@ from typing import Any
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError, UsageError
+from execsys.fsutil import DECLARATION_LIMIT, RECORD_FILE_LIMIT, read_bounded
 from execsys.harnesses.base import SampleOutput
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, Event, OnEvent, emit, first_given
@@ -84,11 +85,12 @@ def load_graded_cases(path: str | os.PathLike[str], ledger_path: Path | None = N
     if target.suffix == ".eval" or (target.suffix == ".json" and inspect_log.ADAPTER.owns(target)):
         return _harness_cases(target, inspect_log.graded_samples(target))
     try:
-        lines = target.read_text(encoding="utf-8").splitlines()
+        # bounded: a FIFO or /dev/zero given as the cases is refused, never read forever
+        lines = read_bounded(target, RECORD_FILE_LIMIT, "cases file").decode("utf-8").splitlines()
     except FileNotFoundError:
         raise InputError(f"cases file {target}: not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cases file {target}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"cases file {target}: not UTF-8 text") from None
     cases: list[GradedCase] = []
     seen: set[str] = set()
     for lineno, line in enumerate(lines, 1):
@@ -240,6 +242,10 @@ class GraderProbeOptions:
         count = first_given(repeats, 2)
         if not isinstance(count, int) or count < 2:
             raise UsageError("--repeats must be at least 2")
+        from .options import MAX_REPEATS
+
+        if count > MAX_REPEATS:  # each grading of each case is planned up front
+            raise UsageError(f"--repeats is at most {MAX_REPEATS} gradings")
         if n is not None and n < 1:
             raise UsageError("--n must be at least 1")
         if retry_errored and not resume:
@@ -269,17 +275,22 @@ class GraderProbeOptions:
 
             prompt_path = resolve(str(judge["prompt"]), base)
             try:
-                template = prompt_path.read_text(encoding="utf-8")
+                template = read_bounded(prompt_path, DECLARATION_LIMIT, "[grader.judge] prompt").decode("utf-8")
+            except InputError:
+                raise
             except (OSError, UnicodeDecodeError) as exc:
                 raise InputError(f"[grader.judge] prompt {prompt_path}: cannot read "
                                  f"({getattr(exc, 'strerror', None) or exc})") from None
         cases_file = Path(str(cases_path))
         if not cases_file.is_absolute() and cases is None:
             cases_file = base / cases_file  # declared paths resolve beside the declaration
+        from .options import _seconds
+
+        # finite and above 0, as every probe's --timeout ('0' was replaced by the default, nan crashed)
+        wait = _seconds(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT), "--timeout")
         return cls(cases=cases_file, via=chosen, repeats=count, command=command, judge=judge, template=template,
-                   extract=parse_extractor(first_given(extract, probe.get("extract"))), base_dir=base,
-                   identity=getattr(lock, "id", None), n=n,
-                   timeout=float(first_given(timeout, probe.get("timeout"), DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT),
+                   extract=parse_extractor(first_given(extract, probe.get("extract")), wait), base_dir=base,
+                   identity=getattr(lock, "id", None), n=n, timeout=wait,
                    ledger_path=Path(ledger).expanduser() if ledger else None,
                    record=bool(first_given(record, True)), resume=resume or False,
                    retry_errored=bool(retry_errored))

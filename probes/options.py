@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from execsys.errors import UsageError
 from execsys.operation import first_given
+from execsys.proc import MAX_WAIT_S
 from execsys.sources import no_identity_reason
 
 from .axes import AXES
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 120.0
 MAX_IN_FLIGHT = 1024  # --concurrency, --load: far above any serving batch, far below a memory problem
+MAX_REPEATS = 1000  # --repeats: passes are planned up front; a trillion of them was 1.2 GB in 10 s
 DECODING_KEYS = ("temperature", "top_p", "top_k", "seed", "max_tokens", "repeat_penalty", "stop")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # what API keys look like (OpenAI/Anthropic, Hugging Face, GitHub, Slack, AWS): a value of that shape
@@ -113,6 +115,8 @@ def _seconds(value: Any, flag: str) -> float:
         raise UsageError(f"{flag} must be a number of seconds, got {value!r}") from None
     if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0:
         raise UsageError(f"{flag} must be a number of seconds greater than 0, got {value!r}")
+    if seconds > MAX_WAIT_S:  # httpx and select() overflow past it: 1e12 was an OverflowError mid-probe
+        raise UsageError(f"{flag} is at most {MAX_WAIT_S:.0f} seconds (23 days), got {value!r}")
     return seconds
 
 
@@ -264,6 +268,8 @@ class ProbeOptions:
             raise UsageError("--compare outcome needs --extract (regex:PATTERN, json:PATH, last-number or command:CMD)")
         if self.repeats < 2:
             raise UsageError("--repeats must be at least 2")
+        if self.repeats > MAX_REPEATS:
+            raise UsageError(f"--repeats is at most {MAX_REPEATS} passes")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
         if self.concurrency > MAX_IN_FLIGHT or (self.load is not None and self.load > MAX_IN_FLIGHT):

@@ -352,7 +352,7 @@ def run_probe(options: ProbeOptions, on_event: OnEvent | None = None,
 
 def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], cancel: threading.Event) -> ProbeRecord:
     axis = AXES[options.axis]
-    extractor = parse_extractor(options.extract)
+    extractor = parse_extractor(options.extract, options.timeout)
 
     all_cases: Sequence[Case] = options.case_list if options.case_list is not None else CaseFile(options.cases or "")
     clients: list[Any] = []

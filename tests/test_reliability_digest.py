@@ -57,6 +57,30 @@ def test_names_differing_only_in_invalid_utf8_bytes_get_different_digests(tmp_pa
     assert digest_path(a).manifest.encode("utf-8")
 
 
+@needs_b3sum
+def test_b3sum_check_checks_every_line_but_the_non_utf8_names_and_execsys_says_which(tmp_path: Path) -> None:
+    """The manifest is documented as ``b3sum --check``-able except the lines of names that are not
+    UTF-8 (b3sum cannot name those files from a UTF-8 check file, and refuses its own lossy line for
+    them too). Checked with the real b3sum over the whole manifest: every other line OK, one
+    'Invalid backslash escape' per such name, exit 1; execsys said so in one line on stderr."""
+    names = [b"plain.bin", b"back\\slash.bin", b"new\nline.bin", b"caf\xe9.bin", b"bad\xff\xfe.bin", b"tab\there"]
+    tree = _tree(tmp_path / "tree", names)
+    made = subprocess.run([sys.executable, "-m", "execsys", "digest", str(tree), "--manifest"], capture_output=True)
+    assert made.returncode == 0, made.stderr
+    [note] = made.stderr.decode().strip().splitlines()
+    assert note.startswith("note: 2 of 6 names are not UTF-8") and "b3sum --check cannot check" in note
+    check = subprocess.run(["b3sum", "--check", "-"], cwd=tree, input=made.stdout, capture_output=True)
+    assert check.returncode == 1
+    assert check.stdout.decode().count(": OK") == 4 and "FAILED" not in check.stdout.decode()
+    assert check.stderr.decode().count("Invalid backslash escape") == 2
+    own = subprocess.run(["b3sum", b"caf\xe9.bin"], cwd=tree, capture_output=True, check=True).stdout
+    refused = subprocess.run(["b3sum", "--check", "-"], cwd=tree, input=own, capture_output=True)
+    assert refused.returncode == 1 and b"replacement character" in refused.stderr  # b3sum's own line: no better
+    utf8_only = subprocess.run([sys.executable, "-m", "execsys", "digest", str(_tree(tmp_path / "ok", names[:3])),
+                                "--manifest"], capture_output=True)
+    assert utf8_only.returncode == 0 and utf8_only.stderr == b""
+
+
 def test_a_file_truncated_while_hashed_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(digest_module, "WINDOW", 1 << 20)
     path = tmp_path / "weights.bin"
@@ -122,3 +146,18 @@ def test_an_empty_path_is_named(cli) -> None:
     result = cli("digest", "")
     assert result.returncode == 2
     assert "path is empty" in result.stderr and ": :" not in result.stderr
+
+
+def test_every_expect_in_digests_help_is_accepted(cli, tmp_path: Path) -> None:
+    """The help's example used to be ``--expect 3f2a...``, which --expect refuses (exit 2): each
+    ``--expect`` value the help shows must be one it takes."""
+    import shlex
+
+    shown = cli("digest", "--help").stdout
+    values = [words[words.index("--expect") + 1] for line in shown.splitlines()
+              if line.strip().startswith("execsys digest") and "--expect" in (words := shlex.split(line))]
+    assert values, shown
+    (tmp_path / "model.gguf").write_bytes(b"")
+    for value in values:
+        result = cli("digest", "model.gguf", "--expect", value, cwd=tmp_path, timeout=60)
+        assert result.returncode in (0, 1), (value, result.stderr)

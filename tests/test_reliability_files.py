@@ -187,3 +187,129 @@ def test_attach_with_an_unusable_ledger_writes_no_sidecar(cli, tmp_path: Path, l
     assert str(garbage) in line and "not a usable execsys ledger" in line
     assert not (tmp_path / "scores.json.execsys.json").exists()
     assert garbage.read_bytes() == b"not a database\n" * 100
+
+
+def _one_refusal(result, *words: str) -> str:
+    """The documented refusal: exit 2, one line on stderr naming the problem, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    [line] = result.stderr.strip().splitlines()
+    for word in words:
+        assert word in line, line
+    return line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["cases.jsonl", "samples_gsm8k_2026-12-01T10-00-00.jsonl", "log.json", "/dev/zero"])
+def test_probe_grader_refuses_a_fifo_or_device_as_its_cases_at_once(cli, tmp_path: Path, ledger_path: Path,
+                                                                    name: str) -> None:
+    """Plain cases, an lm-eval samples file and an Inspect log are each read bounded: a FIFO never
+    blocks the read and /dev/zero is never read to the end (both hung before)."""
+    (tmp_path / "execsys.toml").write_text('[grader]\ncommand = "echo correct"\n')
+    special = Path(name) if name.startswith("/") else tmp_path / name
+    if not name.startswith("/"):
+        os.mkfifo(special)
+    result = cli("probe", "grader", "--trust", "--cases", str(special), cwd=tmp_path, timeout=60)
+    _one_refusal(result, str(special), "not a regular file")
+    assert name.startswith("/") or stat.S_ISFIFO(os.stat(special).st_mode)
+    assert not ledger_path.exists() or _ledger_count(ledger_path) == 0  # nothing recorded
+
+
+def _ledger_count(path: Path) -> int:
+    from execsys.ledger import Ledger
+
+    with Ledger.open(path) as ledger:
+        return ledger.count()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("source", ["fifo", "/dev/zero"])
+def test_scope_contract_refuses_a_fifo_or_device_before_measuring(cli, tmp_path: Path, fifo: Path,
+                                                                 ledger_path: Path, source: str) -> None:
+    assert cli("pin", cwd=tmp_path, timeout=60).returncode == 0
+    special = str(fifo) if source == "fifo" else source
+    result = cli("scope", "--contract", special, cwd=tmp_path, timeout=60)
+    _one_refusal(result, f"contract {special}", "not a regular file")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISCHR(os.stat("/dev/zero").st_mode)
+
+
+@pytest.mark.timeout(120)
+def test_compare_refuses_a_fifo_named_like_an_lm_eval_samples_file(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """compare reads the samples beside an lm-eval results file for its per-case outcomes: a FIFO of
+    that name is refused at once (it hung before), naming the samples file."""
+    stamp = "2026-12-01T10-00-00"
+    results = []
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        path = tmp_path / side / f"results_{stamp}.json"
+        path.write_text('{"results": {"gsm8k": {"exact_match,none": 0.5}}, '
+                        '"configs": {"gsm8k": {"metric_list": [{"metric": "exact_match"}]}}}')
+        results.append(str(path))
+    samples = tmp_path / "a" / f"samples_gsm8k_{stamp}.jsonl"
+    os.mkfifo(samples)
+    (tmp_path / "b" / f"samples_gsm8k_{stamp}.jsonl").write_text('{"doc_id": 0, "exact_match": 1}\n')
+    result = cli("compare", *results, cwd=tmp_path, timeout=60)
+    _one_refusal(result, str(samples), "FIFO", "not a regular file")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("source", ["fifo", "/dev/zero"])
+def test_node_check_env_from_a_fifo_or_device_is_could_not_check_at_once(cli, tmp_path: Path, fifo: Path,
+                                                                         ledger_path: Path, source: str) -> None:
+    """npd's "unknown" (exit 2) with the reason on its one line, well inside the watchdog: /dev/zero
+    was read until memory or the 45 s watchdog ran out."""
+    import time
+
+    special = fifo.name if source == "fifo" else source  # relative: the reason fits npd's 80-byte line
+    started = time.monotonic()
+    result = cli("doctor", "--node-check", "npd", "--env-from", special, cwd=tmp_path, timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    [line] = result.stdout.strip().splitlines()
+    assert line.startswith("unknown:") and "not a regular file" in line and "Traceback" not in result.stderr
+
+
+def test_a_symlink_loop_as_an_output_is_refused_and_kept(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """``fleet --prom LOOP`` was exit 3 (RuntimeError from resolve()); ``scope --contract LOOP`` replaced
+    the user's link with a file. A loop has nothing to write through to: exit 2, one line, the links kept."""
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    with pytest.raises(InputError, match="symlink loop"):
+        write_output(tmp_path / "loop1", "x", "the plan")
+    assert cli("pin", cwd=tmp_path, timeout=60).returncode == 0
+    for args in (["fleet", "execsys.lock.json", "--prom", "loop1"], ["scope", "--contract", "loop1"]):
+        result = cli(*args, cwd=tmp_path, timeout=60)
+        _one_refusal(result, "loop1", "symlink loop")
+        assert os.readlink(tmp_path / "loop1") == "loop2" and os.readlink(tmp_path / "loop2") == "loop1"
+
+
+def _glob_without_end(root: Path) -> Path:
+    """Two links back to their own directory: glob's ``**`` follows each, 2**40 paths deep."""
+    root.mkdir()
+    (root / "a").symlink_to(".")
+    (root / "b").symlink_to(".")
+    return root
+
+
+def test_a_result_glob_without_end_is_said_within_its_budget(tmp_path: Path) -> None:
+    import time
+
+    from execsys.run.results import check_pattern_finishes
+
+    loops = _glob_without_end(tmp_path / "loops")
+    started = time.monotonic()
+    with pytest.raises(InputError, match="still matching after 1 s"):
+        check_pattern_finishes(str(loops / "**" / "*.json"), budget_s=1)
+    assert time.monotonic() - started < 5
+    check_pattern_finishes(str(tmp_path / "*.json"), budget_s=1)  # an ordinary glob passes
+
+
+@pytest.mark.timeout(120)
+def test_run_refuses_a_result_glob_without_end_before_anything_runs(cli, tmp_path: Path, ledger_path: Path) -> None:
+    """It walked for ever before the harness started, printing nothing; now exit 2, one line, after
+    the check's 20 s budget, the harness never started and nothing recorded."""
+    loops = _glob_without_end(tmp_path / "loops")
+    result = cli("run", "--gate", "off", "--result", str(loops / "**" / "*.json"), "--", "touch", "ran",
+                 cwd=tmp_path, timeout=100)
+    _one_refusal(result, "still matching after 20 s")
+    assert not (tmp_path / "ran").exists()
+    assert not ledger_path.exists() or _ledger_count(ledger_path) == 0

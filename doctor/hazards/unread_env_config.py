@@ -45,8 +45,13 @@ def parse_env_file(path: str) -> dict[str, str]:
     # here: tempfile comes with it, and most nodes declare no env file
     from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
 
+    return parse_env_text(read_bounded(path, ENV_FILE_LIMIT, "env file").decode("utf-8"))
+
+
+def parse_env_text(text: str) -> dict[str, str]:
+    """:func:`parse_env_file` on text already read."""
     env: dict[str, str] = {}
-    for raw in read_bounded(path, ENV_FILE_LIMIT, "env file").decode("utf-8").splitlines():
+    for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue

@@ -36,8 +36,10 @@ from execsys.doctor.model import HazardResult, HostReport
 from execsys.doctor.node_checks import registry
 from execsys.doctor.sysinfo import node_name, parse_environ
 
-from execsys.errors import UsageError
+from execsys.errors import InputError, UsageError
 from execsys.operation import Event, OnEvent, emit, new_cancel
+from execsys.redact import redact_text, scrub
+from execsys.termsafe import shown
 
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
@@ -184,15 +186,19 @@ class NodeCheckReport:
     drain: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "mode": self.mode, "exit_code": self.exit_code, "status": self.status,
+        """The whole report, redacted (the doctor's evidence and the environment's source name files
+        and values from the node; ``--json`` is written as it is, past the console's redactor)."""
+        return scrub({"schema": SCHEMA, "mode": self.mode, "exit_code": self.exit_code, "status": self.status,
                 "line": self.line, "hazard": self.hazard, "environment": dict(self.environment),
                 "log": self.log, "drain": self.drain,
-                "doctor": self.host.to_json() if self.host is not None else None}
+                "doctor": self.host.to_json() if self.host is not None else None})
 
 
 def fit_line(text: str, limit: int = LINE_LIMIT) -> str:
-    """One line of at most ``limit`` UTF-8 bytes (NPD cuts there; a Slurm Reason should be short)."""
-    line = " ".join(text.split())
+    """One line of at most ``limit`` UTF-8 bytes (NPD cuts there; a Slurm Reason should be short),
+    redacted and terminal-safe: it names paths and summaries from the node (an ``--env-from`` path,
+    a hazard's evidence) and goes to NPD, syslog, a Slurm Reason and a terminal as it is."""
+    line = shown(" ".join(redact_text(text).split()))
     data = line.encode("utf-8")
     if len(data) <= limit:
         return line
@@ -218,14 +224,18 @@ class CannotCheck(Exception):
 
 
 def read_env_file(path: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines (comments, ``export``, quotes) or a NUL-separated ``/proc/N/environ`` copy."""
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    """``KEY=VALUE`` lines (comments, ``export``, quotes) or a NUL-separated ``/proc/N/environ`` copy.
+
+    Read once, bounded: a FIFO, ``/dev/zero`` or a file over the env-file cap is an InputError (the
+    check's "could not check"), never a read that lasts until the watchdog fires."""
+    from execsys.fsutil import ENV_FILE_LIMIT, read_bounded
+
+    raw = read_bounded(path, ENV_FILE_LIMIT, "--env-from file")
     if b"\0" in raw:
         return parse_environ(raw)
-    from execsys.doctor.hazards.unread_env_config import parse_env_file
+    from execsys.doctor.hazards.unread_env_config import parse_env_text
 
-    return parse_env_file(path)
+    return parse_env_text(raw.decode("utf-8"))
 
 
 def inspected_environment(options: NodeCheckOptions, process_env: dict[str, str] | None = None
@@ -242,6 +252,8 @@ def inspected_environment(options: NodeCheckOptions, process_env: dict[str, str]
                 variables = sysinfo.process_environ(int(value))
             else:
                 variables = read_env_file(str(value))
+        except InputError as exc:
+            raise CannotCheck(str(exc)) from exc
         except (OSError, UnicodeDecodeError) as exc:
             raise CannotCheck(f"cannot read --env-from {options.env_from}: "
                               f"{getattr(exc, 'strerror', None) or exc}") from exc

@@ -19,14 +19,16 @@ followed (Hugging Face caches), a symlink loop is an error.
 
 With --host, the digest is also computed on each remote host over SSH (its b3sum, else its
 python blake3, else its execsys) and the artifact digest match rate is reported. Any mismatch
-is an integrity defect of the placement: fix it, do not analyse it as data (exit 1).
+is an integrity defect of the placement: fix it, do not analyse it as data (exit 1). --expect
+takes a known digest whole (the 64 hex characters b3sum prints; with or without --host), --lock
+the one a lock pinned.
 
 examples:
   execsys digest model.gguf
   execsys digest ~/.cache/huggingface/hub/models--org--name/snapshots/abc123 --manifest > MANIFEST
   cd snapshot && b3sum --check ../MANIFEST          verify the manifest without execsys
   execsys digest /srv/models/llama --host gpu1 --host gpu2
-  execsys digest /srv/models/llama --host gpu1 --expect 3f2a...  (compare with a known digest)
+  execsys digest model.gguf --expect af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262
 
 exit codes: 0 digest computed (and every host matched), 1 a mismatch or a host where it could
 not be computed, 2 unusable input (missing, unreadable, symlink loop)
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.manifest and local.kind == "tree":
             sys.stdout.buffer.write(local.manifest.encode("utf-8"))
             sys.stdout.flush()
+            _note_uncheckable(local.entries)
         else:
             _print_human(local)
         return ExitCode.OK
@@ -91,6 +94,26 @@ def run(args: argparse.Namespace) -> int:
             _print_human(match.local)
         _print_sites(match.to_json())
     return ExitCode.OK if match.exit_code == 0 else ExitCode.FINDING
+
+
+def _note_uncheckable(entries) -> None:
+    """One line on stderr when some manifest lines name files whose names are not UTF-8: b3sum --check
+    cannot check those lines (it cannot name such a file from a UTF-8 check file, whatever the line
+    says), so the user learns which before reading its errors."""
+    from execsys.termsafe import shown
+
+    odd = []
+    for entry in entries:
+        try:
+            entry.relpath.decode("utf-8")
+        except UnicodeDecodeError:
+            odd.append(entry)
+    if odd:
+        first = shown(odd[0].relpath.decode("utf-8", "backslashreplace"))
+        sys.stderr.write(f"note: {len(odd)} of {len(entries)} names are not UTF-8 (first: {first}): b3sum --check "
+                         "cannot check their lines (\\xHH escapes; it says 'Invalid backslash escape' for each, "
+                         "checks the others and exits 1)\n")
+        sys.stderr.flush()
 
 
 def _print_human(result) -> None:

@@ -36,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _log(line: str) -> None:
+    from execsys.redact import redact_text
+    from execsys.termsafe import shown
+
+    line = shown(redact_text(line))  # scontrol's output is in it: not execsys's own text
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
     try:

@@ -85,15 +85,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _read_contract(path: str) -> str:
     """The contract as it stands ('' when new), read before anything is measured or written."""
+    from execsys.fsutil import DECLARATION_LIMIT, read_bounded
+
     target = Path(path)
     if not target.exists() or target.is_dir():
         return ""  # a directory is refused by the write, naming it
     try:
-        return target.read_text(encoding="utf-8")
+        # bounded: a FIFO or device as the contract is refused here, never read forever
+        return read_bounded(target, DECLARATION_LIMIT, "contract").decode("utf-8")
+    except FileNotFoundError:
+        return ""  # removed since the check: a new contract
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 Markdown file; give a new file or the contract itself") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the contract ({exc.strerror or exc})") from None
 
 
 def _render(scope) -> None:

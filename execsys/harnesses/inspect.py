@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
+from execsys.fsutil import read_head, require_regular
 from execsys.harnesses.base import HarnessResult, SampleOutput, flag_value, program_words
 
 NAME = "inspect"
@@ -43,15 +44,16 @@ class InspectHarness:
         return [path if path.is_absolute() else cwd / path]
 
     def owns(self, path: Path) -> bool:
-        if path.suffix == ".eval":
-            return zipfile.is_zipfile(path)
-        if path.suffix != ".json":
+        if path.suffix not in (".eval", ".json"):
             return False
         try:
-            with open(path, encoding="utf-8") as fh:
-                head = fh.read(4096)
-        except (OSError, UnicodeDecodeError):
+            # through the bounded reader: a FIFO named like a log is not one, and never blocks
+            head_bytes = read_head(path, 4096, "Inspect log")
+        except (OSError, InputError):
             return False
+        if path.suffix == ".eval":
+            return zipfile.is_zipfile(path)
+        head = head_bytes.decode("utf-8", "ignore")
         return '"eval"' in head and ('"version"' in head or '"status"' in head) and '"results"' not in head[:20]
 
     def is_primary(self, path: Path) -> bool:
@@ -101,6 +103,10 @@ def _read_log(path: Path) -> Any:
         from inspect_ai.log import read_eval_log  # pyright: ignore[reportMissingImports]  (execsys[inspect])
     except ImportError:
         raise InputError(f"{path}: {MISSING_EXTRA}") from None
+    try:
+        require_regular(path, "Inspect log")  # Inspect's own reader would block on a FIFO
+    except FileNotFoundError:
+        raise InputError(f"{path}: not found") from None
     try:
         return read_eval_log(str(path))
     except Exception as exc:  # noqa: BLE001 - Inspect raises many kinds for a bad file

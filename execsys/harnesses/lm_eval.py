@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from execsys.errors import InputError
-from execsys.fsutil import read_json_object
+from execsys.fsutil import RECORD_FILE_LIMIT, read_bounded, read_json_object
 from execsys.harnesses.base import HarnessResult, SampleOutput, flag_value, program_words
 
 NAME = "lm-eval"
@@ -60,15 +60,19 @@ class LmEvalHarness:
         return bool(RESULTS_NAME.match(path.name))
 
     def read(self, path: Path) -> HarnessResult:
+        """The per-case outcomes of a results file. Any JSON shape is read or refused in one line: a
+        field of an unexpected type (``"configs": [1]``, ``"metadata": "x"``) is taken as absent, a
+        task whose name cannot be a file name has no samples, a samples line that is not a JSON
+        object with the metric is an InputError naming the line."""
         if SAMPLES_NAME.match(path.name):
             raise InputError(f"{path}: a samples file; compare the results_*.json beside it")
         data = read_json_object(path, "lm-eval results file")
         if data is None or "results" not in data or "configs" not in data:
             raise InputError(f"{path}: not an lm-eval results file (no 'results' and 'configs')")
-        configs = data.get("configs") or {}
+        configs = _object(data.get("configs"))
         embedded = None
         for config in configs.values():
-            found = ((config or {}).get("metadata") or {}).get("execsys")
+            found = _object(_object(config).get("metadata")).get("execsys")
             if isinstance(found, dict) and found.get("identity"):
                 embedded = {"identity": str(found["identity"]), "run": found.get("run")}
                 break
@@ -76,25 +80,40 @@ class LmEvalHarness:
         notes: list[str] = []
         sources: list[Path] = []
         stamp = _stamp(path)
-        tasks = sorted(configs) or sorted(data.get("results") or {})
+        tasks = sorted(configs) or sorted(_object(data.get("results")))
         for task in tasks:
             samples = _samples_file(path, task, stamp)
             if samples is None:
-                notes.append(f"no samples_{task}_*.jsonl beside {path.name} (run lm-eval with --log_samples)")
+                notes.append(f"no samples_{_shown(task)}_*.jsonl beside {path.name} (run lm-eval with --log_samples)")
                 continue
             sources.append(samples)
-            metric = _first_metric(configs.get(task) or {}, data, task)
-            for line_no, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
+            metric = _first_metric(_object(configs.get(task)), data, task)
+            if metric is None:
+                raise InputError(f"{path}: task {_shown(task)} names no metric (no configs.<task>.metric_list, "
+                                 "no higher_is_better.<task>): its samples cannot be scored")
+            for line_no, line in enumerate(_sample_lines(samples), 1):
                 if not line.strip():
                     continue
                 try:
                     sample = json.loads(line)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     raise InputError(f"{samples}:{line_no}: not JSON ({exc})") from None
-                if metric is None or metric not in sample:
+                if not isinstance(sample, dict):
+                    raise InputError(f"{samples}:{line_no}: not an lm-eval sample (a JSON object per line)")
+                if metric not in sample:
                     raise InputError(f"{samples}:{line_no}: no value for metric {metric!r}")
                 outcomes[f"{task}/{sample.get('doc_id')}"] = sample[metric]
         return HarnessResult(path, NAME, outcomes, embedded, notes, sources)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: a field of another shape is absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _shown(text: str) -> str:
+    """A task name from the file, for one line of a note."""
+    return " ".join(text.split())[:120]
 
 
 def graded_samples(path: Path) -> list[SampleOutput]:
@@ -108,12 +127,7 @@ def graded_samples(path: Path) -> list[SampleOutput]:
     if found is None:
         raise InputError(f"{path}: not an lm-eval samples file (samples_<task>_<time>.jsonl)")
     task = found.group("task")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    lines = _sample_lines(path)
     rows: list[tuple[Any, str, str, Any, Any]] = []
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
@@ -129,10 +143,23 @@ def graded_samples(path: Path) -> list[SampleOutput]:
         if output is None:
             raise InputError(f"{path}:{line_no}: doc {sample['doc_id']}: its response is not generated text "
                              "(a loglikelihood or multiple-choice task): nothing for a grader to judge")
-        rows.append((sample["doc_id"], prompt, output, sample.get("target"), sample.get("filter")))
+        filt = sample.get("filter")
+        filt = filt if filt is None or isinstance(filt, str) else json.dumps(filt, sort_keys=True)  # hashable
+        rows.append((sample["doc_id"], prompt, output, sample.get("target"), filt))
     several = len({row[4] for row in rows}) > 1
     return [SampleOutput(f"{task}/{doc}" + (f":{filt}" if several else ""), prompt, output, target)
             for doc, prompt, output, target, filt in rows]
+
+
+def _sample_lines(path: Path) -> list[str]:
+    """A samples file's lines, read bounded (a FIFO or device named like one is refused, never read
+    forever); InputError for a file that is missing, unreadable or not UTF-8."""
+    try:
+        return read_bounded(path, RECORD_FILE_LIMIT, "lm-eval samples file").decode("utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{path}: not found") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"lm-eval samples file {path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def _first_request(arguments: Any) -> tuple[str, bool]:
@@ -169,6 +196,8 @@ def _stamp(results: Path) -> str:
 
 
 def _samples_file(results: Path, task: str, stamp: str) -> Path | None:
+    if not task or "/" in task or "\0" in task or task in (".", ".."):
+        return None  # not a name lm-eval could have written a samples file under
     exact = results.with_name(f"samples_{task}_{stamp}.jsonl")
     if exact.is_file():
         return exact
@@ -182,10 +211,10 @@ def glob_escape(text: str) -> str:
 
 def _first_metric(config: dict[str, Any], data: dict[str, Any], task: str) -> str | None:
     """The task's first declared metric (``metric_list[0].metric``), else the first it reported."""
-    metrics = config.get("metric_list") or []
-    if metrics and isinstance(metrics[0], dict) and metrics[0].get("metric"):
+    metrics = config.get("metric_list")
+    if isinstance(metrics, list) and metrics and isinstance(metrics[0], dict) and metrics[0].get("metric"):
         return str(metrics[0]["metric"])
-    higher = (data.get("higher_is_better") or {}).get(task) or {}
+    higher = _object(_object(data.get("higher_is_better")).get(task))
     return next(iter(higher), None)
 
 

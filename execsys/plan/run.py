@@ -217,6 +217,7 @@ class PlanRunOptions:
         """
         from execsys.probes.compare import parse_extractor
         from execsys.probes.options import declared_budget, decoding_from_budget
+        from execsys.proc import MAX_WAIT_S
 
         arms = plan.arms
         check_arms(endpoints, arms, lambda arm, url: f"--arm {f'{arm}={url}'!r}: ", listed="the plan's arms")
@@ -231,9 +232,10 @@ class PlanRunOptions:
                 raise UsageError(f"--arm-params {arm}: expected a JSON object")
         if params is not None and not isinstance(params, Mapping):
             raise UsageError("--params: expected a JSON object")
+        check_sendable(params, arm_params)
         wait = first_given(timeout, DEFAULT_TIMEOUT)
-        if wait is None or not wait > 0:
-            raise UsageError(f"--timeout {timeout}: expected a positive number of seconds")
+        if wait is None or not 0 < wait <= MAX_WAIT_S:  # httpx overflows past it (1e12 crashed mid-run)
+            raise UsageError(f"--timeout {timeout}: expected a number of seconds above 0, at most {MAX_WAIT_S:.0f}")
         parse_extractor(extract)  # a malformed --extract is a usage error before anything runs
 
         base_dir = Path(plan_path).parent if plan_path is not None else None
@@ -269,6 +271,31 @@ class PlanRunOptions:
     def arm_request_params(self, arm: str) -> dict[str, Any]:
         """The parameters ``arm`` is run with: the one value both sent and recorded."""
         return {**self.params, **self.arm_params.get(arm, {})}
+
+
+def check_sendable(params: Mapping[str, Any] | None, arm_params: Mapping[str, Mapping[str, Any]] | None) -> None:
+    """UsageError for a parameter no request can carry: NaN or an infinity (Python's JSON reads
+    ``NaN``; the request body and the executed log cannot hold it), so a run is refused before
+    its first case rather than crashing after some have run."""
+    given = [("--params", params or {})] + [(f"--arm-params {arm}", values) for arm, values in (arm_params or {}).items()]
+    for flag, values in given:
+        where = _non_finite_at(values)
+        if where is not None:
+            raise UsageError(f"{flag}: {where} is NaN or infinite, which a request cannot carry (JSON has no such number)")
+
+
+def _non_finite_at(value: Any, path: str = "") -> str | None:
+    """The key path (``a.b[2]``) to the first NaN or infinity in a JSON-like value, or None."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "the value"
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite_at(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _new_log(log: Path, plan_path: str | os.PathLike[str] | None, cases_path: Path) -> Path:
@@ -368,7 +395,7 @@ class _Run:
         no_expected = [e["case"] for e in plan.order if cases[e["case"]].expected is None]
         if no_expected:
             raise InputError(f"case {no_expected[0]} has no \"expected\" answer: a paired comparison needs one per case")
-        extractor = parse_extractor(options.extract)
+        extractor = parse_extractor(options.extract, options.timeout)
 
         clients = {arm: EndpointClient(url, timeout=options.timeout, api_key_env=options.api_key_env)
                    for arm, url in options.endpoints.items()}

@@ -162,6 +162,9 @@ def _check_result_pattern(pattern: str, cwd: Path) -> None:
         directory = Path(*_until_magic(path.parts))
         if not directory.is_dir():
             raise InputError(f"--result {pattern}: directory {directory} does not exist")
+        from execsys.run.results import check_pattern_finishes
+
+        check_pattern_finishes(str(path))  # before anything is written: a glob without end is refused
     elif not path.parent.is_dir():
         raise InputError(f"--result {pattern}: directory {path.parent} does not exist")
 

@@ -14,10 +14,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from execsys.errors import InputError
 from execsys.harnesses import registry
 from execsys.harnesses.base import HarnessAdapter
 
 Stamp = tuple[int, int]  # (mtime_ns, size)
+
+PATTERN_BUDGET_S = 20.0
+"""How long the walk of one ``--result`` glob may take when it is checked before the run. ``glob``
+follows symlinks to directories, so ``/**/*.json`` walks /proc's loops (and two links back to their
+own directory 2**40 paths deep) without end: such a pattern is refused up front rather than matched
+before and after the run for ever."""
+
+
+def check_pattern_finishes(pattern: str, budget_s: float = PATTERN_BUDGET_S) -> None:
+    """InputError when walking what ``pattern`` (absolute) walks is not done within ``budget_s``.
+
+    Only a ``**`` walks a tree; it is walked here as glob would walk it (``ROOT/**``, links
+    followed), one entry at a time, so the check stops at its deadline and leaves nothing running."""
+    if "**" not in pattern:
+        return
+    parts = Path(pattern).parts
+    root = Path(*parts[:next(i for i, part in enumerate(parts) if glob.has_magic(part))])
+    deadline = time.monotonic() + budget_s
+    for _ in glob.iglob(os.path.join(glob.escape(str(root)), "**"), recursive=True):
+        if time.monotonic() > deadline:
+            raise InputError(f"--result {pattern}: still matching after {budget_s:g} s (a glob over / or through "
+                             "a symlink loop?); name the directory the harness writes to")
 
 
 @dataclass(frozen=True)
