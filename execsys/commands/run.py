@@ -71,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the sidecars here instead of beside each result, as "
                              "<result>.<12 hex of BLAKE3(result's absolute path)>.execsys.json, so two results "
                              "with one name keep two sidecars")
+    parser.add_argument("--shard", metavar="K/N[@JOB]",
+                        help="this run is shard K of N (from 0) of one evaluation, JOB naming it; read from "
+                             "Slurm's SLURM_ARRAY_* without it, and from JOB_COMPLETION_INDEX in a Kubernetes "
+                             "Indexed Job (which gives no N: say it here). Check the shards with 'execsys shards'")
     add_sign_key(parser)
     add_json(parser)
     parser.add_argument("harness_command", nargs=argparse.REMAINDER, metavar="-- CMD", help="-- then the harness command and its arguments")
@@ -87,7 +91,7 @@ def options_from_args(args: argparse.Namespace):
         sources.declaration, sources.lock, command=command[1:], lock_path=sources.lock_path,
         gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,
         results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None, job=job,
-        sign_key=args.sign_key,
+        sign_key=args.sign_key, shard=args.shard,
     )
 
 
