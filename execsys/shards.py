@@ -258,6 +258,11 @@ def _ledger_runs(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[st
             and _is_run(r.body) and isinstance(r.body.get("shard"), dict)]
 
 
+def _identity_of(body: dict[str, Any]) -> dict[str, Any]:
+    identity = body.get("identity")
+    return identity if isinstance(identity, dict) else {}
+
+
 def _shard_run(where: str, body: dict[str, Any]) -> ShardRun:
     shard = body.get("shard")
     run_id = str(body.get("id") or "?")
@@ -265,7 +270,7 @@ def _shard_run(where: str, body: dict[str, Any]) -> ShardRun:
         raise InputError(f"{where if where != 'ledger' else run_id}: run {run_id} records no shard (run each shard "
                          "inside a Slurm job array or Indexed Job, or with --shard K/N)")
     count = shard.get("count")
-    identity = body.get("identity") if isinstance(body.get("identity"), dict) else {}
+    identity = _identity_of(body)
     job = shard.get("job")
     return ShardRun(run_id=run_id, source=where, index=shard["index"],
                     count=count if isinstance(count, int) else None,
@@ -325,8 +330,7 @@ def run(options: ShardsOptions) -> ShardsReport:
                 continue
             seen.add(run_id)
             shard = _shard_run(where, body)
-            identity = body.get("identity") if isinstance(body.get("identity"), dict) else {}
-            locks[shard.run_id] = identity.get("lock")
+            locks[shard.run_id] = _identity_of(body).get("lock")
             runs.append(shard)
         if not runs:
             raise InputError("no sharded runs found" + (f" in the ledger since {options.ledger_since}"

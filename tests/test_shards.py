@@ -81,8 +81,10 @@ def test_a_slurm_array_task_is_its_shard_of_the_array_and_the_array_job_ties_the
            "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_STEP": "1", "SLURM_JOB_ID": "4246"}
     assert shard_from(None, env) == Shard(3, 4, "slurm", "4242", "3")
     # --array=1-4 is shards 0-3; --array=0-12:4 too
-    assert shard_from(None, {**env, "SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "1"}).index == 3
-    assert shard_from(None, {**env, "SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_STEP": "4"}).index == 2
+    assert shard_from(None, {**env, "SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_MIN": "1"}) == Shard(3, 4, "slurm",
+                                                                                                     "4242", "4")
+    assert shard_from(None, {**env, "SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_STEP": "4"}) == Shard(2, 4, "slurm",
+                                                                                                      "4242", "8")
     assert shard_from("3/4@mine", env) == Shard(3, 4, "slurm", "mine", "3")
     with pytest.raises(UsageError, match="Slurm array task 3"):
         shard_from("1/4", env)
