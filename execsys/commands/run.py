@@ -28,6 +28,11 @@ in a job: where the environment carries EXECSYS_LOCK (a Slurm TaskProlog running
 and its own declaration is used unless --config, $EXECSYS_CONFIG or ./execsys.toml names one. A lock
 re-pinned since the job started (it no longer holds $EXECSYS_IDENTITY) refuses the run unless --repin.
 
+in a sharded evaluation: the record's shard ({index, count, source, job}) comes from a Slurm job
+array's SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT / SLURM_ARRAY_JOB_ID, a Kubernetes Indexed Job's
+JOB_COMPLETION_INDEX (with --shard K/N for its N), or --shard K/N[@JOB]; 'execsys shards' checks the
+shards' runs as one evaluation.
+
 verdicts: clean, drifted (the runtime moved: compare causally with nothing), overridden (ran past a
 failing gate), failed (the harness exited non-zero), interrupted (stopped by a signal), refused.
 
