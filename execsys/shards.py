@@ -231,8 +231,8 @@ def _is_run(body: dict[str, Any] | None) -> bool:
     return isinstance(body, dict) and str(body.get("schema") or "").startswith("execsys.run/")
 
 
-def _given_records(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(where, run body) for each run given: a sidecar file, else a ledger record id (or prefix)."""
+def _given_records(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any], str]]:
+    """(where, run body, when the ledger recorded it) for each run given: a sidecar file, else a ledger record id (or prefix)."""
     from execsys.fsutil import read_json_object
 
     out = []
@@ -243,18 +243,18 @@ def _given_records(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[
                 raise InputError(f"{ref}: not an execsys run sidecar (a <result>.execsys.json that execsys run "
                                  "wrote)")
             assert body is not None
-            out.append((ref, body))
+            out.append((ref, body, ""))
             continue
         record = ledger.get(ref)  # InputError naming it when the ledger has no such record
         if record.kind != "run" or not _is_run(record.body):
             raise InputError(f"ledger record {record.id} is a {record.kind} record, not a run")
-        out.append(("ledger", record.body))
+        out.append(("ledger", record.body, record.created_at))
     return out
 
 
-def _ledger_runs(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any]]]:
+def _ledger_runs(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any], str]]:
     since = options.ledger_since or ""
-    return [("ledger", r.body) for r in ledger.iter(kind="run") if r.created_at >= since
+    return [("ledger", r.body, r.created_at) for r in ledger.iter(kind="run") if r.created_at >= since
             and _is_run(r.body) and isinstance(r.body.get("shard"), dict)]
 
 
@@ -263,7 +263,7 @@ def _identity_of(body: dict[str, Any]) -> dict[str, Any]:
     return identity if isinstance(identity, dict) else {}
 
 
-def _shard_run(where: str, body: dict[str, Any]) -> ShardRun:
+def _shard_run(where: str, body: dict[str, Any], recorded_at: str = "") -> ShardRun:
     shard = body.get("shard")
     run_id = str(body.get("id") or "?")
     if not isinstance(shard, dict) or not isinstance(shard.get("index"), int):
@@ -276,7 +276,8 @@ def _shard_run(where: str, body: dict[str, Any]) -> ShardRun:
                     count=count if isinstance(count, int) else None,
                     job=str(job) if job is not None else None, shard_source=str(shard.get("source") or "?"),
                     verdict=str(body.get("verdict") or "?"), verdict_detail=str(body.get("verdict_detail") or ""),
-                    finished_at=str(body.get("finished_at") or body.get("started_at") or ""),
+                    # a refused run never started: when the ledger recorded it orders it among its reruns
+                    finished_at=str(body.get("finished_at") or body.get("started_at") or recorded_at),
                     identity_id=identity.get("id"))
 
 
@@ -324,12 +325,12 @@ def run(options: ShardsOptions) -> ShardsReport:
         seen: set[str] = set()
         runs: list[ShardRun] = []
         locks: dict[str, str | None] = {}
-        for where, body in given:
+        for where, body, recorded_at in given:
             run_id = str(body.get("id") or "")
             if run_id and run_id in seen:  # two sidecars of one run (it wrote two results): one shard
                 continue
             seen.add(run_id)
-            shard = _shard_run(where, body)
+            shard = _shard_run(where, body, recorded_at)
             locks[shard.run_id] = _identity_of(body).get("lock")
             runs.append(shard)
         if not runs:

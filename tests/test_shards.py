@@ -107,11 +107,12 @@ def test_a_bad_shard_flag_is_refused(flag):
 
 def test_run_records_the_shard_and_refuses_a_bad_one_in_one_line(tmp_path, ledger_path):
     (tmp_path / "execsys.toml").write_text('[model]\nname = "tiny"\n')
-    bad = run_cli("run", "--shard", "4/4", "--gate", "off", "--", "true", cwd=tmp_path)
+    no_scheduler = {"SLURM_ARRAY_TASK_ID": "", "JOB_COMPLETION_INDEX": ""}  # should the suite run inside a job
+    bad = run_cli("run", "--shard", "4/4", "--gate", "off", "--", "true", cwd=tmp_path, env=no_scheduler)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "K must be 0 to 3" in bad.stderr
     good = run_cli("run", "--json", "--shard", "1/4@ev", "--gate", "off", "--watch", "0", "--", "true", cwd=tmp_path,
-                   env={"SLURM_ARRAY_TASK_ID": "", "JOB_COMPLETION_INDEX": ""})
+                   env=no_scheduler)
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["shard"] == {"index": 1, "count": 4, "source": "flag", "job": "ev"}
 
