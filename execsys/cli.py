@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "quant": "quant",
     "ledger": "ledger",
     "fleet": "fleet",
+    "shards": "shards",
     "tui": "tui",
     "run": "run",
     "attach": "attach",

@@ -3,13 +3,16 @@
 slurmd itself runs execsys as ``HealthCheckProgram``, ``Prolog`` and ``TaskProlog`` -- with the
 environment it gives them (``SLURMD_NODENAME``, ``SLURM_*``, no PATH) -- and the test reads Slurm's
 reaction back with ``scontrol``/``squeue``: the node drained with execsys's Reason, a job held,
-a job let through, a variable in ``srun env``.
+a job let through, a variable in ``srun env``. And a sharded evaluation: ``sbatch --array=0-3``, each
+task an ``execsys run``, checked as one by ``execsys shards``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -149,3 +152,75 @@ def test_execsys_run_inside_a_job_step_reuses_the_identity_the_task_prolog_expor
     assert record["identity"] == {"id": lock["id"], "lock": str(project / "execsys.lock.json"),
                                   "how": "verified", "from": "EXECSYS_LOCK"}
     assert not (job_dir / "execsys.lock.json").exists()
+
+
+# -- a sharded evaluation: a real job array, each task an execsys run -----------------------------
+
+SHARD_HARNESS = ("import json, os; i = int(os.environ['SLURM_ARRAY_TASK_ID']); "
+                 "json.dump({'shard': i, 'correct': [i % 2 == 0]}, open('scores.json', 'w'))")
+
+
+def _shard_array(cluster: SlurmCluster, tmp_path: Path, planted_task: int | None = None) -> list[Path]:
+    """``sbatch --array=0-3``: each task an ``execsys run`` of a small harness in a directory of its own,
+    under the project's declaration, or (task ``planted_task``) under a planted one that names another
+    model. Returns the four tasks' sidecars, by task."""
+    project, planted = tmp_path / "project", tmp_path / "planted"
+    for where, model in ((project, "tiny"), (planted, "other")):
+        where.mkdir()
+        (where / "execsys.toml").write_text(f'[model]\nname = "{model}"\n')
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    script = tmp_path / "shard.sh"
+    pick = (f'[ "$SLURM_ARRAY_TASK_ID" = {planted_task} ] && decl={shlex.quote(str(planted))}\n'
+            if planted_task is not None else "")
+    script.write_text(f"""#!/bin/bash
+set -eu
+decl={shlex.quote(str(project))}
+{pick}mkdir -p {shlex.quote(str(tasks))}/$SLURM_ARRAY_TASK_ID && cd {shlex.quote(str(tasks))}/$SLURM_ARRAY_TASK_ID
+exec {shlex.quote(EXECSYS)} run --config "$decl/execsys.toml" --gate off --watch 0 --result scores.json -- \\
+  {shlex.quote(sys.executable)} -c {shlex.quote(SHARD_HARNESS)}
+""")
+    ledger = tmp_path / "ledger.sqlite3"
+    # --wait: sbatch returns once every task has ended (one CPU: they run one after another)
+    cluster.run("sbatch", "--wait", "--array=0-3", "-t", "5", f"--export=ALL,EXECSYS_LEDGER={ledger}",
+                "-o", str(tmp_path / "task-%a.out"), str(script), timeout=240)
+    sidecars = [tasks / str(i) / "scores.json.execsys.json" for i in range(4)]
+    logs = {i: (tmp_path / f"task-{i}.out").read_text(errors="replace")[-800:] for i in range(4)
+            if (tmp_path / f"task-{i}.out").exists()}
+    assert all(s.exists() for s in sidecars), logs
+    return sidecars
+
+
+def _shards(*args: str, ledger: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXECSYS, "shards", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "EXECSYS_LEDGER": str(ledger)})
+
+
+def test_a_slurm_array_with_one_task_under_another_declaration_is_not_one_evaluation(cluster, tmp_path):
+    sidecars = _shard_array(cluster, tmp_path, planted_task=2)
+    records = [json.loads(s.read_text()) for s in sidecars]
+    jobs = {r["shard"]["job"] for r in records}
+    assert [r["shard"]["index"] for r in records] == [0, 1, 2, 3] and len(jobs) == 1
+    assert all(r["shard"]["count"] == 4 and r["shard"]["source"] == "slurm" for r in records)
+    result = _shards("--json", *map(str, sidecars), ledger=tmp_path / "ledger.sqlite3")
+    assert result.returncode == 1, result.stderr
+    body = json.loads(result.stdout)
+    assert body["shards"]["missing"] == [] and body["identity_agreement"]["k"] == 3
+    [outlier] = body["outliers"]
+    assert outlier["index"] == 2 and "model" in outlier["components"], outlier
+    assert "shard 2 ran another system: " in "; ".join(body["reasons"])
+    text = _shards(*map(str, sidecars), ledger=tmp_path / "ledger.sqlite3")
+    assert text.returncode == 1 and "outlier  shard 2" in text.stdout and "name=tiny -> name=other" in text.stdout
+
+
+def test_a_clean_slurm_array_is_one_evaluation_and_a_missing_shard_is_named(cluster, tmp_path):
+    sidecars = _shard_array(cluster, tmp_path)
+    ledger = tmp_path / "ledger.sqlite3"
+    whole = _shards(*map(str, sidecars), ledger=ledger)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert "4/4 present" in whole.stdout and "4/4 shards share one system" in whole.stdout
+    job = json.loads(sidecars[0].read_text())["shard"]["job"]
+    from_ledger = _shards("--ledger-since", "1h", "--job", job, ledger=ledger)
+    assert from_ledger.returncode == 0, from_ledger.stdout + from_ledger.stderr
+    lost = _shards(*map(str, sidecars[:1] + sidecars[2:]), ledger=ledger)
+    assert lost.returncode == 1 and "missing  1" in lost.stdout and "1 of 4 shards missing: 1" in lost.stdout

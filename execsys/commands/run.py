@@ -28,6 +28,11 @@ in a job: where the environment carries EXECSYS_LOCK (a Slurm TaskProlog running
 and its own declaration is used unless --config, $EXECSYS_CONFIG or ./execsys.toml names one. A lock
 re-pinned since the job started (it no longer holds $EXECSYS_IDENTITY) refuses the run unless --repin.
 
+in a sharded evaluation: the record's shard ({index, count, source, job}) comes from a Slurm job
+array's SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT / SLURM_ARRAY_JOB_ID, a Kubernetes Indexed Job's
+JOB_COMPLETION_INDEX (with --shard K/N for its N), or --shard K/N[@JOB]; 'execsys shards' checks the
+shards' runs as one evaluation.
+
 verdicts: clean, drifted (the runtime moved: compare causally with nothing), overridden (ran past a
 failing gate), failed (the harness exited non-zero), interrupted (stopped by a signal), refused.
 
@@ -71,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the sidecars here instead of beside each result, as "
                              "<result>.<12 hex of BLAKE3(result's absolute path)>.execsys.json, so two results "
                              "with one name keep two sidecars")
+    parser.add_argument("--shard", metavar="K/N[@JOB]",
+                        help="this run is shard K of N (from 0) of one evaluation, JOB naming it; read from "
+                             "Slurm's SLURM_ARRAY_* without it, and from JOB_COMPLETION_INDEX in a Kubernetes "
+                             "Indexed Job (which gives no N: say it here). Check the shards with 'execsys shards'")
     add_sign_key(parser)
     add_json(parser)
     parser.add_argument("harness_command", nargs=argparse.REMAINDER, metavar="-- CMD", help="-- then the harness command and its arguments")
@@ -87,7 +96,7 @@ def options_from_args(args: argparse.Namespace):
         sources.declaration, sources.lock, command=command[1:], lock_path=sources.lock_path,
         gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,
         results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None, job=job,
-        sign_key=args.sign_key,
+        sign_key=args.sign_key, shard=args.shard,
     )
 
 

@@ -16,6 +16,7 @@ from execsys.operation import first_given
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
     from execsys.identity import Identity
+    from execsys.run.shard import Shard
     from execsys.sources import Sources
 
 GATES = ("fail", "warn", "off")
@@ -82,6 +83,7 @@ class RunOptions:
     job: JobIdentity | None = None  # the lock came from the job's environment ($EXECSYS_LOCK)
     sign_key: Path | None = None  # --sign-key / [receipts] key: the receipts' signing key (PEM)
     signer: Any = None  # securesystemslib's CryptoSigner for it, loaded before anything runs
+    shard: Shard | None = None  # which shard of a sharded evaluation this run is (execsys.run.shard)
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> RunOptions:
@@ -132,6 +134,11 @@ class RunOptions:
             options.grace_s = float(grace)
         options.job = overrides.pop("job", None)
         options.sign_key, options.signer = signing_key(overrides.pop("sign_key", None), declaration)
+        from execsys.run.shard import shard_from
+
+        # the scheduler's variables are read where the run starts: a sharded job sets them per task
+        environ = overrides.pop("environ", None)
+        options.shard = shard_from(overrides.pop("shard", None), os.environ if environ is None else environ)
         if overrides:
             raise TypeError(f"unknown run option(s): {', '.join(sorted(overrides))}")
         return options

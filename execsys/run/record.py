@@ -77,6 +77,7 @@ class RunRecord:
     sidecar_errors: list[dict[str, str]] = field(default_factory=list)  # {"sidecar", "error"}: not written
     receipts: list[str] = field(default_factory=list)  # <result>.execsys.intoto.json (execsys.receipt)
     receipt_errors: list[dict[str, str]] = field(default_factory=list)  # {"receipt", "error"}: not written
+    shard: dict[str, Any] | None = None  # {index, count, source, job}: the shard of a sharded evaluation
 
     # -- the booleans behind the verdict ------------------------------------------------------------
     @property
@@ -181,6 +182,7 @@ class RunRecord:
             "result_errors": self.result_errors,
             "sidecar_errors": self.sidecar_errors,
             "receipt_errors": self.receipt_errors,
+            "shard": self.shard,
         }
         if self.hook is not None:
             body["hook"] = dict(self.hook, problem=self.hook_problem)

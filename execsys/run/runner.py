@@ -67,7 +67,8 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     cancel = new_cancel(cancel)
     adapter = registry.for_command(options.command)
     record = RunRecord(id=new_id("run"), command=redact_argv(options.command), cwd=str(options.cwd),
-                       harness=adapter.name, lock_path=str(options.lock_path))
+                       harness=adapter.name, lock_path=str(options.lock_path),
+                       shard=options.shard.to_json() if options.shard is not None else None)
     with Ledger.open() as ledger, _held_signals() as held:
         try:
             identity = _gate_and_identity(options, record, ledger, on_event)
