@@ -21,6 +21,8 @@ from execsys.ledger import Ledger
 path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ledger = Ledger.open(path)
 print("ready", flush=True)
+if len(sys.argv) > 4:  # wait for the go, so that two writers start their streams together
+    sys.stdin.readline()
 for i in range(n):
     ledger.append("probe-case", {"writer": tag, "i": i, "pad": "x" * 200}, parent=f"run-{tag}", key=str(i))
     if i % 50 == 0:
@@ -29,8 +31,9 @@ ledger.close()
 '''
 
 
-def _writer(path: Path, tag: str, n: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, str(n)], stdout=subprocess.PIPE, text=True)
+def _writer(path: Path, tag: str, n: int, *, gate: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, str(n), *(["gate"] if gate else [])],
+                            stdout=subprocess.PIPE, stdin=subprocess.PIPE if gate else None, text=True)
 
 
 def _integrity(path: Path) -> str:
@@ -44,8 +47,18 @@ def _integrity(path: Path) -> str:
 def test_two_writer_processes_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     Ledger.open(path).close()
-    writers = [_writer(path, tag, 500) for tag in ("a", "b")]
+    writers = [_writer(path, tag, 500, gate=True) for tag in ("a", "b")]
+    # both open the ledger first, then start together: a loaded host that schedules one writer long
+    # before the other would otherwise let it finish alone, and the test would not test concurrency
     for proc in writers:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in writers:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+    for proc in writers:
+        assert proc.stdout is not None
+        proc.stdout.read()  # drain the progress lines so a full pipe never blocks a writer
         assert proc.wait(timeout=240) == 0
     assert _integrity(path) == "ok"
     with Ledger.open(path) as ledger:
