@@ -30,6 +30,8 @@ stop() {
   kill -TERM -- "-$pid" 2>/dev/null || true
   for _ in $(seq 100); do
     kill -0 "$pid" 2>/dev/null || break
+    # a zombie (exited, its parent has not reaped it yet) has already let go of the port
+    [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" = Z ] && break
     sleep 0.1
   done
   kill -KILL -- "-$pid" 2>/dev/null || true
