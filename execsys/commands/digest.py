@@ -19,14 +19,16 @@ followed (Hugging Face caches), a symlink loop is an error.
 
 With --host, the digest is also computed on each remote host over SSH (its b3sum, else its
 python blake3, else its execsys) and the artifact digest match rate is reported. Any mismatch
-is an integrity defect of the placement: fix it, do not analyse it as data (exit 1).
+is an integrity defect of the placement: fix it, do not analyse it as data (exit 1). --expect
+takes a known digest whole (the 64 hex characters b3sum prints; with or without --host), --lock
+the one a lock pinned.
 
 examples:
   execsys digest model.gguf
   execsys digest ~/.cache/huggingface/hub/models--org--name/snapshots/abc123 --manifest > MANIFEST
   cd snapshot && b3sum --check ../MANIFEST          verify the manifest without execsys
   execsys digest /srv/models/llama --host gpu1 --host gpu2
-  execsys digest /srv/models/llama --host gpu1 --expect 3f2a...  (compare with a known digest)
+  execsys digest model.gguf --expect af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262
 
 exit codes: 0 digest computed (and every host matched), 1 a mismatch or a host where it could
 not be computed, 2 unusable input (missing, unreadable, symlink loop)
