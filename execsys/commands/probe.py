@@ -162,7 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, axis: str | None = None) -
     if axis is None:
         help_action = parser._option_string_actions.get("--help")
         if help_action is not None:  # the subparser's own -h/--help gives way to the axis-aware one
-            parser._handle_conflict_resolve(None, [(o, help_action) for o in help_action.option_strings])
+            parser._handle_conflict_resolve(help_action, [(o, help_action) for o in help_action.option_strings])
         parser.add_argument("-h", "--help", action=_AxisHelp, help="show this help message and exit "
                             "(after an axis: that axis's help)")
         parser.add_argument("axis", metavar="AXIS",
