@@ -75,9 +75,9 @@ def test_the_quickstart_walks_the_whole_procedure_in_order():
     steps = ["python3 make_tiny_model.py", "bash llama-server.sh start", "execsys doctor", "execsys init",
              "execsys pin", "execsys probe session", "execsys probe restart", "execsys scope",
              "execsys run -- lm_eval", "execsys verify", "bash llama-server.sh stop"]
-    found = [next((i for i, line in enumerate(commands) if line.startswith(step)), None) for step in steps]
-    assert None not in found, dict(zip(steps, found, strict=True))
-    assert found == sorted(found), dict(zip(steps, found, strict=True))
+    found = {step: next((i for i, line in enumerate(commands) if line.startswith(step)), -1) for step in steps}
+    assert -1 not in found.values(), found
+    assert list(found.values()) == sorted(found.values()), found
     # every file the page copies is shipped
     copied = next(line for line in commands if line.startswith("cp "))
     for word in shlex.split(copied)[2:-1]:

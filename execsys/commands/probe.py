@@ -169,20 +169,23 @@ def add_arguments(parser: argparse.ArgumentParser, *, axis: str | None = None) -
                             help="session | restart | concurrency | hosts | redeploy | merge | grader | size")
     if used_by("merge"):
         parser.add_argument("records", nargs="*", metavar="RECORD", help="(merge only) probe record ids to merge")
+    # every group is made (argparse leaves an empty one out of the help); options only where read
+    target = parser.add_argument_group("target")
+    cases = parser.add_argument_group("cases and comparison")
+    run = parser.add_argument_group("passes")
+    size = parser.add_argument_group("size (execsys probe size)")
+    group = parser.add_argument_group("axis options")
     if used_by(*MEASURING):
-        target = parser.add_argument_group("target")
         target.add_argument("--endpoint", action="append", default=[], metavar="URL",
                             help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (repeat for the hosts axis)")
         target.add_argument("--command", dest="target_command", metavar="CMD", help="a harness command: one case as JSON on stdin, output on stdout")
         target.add_argument("--model", metavar="NAME", help="model name to request (default: the one the endpoint lists)")
         target.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key (never recorded)")
     if used_by(*MEASURING, "grader"):
-        timeouts = parser.add_argument_group("target") if axis == "grader" else target
-        timeouts.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
+        target.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
     if used_by(*MEASURING):
         target.add_argument("--retries", type=int, default=3, metavar="N", help="retries on 5xx/timeouts/bad bodies (default 3)")
     if used_by(*MEASURING, "grader"):
-        cases = parser.add_argument_group("cases and comparison")
         cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases); for grader also an "
                            "lm-eval samples_<task>_*.jsonl, an Inspect .eval/.json log, or a probe's run or record id")
         cases.add_argument("--n", type=int, metavar="N", help="use the first N cases (or a seeded sample with --sample)")
@@ -201,7 +204,6 @@ def add_arguments(parser: argparse.ArgumentParser, *, axis: str | None = None) -
         cases.add_argument("--tie-margin", type=float, metavar="NATS",
                            help="a flip whose margin is at most this is a near-tie (default 0.1 nats)")
     if used_by(*MEASURING, "grader"):
-        run = parser.add_argument_group("passes")
         run.add_argument("--repeats", type=int, metavar="N", help="N passes (N >= 2): agreement = all N identical")
     if used_by(*MEASURING):
         run.add_argument("--concurrency", type=int, default=1, metavar="C", help="requests in flight per pass (default 1)")
@@ -216,11 +218,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, axis: str | None = None) -
                          help="stop once the 95%% interval is at most W wide (cases in the seeded order)")
         run.add_argument("--max-n", type=int, metavar="N", help="with --until-width: take at most N cases")
     if used_by("size"):
-        size = parser.add_argument_group("size (execsys probe size)")
         size.add_argument("--expect", type=float, metavar="RATE", help="the agreement rate you expect (e.g. 0.95)")
         size.add_argument("--width", type=float, metavar="W", help="the widest 95%% interval you accept (e.g. 0.10)")
-    if used_by("restart", "concurrency", "redeploy", "grader"):
-        group = parser.add_argument_group("axis options")
     if used_by("restart"):
         group.add_argument("--restart", metavar="CMD", help="restart command for the restart axis (or runtime.restart)")
         group.add_argument("--ready", metavar="URL|CMD", help="readiness check after a restart (default: GET <endpoint>/models)")
