@@ -46,12 +46,12 @@ def _cut_description(line: str) -> str:
 
 
 def example_lines(help_text: str) -> list[str]:
-    """The example command lines of one help text's ``examples:`` section."""
+    """The example command lines of one help text's ``examples:`` (or ``typical session:``) section."""
     lines: list[str] = []
     inside = False
     pending = ""
     for raw in help_text.splitlines():
-        if raw.strip() == "examples:":
+        if raw.strip() in ("examples:", "typical session:"):  # the latter: `execsys --help`'s own
             inside = True
             continue
         if not inside:
@@ -323,3 +323,62 @@ def test_probe_help_without_an_axis_is_the_combined_help(capsys):
         text = capsys.readouterr().out
         assert text.startswith("usage: execsys probe [-h]") and "axes:\n" in text
         assert all(flag in text for flag in AXIS_OWN.values())
+
+
+# -- the probe and plan examples, against the suite's loopback endpoint ---------------------------
+
+# In this order, against two FlipEndpoints (stdlib, loopback; deterministic answers): the example as
+# the help prints it, the exit codes it may give. Its addresses (127.0.0.1:8000-8002, gpu1/gpu2, URL)
+# become the endpoints'; `...` the target and cases; a record id the one the step before wrote.
+AGAINST_ENDPOINTS: list[tuple[str, tuple[int, ...]]] = [
+    ("execsys probe session --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl", (0,)),
+    ("execsys probe concurrency --endpoint URL --cases cases.jsonl --load 16", (0,)),
+    ("execsys probe hosts --endpoint http://gpu1:8000/v1 --endpoint http://gpu2:8000/v1 --cases cases.jsonl", (0,)),
+    ("execsys probe session --command 'python harness.py' --cases cases.jsonl --compare outcome "
+     "--extract last-number", (0,)),
+    ("execsys probe session ... --until-width 0.10 --max-n 500", (0, 1)),
+    ("execsys plan new --arms A B --cases cases.jsonl --design abba --seed 7 --out plan.json", (0,)),
+    ("execsys plan run plan.json --arm A=http://127.0.0.1:8001/v1 --arm B=http://127.0.0.1:8002/v1 "
+     "--extract last-number --log executed.jsonl", (0,)),
+    ("execsys plan check plan.json --executed executed.jsonl", (0,)),
+    ("execsys compare plan-run-20261130T101500-1a2b:A plan-run-20261130T101500-1a2b:B --intervention budget",
+     (0, 1)),
+    ("execsys explain plan-run-20261201T100000-1a2b:A plan-run-20261201T100000-1a2b:B "
+     "--rerun A=http://gpu1:8000/v1 --rerun B=http://gpu2:8000/v1", (0, 1)),
+]
+
+HARNESS = "import json, sys\ncase = json.loads(sys.stdin.read())\nprint('the answer is', len(case['prompt']))\n"
+
+
+def test_the_probe_and_plan_examples_run_against_a_loopback_endpoint(tmp_path, ledger_path):
+    from tests.fixtures.common import run_cli
+    from tests.fixtures.llama import FlipEndpoint
+
+    shown = {line for _, line in all_examples()}
+    assert not [e for e, _ in AGAINST_ENDPOINTS if e not in shown], "update AGAINST_ENDPOINTS"
+    (tmp_path / "cases.jsonl").write_text("".join(
+        json.dumps({"id": f"c{i}", "prompt": f"What is {i}+{i}?", "expected": str(2 * i)}) + "\n" for i in range(8)))
+    (tmp_path / "harness.py").write_text(HARNESS)
+    plan_run = None
+    with FlipEndpoint() as first, FlipEndpoint() as second:
+        where = {"http://127.0.0.1:8000/v1": first.base_url, "http://127.0.0.1:8001/v1": first.base_url,
+                 "http://127.0.0.1:8002/v1": second.base_url, "http://gpu1:8000/v1": first.base_url,
+                 "http://gpu2:8000/v1": second.base_url, "URL": first.base_url}
+        for example, allowed in AGAINST_ENDPOINTS:
+            [argv] = execsys_commands(example)
+            if "..." in argv:
+                at = argv.index("...")
+                argv[at:at + 1] = ["--endpoint", first.base_url, "--cases", "cases.jsonl"]
+            argv = [where.get(a, a) for a in argv]
+            argv = [f"{a.split('=', 1)[0]}={where[a.split('=', 1)[1]]}" if "=" in a and a.split("=", 1)[1] in where
+                    else a for a in argv]
+            argv = [a.replace("plan-run-20261130T101500-1a2b", plan_run or "")
+                     .replace("plan-run-20261201T100000-1a2b", plan_run or "") for a in argv]
+            result = run_cli(*argv, cwd=tmp_path, timeout=120)
+            assert result.returncode in allowed, (
+                f"'execsys {shlex.join(argv)}' (from the help: {example}) exited {result.returncode}, expected "
+                f"{allowed}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}")
+            if argv[:2] == ["plan", "run"]:
+                listed = run_cli("ledger", "list", "--kind", "plan-run", "--json", cwd=tmp_path).json()
+                plan_run = listed[0]["id"]
+    assert plan_run
