@@ -5,10 +5,13 @@ and action), so an example that is added, changed or wrong is caught without a l
 step. Each line is cut where its description starts (two spaces outside quotes), continuation
 lines are joined, and it is split at the shell's ``&&``, ``|``, ``;`` and ``>`` into commands;
 every ``execsys`` command among them goes through the real argument parser and must parse without
-a usage error. The ones listed in ``RUN_FOR_REAL`` also run, in that order, in one fresh
-directory with its own ledger and HOME, each with the exit code it is expected to give; every other
-one is checked for parsing only, because it needs what the suite cannot provide here (a remote
-host over SSH, a GPU, a serving engine, a terminal, a result file of a past run).
+a usage error. Those the suite can run also run, each with the exit code it is expected to give:
+``RUN_FOR_REAL`` in one fresh directory with its own ledger and HOME, ``AGAINST_ENDPOINTS`` (the
+probe, plan, compare and explain examples) against the suite's loopback OpenAI endpoints,
+``OVER_SSH`` against its loopback sshd. Every other one is checked for parsing only, because it
+needs what the suite cannot start here (systemctl, docker, a GPU, a vLLM or SGLang server, a
+terminal for the TUI, Ansible's fact tree, a result file of a past run). Each list is checked to be
+still in the help, so an edited example cannot drop out of its real run unnoticed.
 
 The real runs happen in fresh network and PID namespaces (``unshare``, as root) where that is
 allowed: no server of this machine answers there, so ``doctor``, ``init`` and ``pin`` see the same
@@ -382,3 +385,42 @@ def test_the_probe_and_plan_examples_run_against_a_loopback_endpoint(tmp_path, l
                 listed = run_cli("ledger", "list", "--kind", "plan-run", "--json", cwd=tmp_path).json()
                 plan_run = listed[0]["id"]
     assert plan_run
+
+
+# -- the SSH examples, against the suite's loopback sshd ------------------------------------------
+
+# gpu1 and gpu2 are ssh aliases of the suite's sshd (ubuntu@10.0.0.7 becomes gpu2: that user does not
+# exist here); /srv/models/llama a directory made for the test.
+OVER_SSH: list[tuple[str, tuple[int, ...]]] = [
+    ("execsys doctor --host gpu1 --host ubuntu@10.0.0.7 --json", (0, 1)),
+    ("execsys digest /srv/models/llama --host gpu1 --host gpu2", (0,)),
+]
+
+
+def test_the_ssh_examples_run_against_the_loopback_sshd(tmp_path, sshd_server, ledger_path):
+    from tests.fixtures.common import run_cli
+
+    shown = {line for _, line in all_examples()}
+    assert not [e for e, _ in OVER_SSH if e not in shown], "update OVER_SSH"
+    text = sshd_server.config_path.read_text()
+    block = text[text.index(f"Host {sshd_server.dest}\n"):].split("\n\n", 1)[0]
+    config = tmp_path / "ssh_config"
+    config.write_text(text + "\n" + block.replace(f"Host {sshd_server.dest}", "Host gpu1 gpu2", 1) + "\n")
+    model = tmp_path / "srv-models-llama"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}\n')
+    (model / "model.safetensors").write_bytes(b"\1" * 4096)
+    env = {"EXECSYS_SSH_CONFIG": str(config)}
+    for example, allowed in OVER_SSH:
+        [argv] = execsys_commands(example)
+        argv = [{"ubuntu@10.0.0.7": "gpu2", "/srv/models/llama": str(model)}.get(a, a) for a in argv]
+        result = run_cli(*argv, cwd=tmp_path, env=env, timeout=180)
+        assert result.returncode in allowed, (
+            f"'execsys {shlex.join(argv)}' (from the help: {example}) exited {result.returncode}, expected "
+            f"{allowed}\n--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}")
+        if argv[0] == "doctor":
+            reached = {r["host"]["name"]: r["host"] for r in result.json()["hosts"]}
+            assert {"gpu1", "gpu2"} <= set(reached), list(reached)
+            assert not [name for name, host in reached.items() if host.get("error")], reached
+        else:
+            assert "every site holds the same artifact (3/3)" in result.stdout, result.stdout
