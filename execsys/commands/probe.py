@@ -10,6 +10,7 @@ import contextlib
 import shlex
 import signal
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,38 +20,46 @@ from execsys.errors import UsageError
 
 HELP = "measure agreement across a session, restart, load, hosts or a redeploy (m/n, Wilson CI)"
 
-DESCRIPTION = """\
+# One line (or a few) per axis: the combined help lists them all, `execsys probe AXIS --help` its own.
+AXIS_LINES = {
+    "session": "the cases twice within one server session (second pass in a seeded different order)",
+    "restart": "pass A, --restart CMD, wait for --ready, pass B (says so if the engine itself changed)",
+    "concurrency": "pass A at concurrency 1, pass B under --load K concurrent requests",
+    "hosts": "one pass per --endpoint (repeat it, one per host); or 'probe merge RECORD...'",
+    "redeploy": "a fresh pass against a stored probe record (--baseline RECORD_ID)",
+    "grader": ("the same outputs graded twice (or --repeats N) by the declared [grader]\n"
+               "(cases: {\"id\", \"prompt\", \"output\", \"expected\"?}, an lm-eval samples_<task>_*.jsonl,\n"
+               "an Inspect .eval/.json log, or a probe's run/record id: what the model answered on its\n"
+               "first pass; resumable like the other axes)"),
+    "merge": "one hosts record from single-host probe records of the same cases (RECORD...)",
+    "size": "how many cases a probe needs for a 95% interval as narrow as --width at rate --expect",
+}
+MEASURING = ("session", "restart", "concurrency", "hosts", "redeploy")
+
+INTRO = """\
 Send the same cases twice across one axis and report the agreement rate m/n with its
 Wilson 95% interval -- never a pass/fail label. Even at temperature 0 a serving stack can
 disagree with itself: batched kernels reorder floating-point sums, a near-tie flips, a
-cached prefix changes the numerics. Where that starts is a fact to measure.
+cached prefix changes the numerics. Where that starts is a fact to measure."""
 
-axes:
-  session      the cases twice within one server session (second pass in a seeded different order)
-  restart      pass A, --restart CMD, wait for --ready, pass B (says so if the engine itself changed)
-  concurrency  pass A at concurrency 1, pass B under --load K concurrent requests
-  hosts        one pass per --endpoint (repeat it, one per host); or 'probe merge RECORD...'
-  redeploy     a fresh pass against a stored probe record (--baseline RECORD_ID)
-  grader       the same outputs graded twice (or --repeats N) by the declared [grader]
-               (cases: {"id", "prompt", "output", "expected"?}, an lm-eval samples_<task>_*.jsonl,
-               an Inspect .eval/.json log, or a probe's run/record id: what the model answered on its
-               first pass; resumable like the other axes)
-
+CASES = """\
 cases are JSON Lines: {"id", "prompt" | "messages", "max_tokens"?, "params"?, "expected"?}.
 prompt -> /v1/completions, messages -> /v1/chat/completions. Decoding comes from the lock's
-[budget] (temperature 0 unless declared; seed when declared).
+[budget] (temperature 0 unless declared; seed when declared)."""
 
+IDENTITY = """\
 The record is tied to the pinned identity: --lock, else execsys.lock.json beside the declaration
 (--config, else $EXECSYS_CONFIG or ./execsys.toml). Without a lock the probe says so in one line
 and records "identity": null with that reason: it will not count toward any scope. An endpoint
-that stops accepting connections ends the probe after 5 failures in a row; --resume continues.
+that stops accepting connections ends the probe after 5 failures in a row; --resume continues."""
 
-examples:
+EXAMPLES = """\
   execsys probe session --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl
   execsys probe restart --endpoint http://127.0.0.1:8000/v1 --cases cases.jsonl \\
       --restart 'systemctl restart vllm' --ready-timeout 300
   execsys probe concurrency --endpoint URL --cases cases.jsonl --load 16
   execsys probe session --command 'python harness.py' --cases cases.jsonl --compare outcome --extract last-number
+  execsys probe hosts --endpoint http://gpu1:8000/v1 --endpoint http://gpu2:8000/v1 --cases cases.jsonl
   execsys probe redeploy --endpoint URL --cases cases.jsonl --baseline probe-20261130T010203-ab12cd34
   execsys probe merge probe-...-host1 probe-...-host2
   execsys probe grader --cases graded.jsonl --repeats 5 --extract 'regex:(correct|incorrect)'
@@ -58,68 +67,173 @@ examples:
   execsys probe size --expect 0.95 --width 0.10   how many cases for a 95% interval that narrow
   execsys probe session ... --until-width 0.10 --max-n 500   stop once the interval is that narrow
   execsys probe session ... --resume --retry-errored          send the errored cases again
-  execsys probe session ... --resume          continue the newest unfinished run with these parameters
+  execsys probe session ... --resume          continue the newest unfinished run with these parameters"""
 
+SYSTEM_CHECK = """\
 Every pass observes the serving runtime at its start and end and compares it with the lock
 ("system_check"): a probe of another system than the pinned one says so on stderr, records
 "identity": null and counts toward no scope. A restart or redeploy probe whose serving process
-(pid + start time) did not change is "no restart observed" / "no redeploy observed".
+(pid + start time) did not change is "no restart observed" / "no redeploy observed"."""
 
+EXIT_CODES = """\
 exit codes: 0 every case agreed, 1 some disagreed, or the probe measured another system than the
 pinned one, or saw no restart/redeploy; 2 usage error or no case completed."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("axis", metavar="AXIS",
-                        help="session | restart | concurrency | hosts | redeploy | merge | grader | size")
-    parser.add_argument("records", nargs="*", metavar="RECORD", help="(merge only) probe record ids to merge")
+def _axis_block(axes) -> str:
+    lines = []
+    for axis in axes:
+        first, *rest = AXIS_LINES[axis].splitlines()
+        lines.append(f"  {axis:<12} {first}")
+        lines.extend(f"  {'':<12} {line}" for line in rest)
+    return "\n".join(lines)
+
+
+DESCRIPTION = "\n\n".join([
+    INTRO,
+    "axes:\n" + _axis_block([a for a in AXIS_LINES if a not in ("merge", "size")]),
+    CASES, IDENTITY, "examples:\n" + EXAMPLES, SYSTEM_CHECK, EXIT_CODES,
+])
+
+
+def axis_description(axis: str) -> str:
+    """The help of one axis: what it measures, what applies to it, its own examples."""
+    examples = []
+    for line in EXAMPLES.replace("\\\n", "\x00").splitlines():
+        if line.strip().startswith(f"execsys probe {axis} "):
+            examples.append(line.replace("\x00", "\\\n"))
+    parts = [textwrap.fill(f"execsys probe {axis}: " + " ".join(AXIS_LINES[axis].split()), 96)]
+    if axis in MEASURING:
+        parts += [INTRO.split(". ", 1)[0] + ".", CASES, IDENTITY]
+    elif axis == "grader":
+        parts.append(IDENTITY.split(" An endpoint")[0])
+    if examples:
+        parts.append("examples:\n" + "\n".join(examples))
+    if axis in MEASURING:
+        parts += [SYSTEM_CHECK, EXIT_CODES]
+    elif axis == "grader":
+        parts.append("exit codes: 0 every case graded the same each time, 1 some flipped, 2 usage error or no "
+                     "case graded")
+    elif axis == "merge":
+        parts.append("exit codes: 0 every case agreed across the hosts, 1 some disagreed, 2 fewer than two "
+                     "records, or records that cannot be merged")
+    else:
+        parts.append("exit codes: 0, 2 usage error")
+    parts.append("all axes: execsys probe --help")
+    return "\n\n".join(parts)
+
+
+class _AxisHelp(argparse.Action):
+    """``-h``/``--help``: after an axis (`execsys probe restart --help`) that axis's help, else all of it.
+
+    argparse has taken the AXIS positional by the time it meets ``--help`` after it, so the action
+    sees which axis was named; an unknown or missing one gets the combined help."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        axis = getattr(namespace, "axis", None)
+        if axis in AXIS_LINES:
+            axis_parser(axis, parser.prog).print_help()
+        else:
+            parser.print_help()
+        parser.exit()
+
+
+def axis_parser(axis: str, prog: str = "execsys probe") -> argparse.ArgumentParser:
+    """A parser holding only what ``axis`` reads, for its help."""
+    from execsys.cli import add_common
+
+    parser = argparse.ArgumentParser(prog=f"{prog} {axis}", description=axis_description(axis),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser, axis=axis)
+    add_common(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, axis: str | None = None) -> None:
+    """Every option (``axis`` None: the parser `execsys probe` runs with), or only those ``axis`` reads
+    (the parser its ``--help`` shows)."""
+
+    def used_by(*axes: str) -> bool:
+        return axis is None or axis in axes
+
+    if axis is None:
+        help_action = parser._option_string_actions.get("--help")
+        if help_action is not None:  # the subparser's own -h/--help gives way to the axis-aware one
+            parser._handle_conflict_resolve(help_action, [(o, help_action) for o in help_action.option_strings])
+        parser.add_argument("-h", "--help", action=_AxisHelp, help="show this help message and exit "
+                            "(after an axis: that axis's help)")
+        parser.add_argument("axis", metavar="AXIS",
+                            help="session | restart | concurrency | hosts | redeploy | merge | grader | size")
+    if used_by("merge"):
+        parser.add_argument("records", nargs="*", metavar="RECORD", help="(merge only) probe record ids to merge")
+    # every group is made (argparse leaves an empty one out of the help); options only where read
     target = parser.add_argument_group("target")
-    target.add_argument("--endpoint", action="append", default=[], metavar="URL",
-                        help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (repeat for the hosts axis)")
-    target.add_argument("--command", dest="target_command", metavar="CMD", help="a harness command: one case as JSON on stdin, output on stdout")
-    target.add_argument("--model", metavar="NAME", help="model name to request (default: the one the endpoint lists)")
-    target.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key (never recorded)")
-    target.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
-    target.add_argument("--retries", type=int, default=3, metavar="N", help="retries on 5xx/timeouts/bad bodies (default 3)")
     cases = parser.add_argument_group("cases and comparison")
-    cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases); for grader also an "
-                       "lm-eval samples_<task>_*.jsonl, an Inspect .eval/.json log, or a probe's run or record id")
-    cases.add_argument("--n", type=int, metavar="N", help="use the first N cases (or a seeded sample with --sample)")
-    cases.add_argument("--sample", type=int, metavar="SEED", help="with --n: a seeded random sample instead of the first N")
-    cases.add_argument("--compare", choices=("output", "outcome"), help="headline level (default output; both are reported)")
-    cases.add_argument("--extract", metavar="SPEC",
-                       help="outcome extractor: regex:PATTERN, json:PATH, last-number or command:CMD")
-    cases.add_argument("--tokens", action="store_true",
-                       help="ask for logprobs so a divergence is also located by token index")
-    cases.add_argument("--logprobs", type=int, metavar="K",
-                       help="top-K token logprobs per pass, for the margin at a flip's first divergent token "
-                            "(default 5; 0 turns it off; an engine without them is recorded as unsupported)")
-    cases.add_argument("--tie-margin", type=float, metavar="NATS",
-                       help="a flip whose margin is at most this is a near-tie (default 0.1 nats)")
     run = parser.add_argument_group("passes")
-    run.add_argument("--repeats", type=int, metavar="N", help="N passes (N >= 2): agreement = all N identical")
-    run.add_argument("--concurrency", type=int, default=1, metavar="C", help="requests in flight per pass (default 1)")
-    run.add_argument("--order-seed", type=int, default=0, metavar="S", help="seed of the shuffled order of later passes")
-    run.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_ID",
-                     help="continue the newest unfinished run with the same parameters (or RUN_ID)")
-    run.add_argument("--retry-errored", action="store_true",
-                     help="with --resume: send the cases that errored again (the completed ones are kept)")
-    run.add_argument("--until-width", type=float, metavar="W",
-                     help="stop once the 95%% interval is at most W wide (cases in the seeded order)")
-    run.add_argument("--max-n", type=int, metavar="N", help="with --until-width: take at most N cases")
     size = parser.add_argument_group("size (execsys probe size)")
-    size.add_argument("--expect", type=float, metavar="RATE", help="the agreement rate you expect (e.g. 0.95)")
-    size.add_argument("--width", type=float, metavar="W", help="the widest 95%% interval you accept (e.g. 0.10)")
-    axis = parser.add_argument_group("axis options")
-    axis.add_argument("--restart", metavar="CMD", help="restart command for the restart axis (or runtime.restart)")
-    axis.add_argument("--ready", metavar="URL|CMD", help="readiness check after a restart (default: GET <endpoint>/models)")
-    axis.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 120)")
-    axis.add_argument("--load", type=int, metavar="K", help="concurrency axis: requests kept in flight during pass B")
-    axis.add_argument("--baseline", metavar="RECORD_ID", help="redeploy axis: the stored probe record to compare against")
-    axis.add_argument("--via", choices=("judge", "command"),
-                      help="grader: grade through [grader.judge] or [grader] command (default: the judge if declared)")
-    add_sources(parser, lock_help="the identity to tie the record to (default: execsys.lock.json beside the "
-                                  "declaration; without one the probe counts toward no scope, and says so)")
+    group = parser.add_argument_group("axis options")
+    if used_by(*MEASURING):
+        target.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                            help="OpenAI base URL, e.g. http://127.0.0.1:8000/v1 (repeat for the hosts axis)")
+        target.add_argument("--command", dest="target_command", metavar="CMD", help="a harness command: one case as JSON on stdin, output on stdout")
+        target.add_argument("--model", metavar="NAME", help="model name to request (default: the one the endpoint lists)")
+        target.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key (never recorded)")
+    if used_by(*MEASURING, "grader"):
+        target.add_argument("--timeout", type=float, metavar="S", help="per-request timeout in seconds (default 120)")
+    if used_by(*MEASURING):
+        target.add_argument("--retries", type=int, default=3, metavar="N", help="retries on 5xx/timeouts/bad bodies (default 3)")
+    if used_by(*MEASURING, "grader"):
+        cases.add_argument("--cases", metavar="FILE", help="JSON Lines cases file (or [probe] cases); for grader also an "
+                           "lm-eval samples_<task>_*.jsonl, an Inspect .eval/.json log, or a probe's run or record id")
+        cases.add_argument("--n", type=int, metavar="N", help="use the first N cases (or a seeded sample with --sample)")
+    if used_by(*MEASURING):
+        cases.add_argument("--sample", type=int, metavar="SEED", help="with --n: a seeded random sample instead of the first N")
+        cases.add_argument("--compare", choices=("output", "outcome"), help="headline level (default output; both are reported)")
+    if used_by(*MEASURING, "grader"):
+        cases.add_argument("--extract", metavar="SPEC",
+                           help="outcome extractor: regex:PATTERN, json:PATH, last-number or command:CMD")
+    if used_by(*MEASURING):
+        cases.add_argument("--tokens", action="store_true",
+                           help="ask for logprobs so a divergence is also located by token index")
+        cases.add_argument("--logprobs", type=int, metavar="K",
+                           help="top-K token logprobs per pass, for the margin at a flip's first divergent token "
+                                "(default 5; 0 turns it off; an engine without them is recorded as unsupported)")
+        cases.add_argument("--tie-margin", type=float, metavar="NATS",
+                           help="a flip whose margin is at most this is a near-tie (default 0.1 nats)")
+    if used_by(*MEASURING, "grader"):
+        run.add_argument("--repeats", type=int, metavar="N", help="N passes (N >= 2): agreement = all N identical")
+    if used_by(*MEASURING):
+        run.add_argument("--concurrency", type=int, default=1, metavar="C", help="requests in flight per pass (default 1)")
+        run.add_argument("--order-seed", type=int, default=0, metavar="S", help="seed of the shuffled order of later passes")
+    if used_by(*MEASURING, "grader"):
+        run.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_ID",
+                         help="continue the newest unfinished run with the same parameters (or RUN_ID)")
+        run.add_argument("--retry-errored", action="store_true",
+                         help="with --resume: send the cases that errored again (the completed ones are kept)")
+    if used_by(*MEASURING):
+        run.add_argument("--until-width", type=float, metavar="W",
+                         help="stop once the 95%% interval is at most W wide (cases in the seeded order)")
+        run.add_argument("--max-n", type=int, metavar="N", help="with --until-width: take at most N cases")
+    if used_by("size"):
+        size.add_argument("--expect", type=float, metavar="RATE", help="the agreement rate you expect (e.g. 0.95)")
+        size.add_argument("--width", type=float, metavar="W", help="the widest 95%% interval you accept (e.g. 0.10)")
+    if used_by("restart"):
+        group.add_argument("--restart", metavar="CMD", help="restart command for the restart axis (or runtime.restart)")
+        group.add_argument("--ready", metavar="URL|CMD", help="readiness check after a restart (default: GET <endpoint>/models)")
+        group.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 120)")
+    if used_by("concurrency"):
+        group.add_argument("--load", type=int, metavar="K", help="concurrency axis: requests kept in flight during pass B")
+    if used_by("redeploy"):
+        group.add_argument("--baseline", metavar="RECORD_ID", help="redeploy axis: the stored probe record to compare against")
+    if used_by("grader"):
+        group.add_argument("--via", choices=("judge", "command"),
+                           help="grader: grade through [grader.judge] or [grader] command (default: the judge if declared)")
+    if used_by(*MEASURING, "grader"):
+        add_sources(parser, lock_help="the identity to tie the record to (default: execsys.lock.json beside the "
+                                      "declaration; without one the probe counts toward no scope, and says so)")
     add_json(parser)
 
 
