@@ -375,7 +375,7 @@ def _margins(a: Result, b: Result, flipped: list[str], ledger: Ledger,
     per-case rows kept logprobs; None when neither side has any."""
     from execsys.probes.compare import divergence_between
     from execsys.probes.margin import DEFAULT_TIE_MARGIN, margin_at, split_summary, unpack_logprobs
-    from execsys.probes.runner import case_row
+    from execsys.probes.store import case_row
 
     margin = tie_margin if tie_margin is not None else DEFAULT_TIE_MARGIN
     pass_a, pass_b = _probe_pass(a, ledger), _probe_pass(b, ledger)

@@ -48,7 +48,8 @@ from .cases import Case, parse_case
 from .compare import Extractor, parse_extractor
 from .events import Note, RunOpened
 from .record import GRADING_KIND
-from .runner import RETRY_MARK, RUN_SCHEMA, ProbeInterrupted, case_key, case_row, final_row
+from .runner import RUN_SCHEMA, ProbeInterrupted
+from .store import RETRY_MARK, case_key, case_row, final_row
 
 SCHEMA = "execsys.probe-grader/1"
 AXIS = "grader"
@@ -122,7 +123,7 @@ def _probe_cases(reference: str, ledger_path: Path | None) -> list[GradedCase]:
     file it was given -- so the grader is probed on outputs this execution system really produced.
     Cases that errored or got no answer there are left out; a cases file that changed since is refused."""
     from .cases import CaseFile, cases_digest, select
-    from .runner import case_row
+    from .store import case_row
 
     with Ledger.open(ledger_path) as ledger:
         record = ledger.get(reference)

@@ -32,6 +32,7 @@ for the final record (parent = run id, key ``final``, identity column set). ``--
 stays; the newest row counts) and writes the new final record under ``final#retry<r>``.
 A resumed run reads what is there and sends only what is missing: nothing is lost or
 counted twice, because a second append of the same parent+key is a no-op.
+The keys and the rows are read and written through :class:`~execsys.probes.store.ProbeRunStore`.
 
 Memory stays flat in the number of cases: the cases file is held as byte offsets
 (:class:`~execsys.probes.cases.CaseFile`), what each pass still has to send is asked of the
@@ -94,6 +95,15 @@ from .record import (
     load_record,
     result_key,
 )
+from .store import (
+    FINAL_KEY,
+    ProbeRunStore,
+    case_key,
+    case_row,
+    fillers_key,
+    final_key,
+    window_key,
+)
 from .system import (
     DIFFERS,
     SystemObserver,
@@ -135,38 +145,6 @@ _Measured = tuple[Case, Completion, "str | None", "str | None", "dict[str, Any]"
 """a case, its answer, digest, outcome, and how it was sent (in flight with how many others, after its twin)"""
 
 
-RETRY_MARK = "#retry"
-
-
-def case_key(pass_index: int, case_id: str, retry: int = 0) -> str:
-    """A probe-case row's key: ``<pass>:<case id>``, and ``...#retry<r>`` for the r-th retry of an
-    errored case (``--resume --retry-errored``: the errored row stays, the newest row counts)."""
-    return f"{pass_index}:{case_id}" + (f"{RETRY_MARK}{retry}" if retry else "")
-
-
-def case_row(ledger: Ledger, run_id: str, pass_index: int, case_id: str) -> tuple[Any, int]:
-    """The row that counts for a case on a pass (the newest retry of an errored one) and its retry number."""
-    row = ledger.child(run_id, case_key(pass_index, case_id))
-    retry = 0
-    while row is not None and row.body.get("error"):
-        newer = ledger.child(run_id, case_key(pass_index, case_id, retry + 1))
-        if newer is None:
-            break
-        row, retry = newer, retry + 1
-    return row, retry
-
-
-def final_row(ledger: Ledger, run_id: str) -> tuple[Any, int]:
-    """The run's newest final record (``final``, then ``final#retry<r>`` after retries) and its number."""
-    row, retry = ledger.child(run_id, "final"), 0
-    while row is not None:
-        newer = ledger.child(run_id, f"final{RETRY_MARK}{retry + 1}")
-        if newer is None:
-            break
-        row, retry = newer, retry + 1
-    return row, retry
-
-
 def _request_key(case: Case) -> str:
     """What makes two cases twins: the same prompt or messages (an engine may reuse the cached prefix)."""
     return str(case.prompt) if case.messages is None else repr(case.messages)
@@ -191,11 +169,10 @@ class _Result:
 class RunContext:
     """What an axis hook may use: options, targets, recorded steps, notes, abort."""
 
-    def __init__(self, options: ProbeOptions, ledger: Ledger, run_id: str, clients: list[Any],
+    def __init__(self, options: ProbeOptions, store: ProbeRunStore, clients: list[Any],
                  cancel: threading.Event, emit: Callable[[Any], None], axis: Axis | None = None):
         self.options = options
-        self.ledger = ledger
-        self.run_id = run_id
+        self.store = store  # the run's rows in the ledger (a pass sent on its own thread has its own)
         self.clients = clients
         self.cancel = cancel
         self._emit = emit
@@ -212,11 +189,19 @@ class RunContext:
         self.system = SystemObserver(pinned_runtime=options.pinned_runtime,
                                      pinned_declared=options.pinned_declared_runtime, lock_id=options.identity)
 
+    @property
+    def ledger(self) -> Ledger:
+        return self.store.ledger
+
+    @property
+    def run_id(self) -> str:
+        return self.store.run_id
+
     def step(self, key: str) -> dict[str, Any] | None:
         return self.steps.get(key)
 
     def record_step(self, key: str, body: dict[str, Any]) -> None:
-        self.ledger.append("probe-step", {"step": key, **body}, parent=self.run_id, key=key)
+        self.store.append_step(key, body)
         self.steps[key] = body
 
     def pass_has_results(self, index: int) -> bool:
@@ -272,8 +257,7 @@ class RunContext:
             return
         entry = self.system.observe(schedule.target, self.system_runtime(schedule.target), schedule.label, at)
         entry["target"] = schedule.target
-        # a kind of its own, as the windows: probe-step rows stay the axis's own steps
-        self.ledger.append(SYSTEM_KIND, {"step": key, **entry}, parent=self.run_id, key=key)
+        self.store.append_system(key, entry)
         self.steps[key] = entry
         if entry["verdict"] == DIFFERS:
             from .system import sentence as system_sentence
@@ -368,10 +352,11 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
         for line in ([options.identity_reason] if options.identity_reason else []) + list(options.warnings):
             emit(Note(redact_text(line)))
         run_id, started_at = _open_run(ledger, options, parameters, match, emit)
-        final, final_retry = final_row(ledger, run_id)
-        ctx = RunContext(options, ledger, run_id, clients, cancel, emit, axis)
+        store = ProbeRunStore(ledger, run_id)
+        final, final_retry = store.final_row()
+        ctx = RunContext(options, store, clients, cancel, emit, axis)
         schedules = axis.schedule(options)
-        _load_progress(ledger, run_id, ctx, len(schedules))
+        store.load_progress(ctx.steps, ctx.pass_counts, ctx.pass_errors, len(schedules))
         if final is not None and not (options.retry_errored and any(ctx.pass_errors.values())):
             record = load_record(ledger, final)
             emit(ProbeFinished(record))
@@ -399,7 +384,7 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
             if cancel.is_set() and any(ctx.pass_counts.get(p.index, 0) < count for p in sent):
                 raise ProbeInterrupted(run_id, sum(ctx.pass_counts.values()), count * len(sent))
             if options.until_width is not None:
-                first = _first_narrow(ledger, run_id, schedules, prefix, baseline, options, extractor is not None)
+                first = _first_narrow(store, schedules, prefix, baseline, options, extractor is not None)
                 if first is not None:
                     stopped = {"reason": "width", "until_width": options.until_width, "max_n": options.max_n,
                                "early": first < len(cases)}
@@ -418,9 +403,8 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
                                baseline, parameters, started_at, digest_of_cases, stopped)
         record_id = new_id("probe")
         record.id = record_id
-        final_key = "final" if final is None else f"final{RETRY_MARK}{final_retry + 1}"
-        stored_id = ledger.append("probe", record.ledger_json(), identity=record.identity, parent=run_id,
-                                  key=final_key, record_id=record_id)
+        stored_id = store.append_final(record.ledger_json(), identity=record.identity,
+                                       key=final_key(final, final_retry), record_id=record_id)
         if stored_id != record_id:  # another process finished the same run first: report theirs
             record = load_record(ledger, ledger.get(stored_id))
         emit(ProbeFinished(record))
@@ -432,12 +416,10 @@ def _run(options: ProbeOptions, ledger: Ledger, emit: Callable[[Any], None], can
             all_cases.close()
 
 
-WINDOW_KIND = "probe-window"  # when one pass sent its requests (parent = run id, key window:<pass>)
-SYSTEM_KIND = "probe-system"  # the runtime at the start/end of one pass (parent = run id, key system:<pass>:<at>)
 UNTIL_WIDTH_ROUND = 10  # cases per round of an --until-width probe
 
 
-def _first_narrow(ledger: Ledger, run_id: str, schedules: list[PassSchedule], cases: Sequence[Case],
+def _first_narrow(store: ProbeRunStore, schedules: list[PassSchedule], cases: Sequence[Case],
                   baseline: ProbeRecord | None, options: ProbeOptions, outcomes: bool) -> int | None:
     """How many of ``cases`` (in order) it takes until the Wilson 95% interval of the agreement over
     the compared ones is at most ``options.until_width`` wide; None when they never get there."""
@@ -446,7 +428,7 @@ def _first_narrow(ledger: Ledger, run_id: str, schedules: list[PassSchedule], ca
     results = _baseline_results(baseline) if baseline is not None else None
     m = n = 0
     for position, case in enumerate(cases):
-        slots = _case_slots(ledger, run_id, schedules, case.id, results)
+        slots = _case_slots(store, schedules, case.id, results)
         verdict = judge([r.slot if r is not None else None for r in slots], level=options.compare, outcomes=outcomes)
         if verdict.errored:
             continue
@@ -468,7 +450,7 @@ def _send_passes(ctx: RunContext, sent: list[PassSchedule], cases: Sequence[Case
     schedules = axis.schedule(options)
 
     def one(pass_ctx: RunContext, schedule: PassSchedule, todo: array) -> None:
-        judge_pass = _PassJudge(options, pass_ctx.ledger, pass_ctx.run_id, schedules, baseline, judge_level)
+        judge_pass = _PassJudge(options, pass_ctx.store, schedules, baseline, judge_level)
         tally = AgreementFold(level=options.compare, outcomes=judge_level, keep_ids=False)
         done_before = count - len(todo)
         emit(PassStarted(schedule.index, schedule.label, count, done_before, ctx.run_id))
@@ -492,7 +474,7 @@ def _send_passes(ctx: RunContext, sent: list[PassSchedule], cases: Sequence[Case
 
     if not axis.simultaneous:
         for schedule in sent:
-            todo = _todo(ctx.ledger, ctx, ctx.run_id, schedule.index, cases, options.order_seed)
+            todo = _todo(ctx, schedule.index, cases, options.order_seed)
             if todo and not cancel.is_set():
                 axis.before_pass(ctx, schedule)
             one(ctx, schedule, todo)
@@ -500,14 +482,14 @@ def _send_passes(ctx: RunContext, sent: list[PassSchedule], cases: Sequence[Case
             if cancel.is_set():
                 return
         return
-    todos = [_todo(ctx.ledger, ctx, ctx.run_id, schedule.index, cases, options.order_seed) for schedule in sent]
+    todos = [_todo(ctx, schedule.index, cases, options.order_seed) for schedule in sent]
     failures: list[BaseException] = []
     ledgers: list[Ledger] = []
 
     def host(schedule: PassSchedule, todo: array) -> None:
         try:
             pass_ctx = copy.copy(ctx)  # shares the counts, steps and notes; its own ledger connection
-            pass_ctx.ledger = Ledger.open(ctx.ledger.path)
+            pass_ctx.store = ProbeRunStore(Ledger.open(ctx.ledger.path), ctx.run_id)
             ledgers.append(pass_ctx.ledger)
             one(pass_ctx, schedule, todo)
         except BaseException as exc:
@@ -535,21 +517,19 @@ def _iso(seconds: float) -> str:
 def _record_window(ctx: RunContext, index: int) -> None:
     """Keep when a pass sent its requests (the first session that sent any: a resumed pass keeps it)."""
     window = ctx.windows.pop(index, None)
-    if window is not None and f"window:{index}" not in ctx.steps:
-        # a kind of its own: the axis steps (restarts, observations) stay what probe-step rows hold
-        ctx.ledger.append(WINDOW_KIND, {"pass": index, **window}, parent=ctx.run_id, key=f"window:{index}")
-        ctx.steps[f"window:{index}"] = window
+    if window is not None and window_key(index) not in ctx.steps:
+        ctx.store.append_window(index, window)
+        ctx.steps[window_key(index)] = window
 
 
 class _PassJudge:
     """Whether a case just recorded on a pass agrees with its earlier passes: the agreement fold's
     rule applied to the passes so far, reading the earlier results from the ledger (memory stays flat)."""
 
-    def __init__(self, options: ProbeOptions, ledger: Ledger, run_id: str, schedules: list[PassSchedule],
+    def __init__(self, options: ProbeOptions, store: ProbeRunStore, schedules: list[PassSchedule],
                  baseline: ProbeRecord | None, outcomes: bool):
         self.level = options.compare
-        self.ledger = ledger
-        self.run_id = run_id
+        self.store = store
         self.schedules = schedules
         self.outcomes = outcomes
         self.baseline = _baseline_results(baseline) if baseline is not None else None
@@ -557,7 +537,7 @@ class _PassJudge:
     def verdict(self, pass_index: int, case_id: str, current: _Result):
         if pass_index == 0:
             return None
-        earlier = _case_slots(self.ledger, self.run_id, self.schedules[:pass_index], case_id, self.baseline)
+        earlier = _case_slots(self.store, self.schedules[:pass_index], case_id, self.baseline)
         slots = [r.slot if r is not None else None for r in earlier] + [current.slot]
         return judge(slots, level=self.level, outcomes=self.outcomes)
 
@@ -620,7 +600,7 @@ def _open_run(ledger: Ledger, options: ProbeOptions, parameters: dict[str, Any],
             emit(RunOpened(run.id, True))
             return run.id, run.body.get("started_at") or run.created_at
         for run in ledger.iter(kind="probe-run", newest_first=True):
-            if run.body.get("match") == match and (options.retry_errored or ledger.child(run.id, "final") is None):
+            if run.body.get("match") == match and (options.retry_errored or ledger.child(run.id, FINAL_KEY) is None):
                 emit(Note(f"resuming run {run.id}"))
                 emit(RunOpened(run.id, True))
                 return run.id, run.body.get("started_at") or run.created_at
@@ -637,33 +617,7 @@ def _intern(value: str | None) -> str | None:
     return sys.intern(value) if isinstance(value, str) else None
 
 
-def _load_progress(ledger: Ledger, run_id: str, ctx: RunContext, passes: int) -> None:
-    """Recorded steps, and how many case results (and errors) each pass already has: counts only,
-    read row by row, so resuming a large probe holds no per-case state."""
-    fixed: set[tuple[int, str]] = set()
-    for row in ledger.iter(parent=run_id):
-        if row.kind in ("probe-step", WINDOW_KIND, SYSTEM_KIND):
-            ctx.steps[row.key or ""] = row.body
-            continue
-        if row.kind != "probe-case":
-            continue
-        index = row.body.get("pass")
-        if not isinstance(index, int) or not 0 <= index < passes:
-            continue
-        key = row.key or ""
-        if RETRY_MARK in key:
-            # a retry of an errored case: it replaces that error when it succeeded (rows come in order)
-            retried = (index, key.split(RETRY_MARK)[0])
-            if not row.body.get("error") and retried not in fixed:
-                fixed.add(retried)
-                ctx.pass_errors[index] = ctx.pass_errors.get(index, 0) - 1
-            continue
-        ctx.pass_counts[index] = ctx.pass_counts.get(index, 0) + 1
-        if row.body.get("error"):
-            ctx.pass_errors[index] = ctx.pass_errors.get(index, 0) + 1
-
-
-def _todo(ledger: Ledger, ctx: RunContext, run_id: str, index: int, cases: Sequence[Case], seed: int) -> array:
+def _todo(ctx: RunContext, index: int, cases: Sequence[Case], seed: int) -> array:
     """Positions of the cases this pass still has to send, in the pass's order (the ledger says which
     are done; a fresh pass asks nothing, a finished one asks nothing)."""
     order = pass_indices(len(cases), seed, index)
@@ -671,7 +625,7 @@ def _todo(ledger: Ledger, ctx: RunContext, run_id: str, index: int, cases: Seque
     if ctx.retry and ctx.pass_errors.get(index, 0) > 0:
         todo = array("q")
         for i in order:
-            row, retry = case_row(ledger, run_id, index, cases[i].id)
+            row, retry = ctx.store.case_row(index, cases[i].id)
             if row is None:
                 todo.append(i)
             elif row.body.get("error"):
@@ -682,14 +636,15 @@ def _todo(ledger: Ledger, ctx: RunContext, run_id: str, index: int, cases: Seque
         return order
     if recorded >= len(cases):
         return array("q")
-    return array("q", (i for i in order if not ledger.has_child(run_id, case_key(index, cases[i].id))))
+    store = ctx.store
+    return array("q", (i for i in order if not store.has_case(index, cases[i].id)))
 
 
 def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Sequence[Case], client: Any,
               params: dict[str, Any], extractor: Extractor | None, done: int, total: int,
               judge_pass: _PassJudge, tally: AgreementFold) -> None:
     """Send ``todo`` at the schedule's concurrency; record each result on the calling thread as it arrives."""
-    ledger, run_id, cancel, emit = ctx.ledger, ctx.run_id, ctx.cancel, ctx._emit
+    store, run_id, cancel, emit = ctx.store, ctx.run_id, ctx.cancel, ctx._emit
     # How each request went out: the two causes found on llama.cpp (a prompt sent right after its
     # twin reuses the cached prefix; requests in flight together share a batch) are recorded per case.
     sending = threading.Lock()
@@ -775,8 +730,8 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
                 body["logprobs_unsupported"] = True
             body.update(conditions)
             key = ctx.retry_keys.get((schedule.index, case.id)) or case_key(schedule.index, case.id)
-            entries.append((body, run_id, key))
-        ledger.append_many("probe-case", entries)
+            entries.append((body, key))
+        store.append_cases(entries)
         for case, completion, output_digest, outcome, _ in batch:
             if ctx.retry_keys.pop((schedule.index, case.id), None) is not None:
                 # a retry replaces an errored result: counted once already, as an error
@@ -884,7 +839,7 @@ def _run_pass(ctx: RunContext, schedule: PassSchedule, todo: array, cases: Seque
     if schedule.load:
         with fillers_lock:
             sent_fillers = fillers
-        ctx.steps.setdefault(f"fillers:{schedule.index}", {"fillers": 0})["fillers"] += sent_fillers
+        ctx.steps.setdefault(fillers_key(schedule.index), {"fillers": 0})["fillers"] += sent_fillers
 
 
 def _answered_as_other(requested: str | None, answered: str | None) -> bool:
@@ -931,7 +886,7 @@ def _baseline_results(baseline: ProbeRecord) -> dict[str, _Result]:
     return results
 
 
-def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case_id: str,
+def _case_slots(store: ProbeRunStore, schedules: list[PassSchedule], case_id: str,
                 baseline: dict[str, _Result] | None) -> list[_Result | None]:
     """One case's result on each pass, from its probe-case rows (or the baseline record)."""
     slots: list[_Result | None] = []
@@ -939,7 +894,7 @@ def _case_slots(ledger: Ledger, run_id: str, schedules: list[PassSchedule], case
         if schedule.source == "baseline":
             slots.append((baseline or {}).get(case_id) or _Result(None, None, "not in the baseline record"))
             continue
-        row, _ = case_row(ledger, run_id, schedule.index, case_id)
+        row, _ = store.case_row(schedule.index, case_id)
         if row is None:
             slots.append(None)
             continue
@@ -989,7 +944,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
             pending.clear()
 
     fold = AgreementFold(level=options.compare, outcomes=extractor is not None,
-                         divergence=lambda case_id, k: _divergence(ledger, ctx.run_id, baseline, schedules,
+                         divergence=lambda case_id, k: _divergence(ctx.store, baseline, schedules,
                                                                    case_id, k, options.tie_margin))
     per_pass_fp: list[set[str]] = [set() for _ in schedules]
     per_pass_models: list[set[str]] = [set() for _ in schedules]
@@ -998,7 +953,7 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
     per_pass_errors = [0] * len(schedules)
     per_pass_completed = [0] * len(schedules)
     for case in cases:
-        slots = _case_slots(ledger, ctx.run_id, schedules, case.id, baseline_results)
+        slots = _case_slots(ctx.store, schedules, case.id, baseline_results)
         for i, slot in enumerate(slots):
             if slot is not None:
                 if not slot.error:
@@ -1035,10 +990,10 @@ def _build_record(options: ProbeOptions, ctx: RunContext, axis: Axis, schedules:
             note = _other_model_note(schedule.label, str(requested[i]), per_pass_other[i], per_pass_completed[i])
             if note not in ctx.notes:
                 ctx.notes.append(note)
-        if f"fillers:{i}" in ctx.steps:
-            info["fillers"] = ctx.steps[f"fillers:{i}"]["fillers"]
-        if f"window:{i}" in ctx.steps:
-            info["window"] = {k: v for k, v in ctx.steps[f"window:{i}"].items()
+        if fillers_key(i) in ctx.steps:
+            info["fillers"] = ctx.steps[fillers_key(i)]["fillers"]
+        if window_key(i) in ctx.steps:
+            info["window"] = {k: v for k, v in ctx.steps[window_key(i)].items()
                               if k in ("start", "end", "start_unix", "end_unix")}
         passes_info.append(info)
 
@@ -1141,12 +1096,12 @@ def _system_check(ctx: RunContext, schedules: list[PassSchedule], passes: list[d
     return with_differences(summarise(by_target.get(0, []), lock_id=lock_id), answered.get(0, []))
 
 
-def _divergence(ledger: Ledger, run_id: str, baseline: ProbeRecord | None, schedules: list[PassSchedule],
+def _divergence(store: ProbeRunStore, baseline: ProbeRecord | None, schedules: list[PassSchedule],
                 case_id: str, k: int, tie_margin: float = DEFAULT_TIE_MARGIN) -> dict[str, Any] | None:
     def body(i: int) -> dict[str, Any]:
         if schedules[i].source == "baseline":
-            return _case_body(ledger, baseline.run if baseline else None, 0, case_id)
-        return _case_body(ledger, run_id, i, case_id)
+            return _case_body(store.ledger, baseline.run if baseline else None, 0, case_id)
+        return _case_body(store.ledger, store.run_id, i, case_id)
 
     a, b = body(0), body(k)
     tokens_a, tokens_b = unpack_logprobs(a), unpack_logprobs(b)

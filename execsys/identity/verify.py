@@ -1,0 +1,202 @@
+"""The engine of ``verify``: re-observe the pinned system and say, component by component, whether
+this is still the system that was pinned (``VerifyOptions.from_sources`` -> :func:`run_verify` ->
+:class:`VerifyReport`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from execsys import COMPONENTS
+from execsys.canonical import content_id
+from execsys.declaration import Declaration
+from execsys.errors import InputError
+from execsys.identity.diff import field_changes
+from execsys.identity.model import SCHEMA, SCHEMA_VERSION, VERIFY_SCHEMA, ComponentChecked, Identity
+from execsys.identity.observe import _normalise, _observe_all, observe_observer, sanitize_declared
+from execsys.operation import Cancel, OnEvent, emit
+from execsys.sources import LOCK_NAME
+
+
+@dataclass
+class ComponentCheck:
+    status: str  # same | changed | unverifiable
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "changes": self.changes, "reason": self.reason}
+
+
+def schema_outdated_sentence(identity: Identity) -> str:
+    return (f"pinned with identity schema {identity.schema_version}; "
+            f"re-pin to compare under schema {SCHEMA_VERSION}")
+
+
+@dataclass
+class VerifyReport:
+    lock_id: str
+    observed_id: str | None
+    verdict: str  # same-system | new-identity
+    components: dict[str, ComponentCheck]
+    sentence: str
+    observer: dict[str, Any] = field(default_factory=dict)  # who verifies now (never compared)
+    pinned_observer: dict[str, Any] = field(default_factory=dict)  # who pinned (never compared)
+    lock_schema: str = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": VERIFY_SCHEMA,
+            "lock_id": self.lock_id,
+            "lock_schema": self.lock_schema,
+            "observed_id": self.observed_id,
+            "verdict": self.verdict,
+            "sentence": self.sentence,
+            "components": {name: check.to_json() for name, check in self.components.items()},
+            "observer": self.observer,
+            "pinned_observer": self.pinned_observer,
+        }
+
+    @property
+    def schema_outdated(self) -> bool:
+        return self.lock_schema != SCHEMA
+
+
+def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cancel | None = None,
+           declaration: Declaration | None = None, exclude: list[Path] | None = None) -> VerifyReport:
+    """Re-observe the pinned system and compare component by component.
+
+    The lock's own declarations drive the observation (the artifact path pinned is the one
+    re-hashed); when ``declaration`` (the current ``execsys.toml``) is given, its tables are
+    compared with the pinned ones too, so an edited declaration also counts as a move. A lock of an
+    older identity schema is not compared at all: its id was defined over other fields, and
+    listing every component as changed would be a false alarm.
+    """
+    observer = observe_observer()
+    if identity.schema != SCHEMA:
+        reason = f"pinned with identity schema {identity.schema_version}"
+        checks = {name: ComponentCheck("unverifiable", [], reason) for name in COMPONENTS}
+        return VerifyReport(identity.id, None, "new-identity", checks, schema_outdated_sentence(identity),
+                            observer, identity.observer, identity.schema)
+    base = Path(identity.declaration.get("base_dir") or Path.cwd())
+    if exclude is None and identity.source and os.path.exists(identity.source):
+        exclude = [Path(identity.source)]
+    declared = {name: identity.declared(name) for name in COMPONENTS}
+    reasons: dict[str, str] = {}
+    checked: dict[str, Any] = {}
+    fresh = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=False,
+                         exclude=exclude, reasons=reasons, live=checked)
+    fresh["runtime"].pop("engine_live", None)
+    served = _served_defect(fresh["runtime"])
+
+    checks: dict[str, ComponentCheck] = {}
+    for name in COMPONENTS:
+        changes = [dict(c, field=f"observed.{c['field']}") for c in field_changes(identity.observed(name), fresh[name])]
+        if declaration is not None:
+            now_declared = _normalise(sanitize_declared(name, declaration.component(name)))
+            changes += [dict(c, field=f"declared.{c['field']}")
+                        for c in field_changes(identity.declared(name), now_declared)]
+        if name in reasons:
+            # keep only the fields that could be observed; the rest is unknown, not changed
+            if name in ("artifact", "model"):
+                changes = [c for c in changes if c["field"].startswith("declared.")]
+            elif name == "runtime":
+                changes = [c for c in changes if not c["field"].startswith("observed.endpoint.")]
+            elif name == "grader":
+                changes = [c for c in changes if not c["field"].startswith("observed.judge.")]
+            elif name == "tools":
+                changes = [c for c in changes if not c["field"].startswith(("observed.servers", "observed.unreachable"))]
+            checks[name] = ComponentCheck("unverifiable", changes, reasons[name])
+        elif name == "runtime" and served is not None:
+            checks[name] = ComponentCheck("changed", changes, served)
+        elif changes:
+            checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name], checked))
+        else:
+            checks[name] = ComponentCheck("same")
+        emit(on_event, ComponentChecked(name, checks[name].status, len(checks[name].changes), checks[name].reason))
+
+    observed_id = None
+    if not reasons:
+        fresh_components = {name: {"declared": identity.declared(name), "observed": fresh[name]} for name in COMPONENTS}
+        observed_id = content_id(fresh_components)
+    changed = [n for n, c in checks.items() if c.status == "changed"]
+    unverifiable = [n for n, c in checks.items() if c.status == "unverifiable"]
+    if not changed and not unverifiable:
+        verdict = "same-system"
+        sentence = f"all twelve components match identity {identity.id[:12]}"
+    else:
+        verdict = "new-identity"
+        parts = []
+        if changed:
+            parts.append(f"{len(changed)} changed ({', '.join(changed)})")
+        if unverifiable:
+            parts.append(f"{len(unverifiable)} unverifiable ({', '.join(unverifiable)})")
+        if served is not None:
+            parts.append(served)
+        sentence = (f"{'; '.join(parts)} since {identity.id[:12]} was pinned; "
+                    "re-measure before comparing results across this change")
+    return VerifyReport(identity.id, observed_id, verdict, checks, sentence, observer, identity.observer,
+                        identity.schema)
+
+
+def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
+    """The served-artifact sentence when the engine serves another artifact than the pinned one."""
+    from execsys.observe.served import ANOTHER
+
+    served = runtime_observed.get("served") or {}
+    return str(served["sentence"]) if served.get("verdict") == ANOTHER else None
+
+
+def _change_summary(component: str, changes: list[dict[str, Any]], observed: dict[str, Any],
+                    live: dict[str, Any] | None = None) -> str | None:
+    """What moved, in words, for the components whose field paths say little alone
+    (``grader: changed (judge model A → B)``, ``tools: changed (tool search: description)``,
+    ``environment: changed ([environment] variables A: checked in pid 7, the serving process)``)."""
+    if component == "environment":
+        moved = sorted({str(c["field"]).split(".")[2] for c in changes
+                        if str(c["field"]).startswith("observed.variables.") and str(c["field"]).count(".") >= 2})
+        if moved:
+            from execsys.observe.environment import OWN_ENVIRONMENT
+
+            where = ((live or {}).get("variables_checked") or {}).get("where") or OWN_ENVIRONMENT
+            return f"[environment] variables {', '.join(moved)}: {where}"
+        return None
+    if component == "grader":
+        from execsys.observe.grader import change_summary
+
+        return change_summary(changes)
+    if component == "tools":
+        from execsys.observe.tools import change_summary as tools_summary
+
+        return tools_summary(changes, observed)
+    return None
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Which lock ``verify`` checks, and which current declaration (if any) it compares with the pinned one."""
+
+    lock: Identity
+    declaration: Declaration | None = None
+
+    @classmethod
+    def from_sources(cls, declaration: Declaration | None, lock: Identity | None, *,
+                     lock_path: str | os.PathLike[str] | None = None) -> VerifyOptions:
+        """``declaration``: the one named (``--config``), else None to use the pinned one if it still exists."""
+        if lock is None:
+            where = lock_path if lock_path is not None else LOCK_NAME
+            raise InputError(f"{where}: no such lock file (create one with 'execsys pin')")
+        if declaration is None:
+            pinned = lock.declaration.get("path")
+            if pinned and Path(pinned).is_file():
+                from execsys import declaration as declaration_module
+
+                declaration = declaration_module.load(pinned)
+        return cls(lock=lock, declaration=declaration)
+
+
+def run_verify(options: VerifyOptions, on_event: OnEvent | None = None, cancel: Cancel | None = None) -> VerifyReport:
+    """Re-observe the pinned system (the artifact re-hashed from its bytes) and compare."""
+    return verify(options.lock, on_event=on_event, cancel=cancel, declaration=options.declaration)
