@@ -110,7 +110,7 @@ def test_a_signed_run_leaves_a_receipt_anyone_can_verify_with_the_files_and_the_
     assert predicate["id"] == record["id"] and predicate["verdict"] == "clean" and predicate["exit_code"] == 0
     assert predicate["identity"]["id"] == json.loads(lock.read_text())["id"]
     assert predicate["identity"]["lock_digest"]["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
-    assert predicate["doctor"]["gate"] == "fail" and predicate["doctor"]["verdict"] and predicate["drift"] == [] and predicate["attached_after"] is False
+    assert predicate["doctor"]["gate_mode"] == "fail" and predicate["doctor"]["verdict"] and predicate["drift"] == [] and predicate["attached_after"] is False
     assert predicate["verify_after"]["verdict"] == "same-system"
 
     verified = _verify(_receipt(scores), "--key", str(public), "--lock", str(lock), cwd=tmp_path)

@@ -145,9 +145,9 @@ def test_a_failing_gate_keeps_the_harness_from_starting_unless_overridden(tmp_pa
 
         result, record = _run_json("--gate", "warn", "--watch", "0", "--", *harness, str(out), "1", "0",
                                    cwd=tmp_path)
-        assert result.returncode == 0 and record["verdict"] == "clean" and record["doctor"]["gate"] == "warn"
+        assert result.returncode == 0 and record["verdict"] == "clean" and record["doctor"]["gate_mode"] == "warn"
         result, record = _run_json("--gate", "off", "--watch", "0", "--", "true", cwd=tmp_path)
-        assert record["doctor"] == {"report": None, "verdict": "off", "gate": "off", "failing": [],
+        assert record["doctor"] == {"report": None, "verdict": "off", "gate_mode": "off", "failing": [],
                                     "override": None}
     finally:
         os.killpg(listener.pid, signal.SIGTERM)
@@ -317,7 +317,7 @@ def test_two_runs_writing_one_result_keep_both_records_and_the_sidecar_links_the
     assert set(ids) <= set(runs)  # the ledger has every run's row
     assert all(runs[i]["results"][0]["path"] == str(out) for i in ids)
     sidecar = json.loads((out.parent / "scores.jsonl.execsys.json").read_text())
-    assert sidecar["schema"] == "execsys.run/2"
+    assert sidecar["schema"] == "execsys.run/3"
     assert sidecar["id"] == ids[2] and sidecar["previous"] == [ids[1], ids[0]]  # newest first
 
 

@@ -173,7 +173,7 @@ def test_sidecar_path(name, sidecar_dir, expected) -> None:
 def test_gate_outcome(mode, failing, override, refused, overridden, passed) -> None:
     gate = GateOutcome(mode, "hazards" if failing else "clean", "doctor_1", list(failing), override)
     assert (gate.refused, gate.overridden, gate.passed) == (refused, overridden, passed)
-    assert gate.to_json() == {"report": "doctor_1", "verdict": gate.verdict, "gate": mode,
+    assert gate.to_json() == {"report": "doctor_1", "verdict": gate.verdict, "gate_mode": mode,
                               "failing": list(failing), "override": override}
 
 

@@ -40,7 +40,7 @@ def test_lm_eval_run_is_clean_carries_its_identity_and_compares_with_a_second_ru
     assert result.returncode == 0, result.stderr[-4000:]
     record = json.loads(result.stdout)  # stdout is the record alone: lm-eval's table went to stderr
     assert "|tiny_qa|" in result.stderr.replace(" ", "")
-    assert record["schema"] == "execsys.run/2" and record["verdict"] == "clean", record["verdict_detail"]
+    assert record["schema"] == "execsys.run/3" and record["verdict"] == "clean", record["verdict_detail"]
     assert record["gate_passed"] and not record["drifted"] and not record["failed"]
     assert record["verify_after"]["verdict"] == "same-system"
     assert record["identity"]["how"] == "pinned" and Path(record["identity"]["lock"]) == project.lock

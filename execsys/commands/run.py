@@ -16,7 +16,7 @@ Runs the harness command given after '--' in seven steps, one line each on stder
 gate (the doctor: a failing hazard refuses the run), identity (verify the lock, or pin one now),
 run (the command, with EXECSYS_RUN_ID, EXECSYS_IDENTITY and EXECSYS_LOCK in its environment),
 watch (the serving runtime every --watch seconds), verify after, results (the files written during
-the run, BLAKE3 each), record (an execsys.run/2 ledger record, a <result>.execsys.json sidecar
+the run, BLAKE3 each), record (an execsys.run/3 ledger record, a <result>.execsys.json sidecar
 beside each result, and beside it a receipt, <result>.execsys.intoto.json: an in-toto Statement of
 the results' sha256 and BLAKE3 and the run record, in a DSSE envelope signed with --sign-key or
 [receipts] key, unsigned without one; check it with 'execsys receipt verify'). lm-eval gets

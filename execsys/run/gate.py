@@ -35,7 +35,7 @@ class GateOutcome:
         return not self.failing
 
     def to_json(self) -> dict[str, Any]:
-        return {"report": self.report_id, "verdict": self.verdict, "gate": self.mode,
+        return {"report": self.report_id, "verdict": self.verdict, "gate_mode": self.mode,
                 "failing": self.failing, "override": self.override}
 
 

@@ -1,6 +1,6 @@
 """Step 7, the record: ``execsys.run/1`` in the ledger and a sidecar beside each result file.
 
-A sidecar (``execsys.run/2``) is the run record plus ``result`` (the file it describes) and
+A sidecar (``execsys.run/3``) is the run record plus ``result`` (the file it describes) and
 ``previous``: the ids of the earlier runs (or attaches) whose sidecar this one replaced at that
 path, newest first, so a result two runs wrote names the latest and still links the earlier ones
 (each is in the ledger). Readers accept ``execsys.run/1`` sidecars, which have no ``previous``.
@@ -16,7 +16,8 @@ around it: a result that cannot be digested (still growing after the harness exi
 listed under ``result_errors`` instead of ``results``, a sidecar that cannot be written (a
 read-only or full directory, a FIFO at its name) under ``sidecar_errors``; either makes the exit
 status non-zero (1 where it would have been 0). ``execsys.run/2`` added those two lists; a
-``/1`` record simply has neither.
+``/1`` record simply has neither. ``execsys.run/3`` names the gate's mode ``doctor.gate_mode`` (it was
+``doctor.gate``: ``gate: "fail"`` beside ``verdict: "clean"`` read as a failed gate); readers take either.
 
 Beside each sidecar goes a receipt (``<result>.execsys.intoto.json``, :mod:`execsys.receipt`): the
 same record as the predicate of an in-toto Statement over the run's result files, in a DSSE
@@ -41,7 +42,7 @@ from execsys.redact import scrub
 
 # /2: the record gained result_errors, sidecar_errors and the unverified verify-after; its sidecar is the
 # record plus "result" (which file it describes) and "previous" (earlier runs that wrote that file)
-SCHEMA = "execsys.run/2"
+SCHEMA = "execsys.run/3"
 SIDECAR_SCHEMA = SCHEMA
 # verify_after's verdict when the system could not be re-observed (the harness deleted the working
 # directory, say): such a run cannot claim the same system after it, so it counts as drifted
@@ -51,7 +52,7 @@ VERDICTS = ("clean", "drifted", "overridden", "failed", "interrupted", "refused"
 
 @dataclass
 class RunRecord:
-    """One run, as recorded. ``to_json`` is the documented ``execsys.run/2`` body."""
+    """One run, as recorded. ``to_json`` is the documented ``execsys.run/3`` body."""
 
     id: str
     command: list[str]  # redacted
