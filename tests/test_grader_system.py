@@ -87,6 +87,9 @@ def test_a_grader_edited_after_the_pin_differs_and_scope_ignores_it(cli, tmp_pat
     assert scope["ignored"]["another_system"] == [
         {"record": report["record_id"], "axis": "grader", "reason": check["sentence"]}]
     assert "1 grader probe record taken under this lock graded with another grader" in scope["statement"]
+    again = cli("probe", "grader", "--cases", str(cases), cwd=project)
+    assert again.returncode == 1
+    assert "(identity " in again.stdout and "this grader probe counts toward no identity" in again.stdout
     human = cli("scope", cwd=project)
     assert f"ignored      grader {report['record_id']}: the grader answering this probe is not the pinned one" \
         in human.stdout

@@ -464,3 +464,5 @@ def _render_grader(report: Any) -> None:
     if report.errored:
         console.print(f"{len(report.errored)} case(s) errored on some grading and are excluded from n", markup=False)
     console.print(report.sentence, markup=False)
+    if report.identity_reason:  # the agreement of another grader than the pinned one: said beside it
+        console.print(report.identity_reason, markup=False)
