@@ -344,6 +344,12 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
     for record in final:
         body = record.body
         axis = body.get("axis")
+        if axis == "grader" and _grader_differs(body, identity_id):
+            # graded under this lock by another grader than the pinned one: its noise is not this grader's
+            another.append({"record": record.id, "axis": "grader",
+                            "reason": str(_check_of(body).get("sentence") or "the grader answering the probe "
+                                          "was not the pinned one")})
+            continue
         if axis not in AXES or _probe_figures(body) is None:
             continue
         owner = record.identity or body.get("identity")
@@ -439,12 +445,29 @@ def compute_scope(ledger: Ledger, identity_id: str, *, host: str | None = None) 
         statement += (f" {len(not_pooled)} probe record{'s' if len(not_pooled) != 1 else ''} of this identity probed "
                       "another target or case set than the newest of its axis and "
                       f"{'were' if len(not_pooled) != 1 else 'was'} not pooled with it.")
-    if another:
-        statement += (f" {len(another)} probe record{'s' if len(another) != 1 else ''} taken under this lock measured "
+    engines = [a for a in another if a["axis"] != "grader"]
+    graders = len(another) - len(engines)
+    if engines:
+        statement += (f" {len(engines)} probe record{'s' if len(engines) != 1 else ''} taken under this lock measured "
                       "another system (the engine answering was not the pinned one) and did not count.")
+    if graders:
+        statement += (f" {graders} grader probe record{'s' if graders != 1 else ''} taken under this lock graded "
+                      "with another grader than the pinned one and did not count.")
     return ScopeReport(identity_id, measured, licensed, unstable, unmeasured, needs, statement, licence, host, other,
                        excluded, grader=grader, another_system=another, unverified=unverified,
                        unverified_why={a: unverified_why[a] for a in unverified})
+
+
+def _check_of(body: dict[str, Any]) -> dict[str, Any]:
+    check = body.get("system_check")
+    return check if isinstance(check, dict) else {}
+
+
+def _grader_differs(body: dict[str, Any], identity_id: str) -> bool:
+    """A grader probe (``execsys.probe-grader/2``) taken under this identity's lock whose grader was not
+    the pinned one (``/1`` records carry no check: they count as before)."""
+    check = _check_of(body)
+    return check.get("verdict") == "differs" and identity_id in (check.get("lock"), body.get("identity"))
 
 
 def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
@@ -454,7 +477,8 @@ def _grader_boundary(ledger: Ledger, identity_id: str) -> dict[str, Any] | None:
     from execsys.stats import wilson
 
     records = [r for r in _final_records(ledger) if r.body.get("axis") == "grader"
-               and (r.identity or r.body.get("identity")) == identity_id and _probe_figures(r.body) is not None]
+               and (r.identity or r.body.get("identity")) == identity_id and _probe_figures(r.body) is not None
+               and _check_of(r.body).get("verdict") != "differs"]
     if not records:
         return None
     m = sum(_probe_figures(r.body)[0] for r in records)  # type: ignore[index]

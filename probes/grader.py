@@ -46,12 +46,15 @@ from execsys.operation import Cancel, Event, OnEvent, emit, first_given
 
 from .cases import Case, parse_case
 from .compare import Extractor, parse_extractor
-from .events import Note, RunOpened
+from .events import Note, RunOpened, SystemDiffers
+from .grader_system import STEP_KEYS, GraderObserver, summarise
 from .record import GRADING_KIND
 from .runner import RUN_SCHEMA, ProbeInterrupted
-from .store import RETRY_MARK, case_key, case_row, final_row
+from .store import RETRY_MARK, SYSTEM_KIND, case_key, case_row, final_row
+from .system import DIFFERS
 
-SCHEMA = "execsys.probe-grader/1"
+SCHEMA = "execsys.probe-grader/2"  # /2: system_check (the grader observed at start and end), identity_reason
+READABLE_SCHEMAS = ("execsys.probe-grader/1", SCHEMA)
 AXIS = "grader"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_TEMPLATE = ("Grade the answer.\nQuestion: {prompt}\nAnswer: {output}\nReference: {expected}\n"
@@ -222,6 +225,9 @@ class GraderProbeOptions:
     record: bool = True
     resume: bool | str = False  # True: the newest unfinished run with these parameters; str: that run id
     retry_errored: bool = False  # with resume: grade the errored gradings again
+    declared_grader: dict[str, Any] = field(default_factory=dict)  # [grader] as declared now: what is observed
+    pinned_grader: dict[str, Any] | None = None  # the lock's grader component, {"declared", "observed"}
+    harness_interpreter: str | None = None  # where pin read [grader] packages from without a command
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Any = None, *, cases: str | None = None,
@@ -294,7 +300,24 @@ class GraderProbeOptions:
                    identity=getattr(lock, "id", None), n=n, timeout=wait,
                    ledger_path=Path(ledger).expanduser() if ledger else None,
                    record=bool(first_given(record, True)), resume=resume or False,
-                   retry_errored=bool(retry_errored))
+                   retry_errored=bool(retry_errored), declared_grader=dict(grader),
+                   pinned_grader=_pinned_grader(lock), harness_interpreter=_pinned_interpreter(lock))
+
+
+def _pinned_grader(lock: Any) -> dict[str, Any] | None:
+    """The lock's grader component, when the lock is of the identity schema this execsys compares."""
+    from execsys.identity.model import SCHEMA as IDENTITY_SCHEMA
+
+    if lock is None or getattr(lock, "schema", None) != IDENTITY_SCHEMA:
+        return None
+    component = lock.components.get("grader")
+    return component if isinstance(component, dict) else None
+
+
+def _pinned_interpreter(lock: Any) -> str | None:
+    from execsys.identity.observe import _harness_interpreter
+
+    return _harness_interpreter(lock.observed("harness")) if lock is not None else None
 
 
 # -- grading --------------------------------------------------------------------------------------
@@ -408,14 +431,19 @@ class GraderProbeReport:
     sentence: str
     record_id: str | None = None
     run: str | None = None  # the probe-run its gradings are recorded under (what --resume takes)
+    system_check: dict[str, Any] | None = None  # the grader observed at start and end against the lock
+    identity_reason: str | None = None  # why identity is null (the grader that answered was not the pinned one)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], *, record_id: str | None = None) -> GraderProbeReport:
-        """A stored ``execsys.probe-grader/1`` record (a resumed, finished run reports it as it was)."""
+        """A stored ``execsys.probe-grader/2`` record, or a ``/1`` one (no system check: None), as it was
+        (a resumed, finished run reports it so)."""
+        check = data.get("system_check")
         return cls(int(data.get("m") or 0), int(data.get("n") or 0), int(data.get("repeats") or 2),
                    list(data.get("errored") or []), list(data.get("flipped") or []), dict(data.get("grader") or {}),
                    str(data.get("cases_file") or ""), data.get("identity"), str(data.get("sentence") or ""),
-                   record_id or data.get("record_id"), data.get("run"))
+                   record_id or data.get("record_id"), data.get("run"),
+                   check if isinstance(check, dict) else None, data.get("identity_reason"))
 
     @property
     def agreement_rate(self) -> float | None:
@@ -425,6 +453,8 @@ class GraderProbeReport:
     def exit_code(self) -> int:
         if self.n == 0:
             return 2
+        if (self.system_check or {}).get("verdict") == DIFFERS:
+            return 1  # agreement of another grader than the pinned one: as a probe of another system
         return 0 if self.m == self.n else 1
 
     def to_json(self) -> dict[str, Any]:
@@ -435,7 +465,8 @@ class GraderProbeReport:
                 "grader": self.grader, "cases_file": self.cases_file, "repeats": self.repeats,
                 "m": self.m, "n": self.n, "agreement_rate": self.agreement_rate,
                 "ci95": list(ci) if ci else None, "agreement": "all-N" if self.repeats > 2 else "pairwise",
-                "flipped": self.flipped, "errored": self.errored, "sentence": self.sentence}
+                "flipped": self.flipped, "errored": self.errored, "sentence": self.sentence,
+                "system_check": self.system_check, "identity_reason": self.identity_reason}
 
 
 def run_grader_probe(options: GraderProbeOptions, on_event: OnEvent | None = None,
@@ -527,6 +558,10 @@ def _grade(options: GraderProbeOptions, cases: list[GradedCase], grader: _Grader
         return report
     total = len(cases) * repeats
     done = total - len(todo)
+    observer = GraderObserver(declared=options.declared_grader, base_dir=options.base_dir,
+                              pinned=options.pinned_grader, lock_id=options.identity,
+                              harness_interpreter=options.harness_interpreter)
+    looks = [_look(observer, "start", ledger, run_id, on_event)]  # before the first grading
     for repeat, case, key in todo:
         if cancel is not None and cancel.is_set():
             if run_id is None:
@@ -539,14 +574,21 @@ def _grade(options: GraderProbeOptions, cases: list[GradedCase], grader: _Grader
         gradings[case.id][repeat - 1] = grading
         done += 1
         emit(on_event, CaseGraded(case.id, repeat, repeats, grading.verdict, grading.error, done, total))
+    looks.append(_look(observer, "end", ledger, run_id, on_event, said=looks[0]))  # after the last
     report = _fold(options, cases, gradings, grader.describe(), run_id)
+    report.system_check = summarise(looks, lock_id=options.identity)
+    if report.system_check["verdict"] == DIFFERS and options.identity:
+        # the agreement of another grader than the pinned one counts toward no identity
+        report.identity = None
+        report.identity_reason = (f"{report.system_check['sentence']} (identity {options.identity[:12]} was "
+                                  "pinned): this grader probe counts toward no identity")
     if ledger is not None and report.n > 0:
         from execsys.redact import scrub
 
         body = scrub(report.to_json())
         body.pop("record_id", None)
         record_id = new_id("probe")
-        stored = ledger.append("probe", body, identity=options.identity, parent=run_id, record_id=record_id,
+        stored = ledger.append("probe", body, identity=report.identity, parent=run_id, record_id=record_id,
                                key="final" if final is None else f"final{RETRY_MARK}{final_retry + 1}")
         if stored != record_id:  # another process finished the same run first: report theirs
             report = GraderProbeReport.from_json(ledger.get(stored).body, record_id=stored)
@@ -554,6 +596,27 @@ def _grade(options: GraderProbeOptions, cases: list[GradedCase], grader: _Grader
             report.record_id = record_id
     emit(on_event, GraderProbeFinished(report.m, report.n, report.sentence, report.record_id))
     return report
+
+
+def _look(observer: GraderObserver, at: str, ledger: Ledger | None, run_id: str | None,
+          on_event: OnEvent | None, said: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The grader observed now and judged (a resumed run keeps its first start), recorded as a
+    ``probe-system`` row; a differing grader said at once, once per distinct difference."""
+    from execsys.redact import redact_text
+
+    from .grader_system import sentence
+
+    stored = ledger.child(run_id, STEP_KEYS[at]) if ledger is not None and run_id and at == "start" else None
+    if stored is not None:
+        return {k: v for k, v in stored.body.items() if k != "step"}
+    entry = observer.observe(at)
+    if ledger is not None and run_id:
+        ledger.append(SYSTEM_KIND, {"step": STEP_KEYS[at], **entry}, parent=run_id, key=STEP_KEYS[at])
+    before = {d.get("words") for d in (said or {}).get("differences") or []}
+    fresh = [d for d in entry.get("differences") or [] if d.get("words") not in before]
+    if entry.get("verdict") == DIFFERS and fresh:
+        emit(on_event, SystemDiffers(redact_text(sentence(fresh)), 0, at))
+    return entry
 
 
 def _fold(options: GraderProbeOptions, cases: list[GradedCase], gradings: dict[str, list[Grading | None]],

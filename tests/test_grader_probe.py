@@ -216,8 +216,10 @@ def _start(project: Path, *args: str) -> subprocess.Popen:
 
 
 def _comparable(report: dict) -> dict:
-    """The result, without what names the run or the judge's port."""
-    return {k: v for k, v in report.items() if k not in ("record_id", "run", "grader")}
+    """The result, without what names the run or the judge's port (the system check observes the judge at
+    its port and the prompt beside the project: its verdict is compared instead)."""
+    kept = {k: v for k, v in report.items() if k not in ("record_id", "run", "grader", "system_check")}
+    return {**kept, "system_verdict": (report.get("system_check") or {}).get("verdict")}
 
 
 def test_a_grader_probe_killed_mid_way_resumes_to_the_uninterrupted_result(cli, tmp_path: Path, ledger_path: Path,

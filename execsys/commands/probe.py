@@ -75,6 +75,11 @@ Every pass observes the serving runtime at its start and end and compares it wit
 "identity": null and counts toward no scope. A restart or redeploy probe whose serving process
 (pid + start time) did not change is "no restart observed" / "no redeploy observed"."""
 
+GRADER_CHECK = """\
+The grader is observed as `execsys pin` records it before the first grading and after the last, and
+compared with the lock's ("system_check"): a grader that is not the pinned one (grade.py edited,
+before or during the probe) says so on stderr, records "identity": null and counts toward no scope."""
+
 EXIT_CODES = """\
 exit codes: 0 every case agreed, 1 some disagreed, or the probe measured another system than the
 pinned one, or saw no restart/redeploy; 2 usage error or no case completed."""
@@ -112,8 +117,9 @@ def axis_description(axis: str) -> str:
     if axis in MEASURING:
         parts += [SYSTEM_CHECK, EXIT_CODES]
     elif axis == "grader":
-        parts.append("exit codes: 0 every case graded the same each time, 1 some flipped, 2 usage error or no "
-                     "case graded")
+        parts.append(GRADER_CHECK)
+        parts.append("exit codes: 0 every case graded the same each time, 1 some flipped, or the grader was not\n"
+                     "the pinned one; 2 usage error or no case graded")
     elif axis == "merge":
         parts.append("exit codes: 0 every case agreed across the hosts, 1 some disagreed, 2 fewer than two "
                      "records, or records that cannot be merged")
@@ -458,3 +464,5 @@ def _render_grader(report: Any) -> None:
     if report.errored:
         console.print(f"{len(report.errored)} case(s) errored on some grading and are excluded from n", markup=False)
     console.print(report.sentence, markup=False)
+    if report.identity_reason:  # the agreement of another grader than the pinned one: said beside it
+        console.print(report.identity_reason, markup=False)

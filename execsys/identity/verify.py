@@ -93,11 +93,8 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
 
     checks: dict[str, ComponentCheck] = {}
     for name in COMPONENTS:
-        changes = [dict(c, field=f"observed.{c['field']}") for c in field_changes(identity.observed(name), fresh[name])]
-        if declaration is not None:
-            now_declared = _normalise(sanitize_declared(name, declaration.component(name)))
-            changes += [dict(c, field=f"declared.{c['field']}")
-                        for c in field_changes(identity.declared(name), now_declared)]
+        changes = component_changes(name, identity.components.get(name) or {}, fresh[name],
+                                    declaration.component(name) if declaration is not None else None)
         if name in reasons:
             # keep only the fields that could be observed; the rest is unknown, not changed
             if name in ("artifact", "model"):
@@ -139,6 +136,20 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
                     "re-measure before comparing results across this change")
     return VerifyReport(identity.id, observed_id, verdict, checks, sentence, observer, identity.observer,
                         identity.schema)
+
+
+def component_changes(name: str, pinned: dict[str, Any], observed: dict[str, Any],
+                      declared: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What moved in one component: its fresh observation against the pinned one (``observed.<path>``)
+    and, when the current declaration's table is given, that against the pinned declaration
+    (``declared.<path>``). The one comparison verify and the grader probe's system check make."""
+    changes = [dict(c, field=f"observed.{c['field']}")
+               for c in field_changes(pinned.get("observed") or {}, observed)]
+    if declared is not None:
+        now_declared = _normalise(sanitize_declared(name, declared))
+        changes += [dict(c, field=f"declared.{c['field']}")
+                    for c in field_changes(pinned.get("declared") or {}, now_declared)]
+    return changes
 
 
 def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
