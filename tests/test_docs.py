@@ -82,9 +82,11 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     write_lock(compared / "b.lock.json", **{**BASE, "runtime": {"engine": "vllm", "version": "0.11.0"}})
     write_result(compared / "a.json", compared / "a.lock.json", OUT_A)
     write_result(compared / "b.json", compared / "b.lock.json", OUT_B)
+    found["result-1"] = [json.loads((compared / name).read_text()) for name in ("a.json", "b.json")]
     record("diff-1", "diff", "a.lock.json", "b.lock.json", cwd=compared)
     record("comparison-1", "compare", "a.json", "b.json", codes=(0, 1), cwd=compared)
     record("explain-1", "explain", "a.json", "b.json", codes=(0, 1), cwd=compared)
+    record("scope-audit-1", "scope", "--audit", codes=(0, 1))  # the comparison just recorded
 
     private, public = _keypair(base)
     (project / "harness.py").write_text(HARNESS)
@@ -96,12 +98,21 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
                            "--", sys.executable, "harness.py", f"{where}/scores.json", f"{where}/samples.jsonl"))
     # the sidecar beside each result is the run record too, with `result` and `previous` added
     found["run-2"].append(json.loads((project / "res" / "scores.json.execsys.json").read_text()))
+    (project / "later.txt").write_text("made without execsys run\n")
+    record("attach-1", "attach", "later.txt")
     record("receipt-verify", "receipt", "verify", "res/scores.json.execsys.intoto.json", "--key", str(public))
     record("shards-1", "shards", runs[1]["id"], runs[2]["id"])
 
     (base / "doctor.json").write_text(json.dumps(found["doctor-1"][0]))
     (base / "pin.json").write_text(json.dumps(found["identity-2"][0]))
     record("fleet-2", "fleet", str(base / "doctor.json"), str(base / "pin.json"), codes=(0, 1))
+    record("node-check-1", "doctor", "--node-check", "npd", codes=(0, 1, 2))
+    from execsys.fleet import host_facts  # what the Ansible module returns for this host
+
+    found["facts-1"] = [json.loads(json.dumps(host_facts(str(project / "execsys.toml"))))]
+    trusted = run_cli("trust", cwd=project, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    found["trust-1"] = [json.loads((base / "data" / "trust.json").read_text())]
 
     cases = project / "cases.jsonl"
     cases.write_text("".join(json.dumps({"id": f"c{i}", "prompt": f"Item {i} says", "max_tokens": 8,
@@ -115,7 +126,10 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
         assert made.returncode == 0, made.stderr
         found.setdefault("plan-1", []).append(json.loads((project / "plan.json").read_text()))
         record("plan-run-2", "plan", "run", "plan.json", "--arm", f"A={endpoint.base_url}",
-               "--arm", f"B={endpoint.base_url}", codes=(0, 1))
+               "--arm", f"B={endpoint.base_url}", "--log", "plan-log.jsonl", codes=(0, 1))
+        header = (project / "plan-log.jsonl").read_text().splitlines()[0]
+        found.setdefault("plan-log-1", []).append(json.loads(header))
+        record("plan-check-1", "plan", "check", "plan.json", codes=(0, 1))
     finally:
         endpoint.stop()
     return found
