@@ -235,7 +235,7 @@ def test_the_site_builds_strictly_and_offline(tmp_path: Path) -> None:
     cli_page = (site / "reference" / "cli" / "index.html").read_text()
     assert "--node-check" in cli_page and "execsys probe restart" in cli_page
     assert (site / "schemas" / "identity-2.schema.json").is_file()
-    assert (site / "QUICKSTART" / "index.html").is_file()
+    assert (site / "QUICKSTART" / "index.html").is_file() and (site / "examples" / "make_tiny_model.py").is_file()
     front = (site / "index.html").read_text()
     assert "fonts.googleapis.com" not in front and "fonts.gstatic.com" not in front
 
