@@ -96,10 +96,10 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     for where, extra in (("res", ("--sign-key", str(private))), ("s0", ("--shard", "0/2@J1")),
                          ("s1", ("--shard", "1/2@J1"))):
         (project / where).mkdir()
-        runs.append(record("run-2", "run", "--gate", "off", "--watch", "0", "--result", f"{where}/*", *extra,
+        runs.append(record("run-3", "run", "--gate", "off", "--watch", "0", "--result", f"{where}/*", *extra,
                            "--", sys.executable, "harness.py", f"{where}/scores.json", f"{where}/samples.jsonl"))
     # the sidecar beside each result is the run record too, with `result` and `previous` added
-    found["run-2"].append(json.loads((project / "res" / "scores.json.execsys.json").read_text()))
+    found["run-3"].append(json.loads((project / "res" / "scores.json.execsys.json").read_text()))
     (project / "later.txt").write_text("made without execsys run\n")
     record("attach-1", "attach", "later.txt")
     record("receipt-verify", "receipt", "verify", "res/scores.json.execsys.intoto.json", "--key", str(public))
@@ -170,11 +170,13 @@ def test_a_schema_names_the_version_it_describes(outputs: dict[str, list[dict]])
 def test_a_changed_record_fails_its_schema(outputs: dict[str, list[dict]]) -> None:
     """The schemas are not vacuous: a record of another version, or missing a field, or with a field
     retyped, is refused."""
-    validator = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "run-2.schema.json").read_text()))
-    run = outputs["run-2"][0]
+    validator = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "run-3.schema.json").read_text()))
+    run = outputs["run-3"][0]
     assert validator.is_valid(run)
-    assert not validator.is_valid({**run, "schema": "execsys.run/3"})
+    assert not validator.is_valid({**run, "schema": "execsys.run/2"})
     assert not validator.is_valid({key: value for key, value in run.items() if key != "verdict"})
+    assert not validator.is_valid({**run, "doctor": {**{k: v for k, v in run["doctor"].items() if k != "gate_mode"},
+                                                     "gate": run["doctor"]["gate_mode"]}})  # the /2 spelling
     assert not validator.is_valid({**run, "exit_code": "0"})
     identity = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "identity-2.schema.json").read_text()))
     lock = outputs["identity-2"][0]
