@@ -27,7 +27,6 @@ from execsys.probes.margin import unpack_logprobs
 
 from execsys.ledger import Ledger
 from tests.fixtures.common import run_cli
-from tests.fixtures.harness import write_project
 from tests.fixtures.vllm import SERVED_NAME, RestartableVllm
 from tests.test_probe_llama import CountingProxy
 
@@ -189,6 +188,8 @@ def test_restart_into_other_flags_and_the_batch_invariant_switch(cli, tmp_path, 
 
 
 def test_lm_eval_run_against_vllm_is_clean(tmp_path, vllm_server, harness_venv, ledger_path):
+    from tests.fixtures.harness import write_project  # here: a plugin of this module (pytest_plugins)
+
     serving = SimpleNamespace(alias=SERVED_NAME, base_url=vllm_server.base_url)
     project = write_project(tmp_path / "project", serving, harness_venv, vllm_server.model)  # type: ignore[arg-type]
     project.config.write_text(f'[runtime]\nengine = "vllm"\nendpoint = "{vllm_server.base_url}"\n\n'
@@ -233,6 +234,8 @@ sys.exit(1)' {base}/models
 def test_lm_eval_run_during_which_vllm_restarts_into_other_flags_is_drifted(tmp_path, vllm_python, tiny_llama,
                                                                             harness_venv, ledger_path):
     import shlex
+
+    from tests.fixtures.harness import write_project
 
     directory = tmp_path / "server"
     directory.mkdir()
