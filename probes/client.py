@@ -411,9 +411,11 @@ def parse_logprobs(logprobs: Any, *, top_k: int = 0) -> ParsedLogprobs:
     decode to one text (the lone bytes of a multi-byte character: vLLM decodes each to ``""``) are
     merged by the engine into one key holding the last one's logprob (vLLM 0.32,
     ``_create_completion_logprobs``; measured on the real server: 5 asked, 4 keys, the ``""`` key
-    holding the 5th token's logprob while the 2nd, 0.004 nats below the 1st, was gone). The engines
-    list at least K distinct tokens, so a step with fewer than ``top_k`` keys (the K asked for) was
-    merged: its top-K is unknown (``[]``), since a margin read from it could be wrong either way."""
+    holding the 5th token's logprob while the 2nd, 0.004 nats below the 1st, was gone). vLLM, SGLang
+    and llama-cpp-python list at least K tokens, so a step with fewer than ``top_k`` keys (the K asked
+    for) one of which is a lone byte's text (``""``, or one holding U+FFFD as other decoders write it)
+    was merged: its top-K is unknown (``[]``), since a margin read from it could be wrong either way.
+    Fewer keys of whole texts are read as they come (an engine that lists fewer than asked)."""
     if isinstance(logprobs, dict):
         content = logprobs.get("content")
         if isinstance(content, list):
@@ -438,8 +440,8 @@ def _parse_completions_shape(logprobs: dict[str, Any], top_k: int = 0) -> Parsed
         if type(alternatives) is not dict or not alternatives:  # None: a step without logprobs (vLLM)
             top.append([])
             continue
-        if len(alternatives) < top_k:  # tokens merged by their text: given, but unknown (the docstring)
-            top.append([])
+        if len(alternatives) < top_k and any(not k or "\ufffd" in k for k in alternatives):
+            top.append([])  # lone bytes merged under one text: given, but unknown (the docstring)
             found = True
             continue
         # JSON object keys are strings already; bool is excluded by the exact type test.

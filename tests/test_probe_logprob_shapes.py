@@ -182,3 +182,13 @@ def test_a_divergent_token_listed_twice_by_text_gives_a_lower_bound_not_a_near_t
     margin = margin_at(a, b, 0)
     assert margin is not None and margin["margin_a"] == pytest.approx(0.02)
     assert (margin["bound"], margin["verdict"]) == ("at least", "not a near-tie")
+
+
+def test_fewer_tokens_than_asked_for_without_a_lone_byte_are_read_as_they_come():
+    # an engine that lists fewer than asked, each a whole text: nothing was merged
+    parsed = parse_logprobs({"tokens": ["4"], "token_logprobs": [-0.5],
+                             "top_logprobs": [{"4": -0.5, "5": -0.6, "6": -6.0}]}, top_k=5)
+    assert parsed.top == [[["4", -0.5], ["5", -0.6], ["6", -6.0]]]
+    merged = parse_logprobs({"tokens": ["4"], "token_logprobs": [-0.5],
+                             "top_logprobs": [{"4": -0.5, "\ufffd": -0.6, "6": -6.0}]}, top_k=5)
+    assert merged.top == [[]]
