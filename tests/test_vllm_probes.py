@@ -120,7 +120,8 @@ def test_logprobs_from_vllms_completions_shape_are_the_engines_own_top_k(vllm_se
 def test_concurrency_probe_at_load_8_under_continuous_batching(cli, tmp_path, vllm_server):
     load, n = 8, 16
     cases = write_cases(tmp_path / "cases.jsonl", n=n)
-    with CountingProxy(vllm_server.port, hold_after=n, hold_until=load) as proxy:
+    proxy = CountingProxy(vllm_server.port, hold_after=n, hold_until=load)
+    with proxy:
         result = cli("probe", "concurrency", "--endpoint", proxy.base_url, "--cases", str(cases), "--json",
                      "--load", str(load), "--logprobs", "5", timeout=600)
     assert result.returncode == 0, result.stderr
