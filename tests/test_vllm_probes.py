@@ -27,7 +27,7 @@ from execsys.probes.margin import unpack_logprobs
 
 from execsys.ledger import Ledger
 from tests.fixtures.common import run_cli
-from tests.fixtures.vllm import SERVED_NAME, RestartableVllm, VllmServer
+from tests.fixtures.vllm import SERVED_NAME, RestartableVllm, VllmServer, vllm_argv
 from tests.test_probe_llama import CountingProxy
 
 pytest_plugins = ["tests.fixtures.harness"]
@@ -150,7 +150,8 @@ def test_the_cpu_build_does_not_start_with_vllm_batch_invariant_on(vllm_python, 
 def test_restart_into_other_flags_and_the_batch_invariant_switch(cli, tmp_path, vllm_python, tiny_llama):
     """One restartable vLLM, started with VLLM_BATCH_INVARIANT set (to 0: see the module docstring):
     pin records the switch among the serving process's numerics; restarted into ``--max-num-seqs 4``
-    without it, the probe says the engine changed and the pinned system no longer answers."""
+    without it, the probe says the engine changed and the pinned system no longer answers. Restarted
+    again into ``--dtype float32``, chat cases flip, with margins read from vLLM's chat shape."""
     directory = tmp_path / "server"
     directory.mkdir()
     server = RestartableVllm(vllm_python, tiny_llama, directory, restart_args=["--max-num-seqs", "4"],
@@ -197,6 +198,28 @@ def test_restart_into_other_flags_and_the_batch_invariant_switch(cli, tmp_path, 
         fingerprint = differs["runtime.endpoint.system_fingerprint"]
         assert fingerprint["pinned"].startswith("vllm-0.32.0-") and fingerprint["observed"] != fingerprint["pinned"]
         assert record["identity"] is None and "not the pinned system" in result.stderr
+
+        # restarted again, into float32, and probed with chat cases: what flips, and the margins vLLM's
+        # chat shape gives at each flip's first divergent token
+        state = json.loads((directory / "restart_state.json").read_text())
+        state["argv"] = vllm_argv(vllm_python, tiny_llama, server.port, ["--dtype", "float32"])
+        (directory / "restart_state.json").write_text(json.dumps(state))
+        write_cases(project / "chat.jsonl", chat=True)
+        result = cli("probe", "restart", "--cases", "chat.jsonl", "--json", "--logprobs", "5", "--restart",
+                     server.command, "--ready-timeout", READY_TIMEOUT, cwd=project, timeout=1500)
+        record = result.json()
+        margins = [c["first_divergence"]["logprobs"] for c in record["cases"] if c.get("first_divergence")]
+        print(f"\nvLLM restart into float32 (chat): {record['m']}/{record['n']}; {record['logprobs']}; "
+              f"{json.dumps(margins)[:3000]}")
+        assert result.returncode == 1 and record["engine_changed"] is True
+        step = record["target"]["observed"]["restart:1"]
+        assert step["changed"] and "float32" in step["after"]["runtime"]["process_argv"], step["changed"]
+        # measured: 13/20, 7 flips at margins of 0.0001-0.003 nats (a random model's logits are all but tied)
+        split = record["logprobs"]
+        assert record["n"] == N and 0 < len(record["flipped"]) == N - record["m"]
+        assert split["status"] == "ok" and split["flips"] == len(record["flipped"])
+        assert split["near_ties"] + split["not_near_ties"] + split["unknown"] == split["flips"]
+        assert any(m and m["bound"] == "exact" for m in margins)  # the chat shape gives margins on vLLM
     finally:
         server.stop()
 
