@@ -225,7 +225,7 @@ class EndpointClient:
             attempts = attempt + 1
             try:
                 data = self._post_json(self.base_url + path, body)
-                completion = parse_completion(data)
+                completion = parse_completion(data, top_k=body.get("logprobs") if path == "/completions" else 0)
                 completion.attempts = attempts
                 completion.elapsed_s = time.monotonic() - start
                 return completion
@@ -315,10 +315,11 @@ def _snippet(raw: bytes) -> str:
     return " ".join(text.split())[:200]
 
 
-def parse_completion(data: Any) -> Completion:
+def parse_completion(data: Any, *, top_k: Any = 0) -> Completion:
     """One response body as a :class:`Completion`: an OpenAI completions or chat answer (vLLM, SGLang,
     llama-server, llama-cpp-python), or llama-server's native ``/completion`` answer. A body that is
-    none of them raises the retryable error the request loop records."""
+    none of them raises the retryable error the request loop records. ``top_k``: the K a completions
+    request asked for (see :func:`parse_logprobs`)."""
     if not isinstance(data, dict):
         raise _Retryable("response is not a JSON object")
     choices = data.get("choices")
@@ -335,7 +336,7 @@ def parse_completion(data: Any) -> Completion:
             text = ""
     else:
         text = choice.get("text")
-    parsed = parse_logprobs(choice.get("logprobs"))
+    parsed = parse_logprobs(choice.get("logprobs"), top_k=top_k if type(top_k) is int else 0)
     if not isinstance(text, str):
         raise _Retryable("response choice has no text")
     fingerprint = data.get("system_fingerprint")
@@ -387,7 +388,7 @@ class ParsedLogprobs(NamedTuple):
 _NONE = ParsedLogprobs(None, None, None)
 
 
-def parse_logprobs(logprobs: Any) -> ParsedLogprobs:
+def parse_logprobs(logprobs: Any, *, top_k: int = 0) -> ParsedLogprobs:
     """Read the logprobs of one answer in any of the shapes the engines give (each checked against the
     engine's source; the recorded shapes are in tests/test_probe_logprob_shapes.py):
 
@@ -404,20 +405,30 @@ def parse_logprobs(logprobs: Any) -> ParsedLogprobs:
     token the model all but ruled out. The numbers are read as they come: vLLM's ``--logprobs-mode``
     (default ``raw_logprobs``) can put logits or post-processing values in the same fields, and a
     gap between two tokens of one distribution is the same in logits as in logprobs (the softmax
-    normaliser cancels), so only the ``processed_*`` modes change what a margin means."""
+    normaliser cancels), so only the ``processed_*`` modes change what a margin means.
+
+    The completions shape keys each step's top-K by the token's decoded text, so distinct tokens that
+    decode to one text (the lone bytes of a multi-byte character: vLLM decodes each to ``""``) are
+    merged by the engine into one key holding the last one's logprob (vLLM 0.32,
+    ``_create_completion_logprobs``; measured on the real server: 5 asked, 4 keys, the ``""`` key
+    holding the 5th token's logprob while the 2nd, 0.004 nats below the 1st, was gone). vLLM, SGLang
+    and llama-cpp-python list at least K tokens, so a step with fewer than ``top_k`` keys (the K asked
+    for) one of which is a lone byte's text (``""``, or one holding U+FFFD as other decoders write it)
+    was merged: its top-K is unknown (``[]``), since a margin read from it could be wrong either way.
+    Fewer keys of whole texts are read as they come (an engine that lists fewer than asked)."""
     if isinstance(logprobs, dict):
         content = logprobs.get("content")
         if isinstance(content, list):
             return _parse_entries(content)
         if "tokens" in logprobs or "top_logprobs" in logprobs:
-            return _parse_completions_shape(logprobs)
+            return _parse_completions_shape(logprobs, top_k)
         return _NONE
     if isinstance(logprobs, list):
         return _parse_entries(logprobs)
     return _NONE
 
 
-def _parse_completions_shape(logprobs: dict[str, Any]) -> ParsedLogprobs:
+def _parse_completions_shape(logprobs: dict[str, Any], top_k: int = 0) -> ParsedLogprobs:
     tokens_raw = logprobs.get("tokens")
     tokens = [str(t) for t in tokens_raw] if isinstance(tokens_raw, list) else None
     top_raw = logprobs.get("top_logprobs")
@@ -428,6 +439,10 @@ def _parse_completions_shape(logprobs: dict[str, Any]) -> ParsedLogprobs:
     for alternatives in top_raw:
         if type(alternatives) is not dict or not alternatives:  # None: a step without logprobs (vLLM)
             top.append([])
+            continue
+        if len(alternatives) < top_k and any(not k or "\ufffd" in k for k in alternatives):
+            top.append([])  # lone bytes merged under one text: given, but unknown (the docstring)
+            found = True
             continue
         # JSON object keys are strings already; bool is excluded by the exact type test.
         pairs = [[k, float(v)] for k, v in alternatives.items() if type(v) is float or type(v) is int]

@@ -68,13 +68,20 @@ def unpack_logprobs(body: dict[str, Any]) -> PassTokens:
 
 def _gap(top: Sequence[Sequence[Any]], own: str, other: str, own_logprob: float | None) -> tuple[float | None, bool]:
     """logprob(own) - logprob(other) in one distribution; (gap, exact). ``other`` outside the top-K:
-    its logprob is at most the smallest listed, so the gap is a lower bound."""
-    table = {str(t): float(lp) for t, lp in top}
+    its logprob is at most the smallest listed, so the gap is a lower bound. ``other`` listed more than
+    once (distinct tokens with one text: vLLM's chat entries name every lone byte of a multi-byte
+    character ``""``): the gap to the likeliest of them, a lower bound too."""
+    table: dict[str, float] = {}
+    listed: dict[str, int] = {}
+    for t, lp in top:
+        key = str(t)
+        table[key] = max(float(lp), table.get(key, float("-inf")))
+        listed[key] = listed.get(key, 0) + 1
     mine = own_logprob if own_logprob is not None else table.get(own)
     if mine is None:
         return None, False
     if other in table:
-        return max(0.0, mine - table[other]), True
+        return max(0.0, mine - table[other]), listed[other] == 1
     if not table:
         return None, False
     return max(0.0, mine - min(table.values())), False

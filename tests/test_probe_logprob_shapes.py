@@ -147,3 +147,48 @@ def test_a_probe_against_post_sampling_probabilities_says_unsupported_not_a_marg
     assert record["logprobs"]["status"] == "unsupported"
     assert record["cases"][0]["first_divergence"]["logprobs"] == "unsupported"
     assert math.isclose(record["agreement_rate"], 0.0)
+
+
+# Measured on the real vLLM 0.32 CPU server (tests/fixtures/vllm.py's byte-level tiny Llama), logprobs=5,
+# then the same request with return_tokens_as_token_ids: the step's real top 5 were ids 224 (-5.0224),
+# 179 (-5.0263), 34, 24 and 186 (-5.1044); 179 and 186 are lone bytes of multi-byte characters, both
+# decoded to "", and the completions shape keyed by text kept one "" holding 186's logprob.
+VLLM_MERGED_STEP = {"tokens": ["\x7f", "6"], "token_logprobs": [-5.022398948669434, -5.031289577484131],
+                    "text_offset": [0, 1],
+                    "top_logprobs": [{"\x7f": -5.022398948669434, "": -5.104430198669434, "@": -5.069273948669434,
+                                      "6": -5.073180198669434},
+                                     {"6": -5.031289577484131, "s": -5.1, "": -5.115273952484131, "!": -5.2,
+                                      "#": -5.3}]}
+
+
+def test_a_completions_step_with_fewer_tokens_than_asked_for_was_merged_by_text_and_gives_no_top_k():
+    parsed = parse_logprobs(VLLM_MERGED_STEP, top_k=5)
+    assert parsed.top is not None and parsed.top[0] == []  # unknown: "" stood for two tokens
+    assert [t for t, _ in parsed.top[1]] == ["6", "s", "", "!", "#"]
+    assert parsed.chosen == [-5.022398948669434, -5.031289577484131]
+    # every step merged: still "given", never taken for an engine without logprobs
+    only_merged = {**VLLM_MERGED_STEP, "top_logprobs": VLLM_MERGED_STEP["top_logprobs"][:1], "tokens": ["\x7f"]}
+    assert parse_logprobs(only_merged, top_k=5).top == [[]]
+    # without the K asked for (another caller), the shape reads as it comes
+    assert len(parse_logprobs(VLLM_MERGED_STEP).top[0]) == 4
+
+
+def test_a_divergent_token_listed_twice_by_text_gives_a_lower_bound_not_a_near_tie():
+    from execsys.probes.margin import PassTokens, margin_at
+
+    # vLLM's chat entries name both lone bytes "": which one pass B chose is not known from its text
+    a = PassTokens(["x"], [[["x", -1.0], ["", -1.02], ["", -3.0]]], [-1.0])
+    b = PassTokens([""], [[["", -1.0], ["x", -1.05], ["", -1.5]]], [-1.0])
+    margin = margin_at(a, b, 0)
+    assert margin is not None and margin["margin_a"] == pytest.approx(0.02)
+    assert (margin["bound"], margin["verdict"]) == ("at least", "not a near-tie")
+
+
+def test_fewer_tokens_than_asked_for_without_a_lone_byte_are_read_as_they_come():
+    # an engine that lists fewer than asked, each a whole text: nothing was merged
+    parsed = parse_logprobs({"tokens": ["4"], "token_logprobs": [-0.5],
+                             "top_logprobs": [{"4": -0.5, "5": -0.6, "6": -6.0}]}, top_k=5)
+    assert parsed.top == [[["4", -0.5], ["5", -0.6], ["6", -6.0]]]
+    merged = parse_logprobs({"tokens": ["4"], "token_logprobs": [-0.5],
+                             "top_logprobs": [{"4": -0.5, "\ufffd": -0.6, "6": -6.0}]}, top_k=5)
+    assert merged.top == [[]]
