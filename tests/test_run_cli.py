@@ -93,6 +93,10 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path, ledger_path):
         (["run", "--result", "no-such-dir/*.json", "--", "true"], "does not exist"),
         (["run", "--sidecar-dir", "nowhere", "--", "true"], "no such directory"),
         (["run", "--watch", "-1", "--", "true"], "--watch"),
+        # a watch that never looks (inf, NaN, a year) is refused, not silently off
+        (["run", "--watch", "inf", "--", "true"], "--watch"),
+        (["run", "--watch", "nan", "--", "true"], "--watch"),
+        (["run", "--watch", "1e12", "--", "true"], "--watch"),
         (["run", "--override", " ", "--", "true"], "--override needs a reason"),
         (["run", "--", "no-such-harness-program"], "not found"),
     ]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from execsys.errors import InputError, UsageError
 from execsys.operation import first_given
+from execsys.proc import MAX_WAIT_S
 
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
@@ -114,8 +115,9 @@ class RunOptions:
         if override is not None and not str(override).strip():
             raise UsageError("--override needs a reason: --override 'engine restarted by ops, port checked'")
         watch_s = first_given(overrides.pop("watch_s", None), DEFAULT_WATCH_S)
-        if watch_s is None or not watch_s >= 0:
-            raise UsageError(f"--watch {watch_s}: seconds between observations, 0 or more (0 = off)")
+        if watch_s is None or not 0 <= watch_s <= MAX_WAIT_S:
+            # inf (or a year) would be a watch that never looks: say 0 to turn it off
+            raise UsageError(f"--watch {watch_s}: seconds between observations, 0 (off) to {MAX_WAIT_S:g}")
         results = [str(r) for r in overrides.pop("results", None) or []]
         for pattern in results:
             _check_result_pattern(pattern, cwd)
