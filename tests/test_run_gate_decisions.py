@@ -47,7 +47,8 @@ def test_a_missing_env_file_fails_the_gate(tmp_path, mode, override, refused, ov
     with Ledger.open(tmp_path / "ledger.db") as ledger:
         gate = run_gate(decl, mode, override, ledger)
         rows = list(ledger.iter(kind="doctor"))
-    assert [r.id for r in rows] == [gate.report_id] and gate.report_id.startswith("doctor-")
+    assert gate.report_id is not None and gate.report_id.startswith("doctor-")
+    assert [r.id for r in rows] == [gate.report_id]
     assert rows[0].body["verdict"] == gate.verdict == "hazards"
     missing = f"unread-env-config: env file {tmp_path / 'missing.env'} does not exist"
     assert missing in gate.failing
@@ -74,6 +75,7 @@ def test_an_unreachable_machine_fails_the_gate_with_a_line_of_its_own(tmp_path) 
     decl = _declared(tmp_path, f'[runtime]\nenv_file = "missing.env"\n[doctor]\nhosts = ["{UNREACHABLE}"]\n')
     with Ledger.open(tmp_path / "ledger.db") as ledger:
         gate = run_gate(decl, "fail", None, ledger)
+        assert gate.report_id is not None
         body = ledger.get(gate.report_id).body
     # the local fail first, then each of the machine's hazards not inspected, then the machine itself
     assert gate.failing[0] == f"unread-env-config: env file {tmp_path / 'missing.env'} does not exist"
