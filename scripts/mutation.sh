@@ -40,8 +40,8 @@ modules=(
   "identity|execsys/identity/*.py|tests/identity/test_golden.py tests/identity/test_verify.py tests/identity/test_pin.py tests/identity/test_lock.py tests/identity/test_diff.py tests/identity/test_redaction.py tests/identity/test_engine.py tests/identity/test_notes.py tests/identity/test_live.py tests/identity/test_refs.py"
   "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_reports.py|30"
   # the decision tables (issue 26): every test in them runs in milliseconds
-  "run.record|execsys/run/record.py|tests/test_run_decisions.py|30"
-  "run.gate|execsys/run/gate.py|tests/test_run_decisions.py|30"
+  "run.record|execsys/run/record.py|tests/test_run_decisions.py tests/test_run_record_decisions.py|30"
+  "run.gate|execsys/run/gate.py|tests/test_run_decisions.py tests/test_run_gate_decisions.py tests/test_run_gate.py|30"
   "run.watch|execsys/run/watch.py|tests/test_run_decisions.py|30"
   "run.results|execsys/run/results.py|tests/test_run_decisions.py|30"
   "harnesses.lm_eval|execsys/harnesses/lm_eval.py|tests/test_run_decisions.py|30"
