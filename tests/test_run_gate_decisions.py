@@ -56,7 +56,7 @@ def test_a_missing_env_file_fails_the_gate(tmp_path, mode, override, refused, ov
     assert not any(line.startswith(("stub-executables:", "baked-paths:")) for line in gate.failing)  # both ok here
     assert (gate.mode, gate.override, gate.refused, gate.overridden, gate.passed) == (
         mode, override, refused, overridden, False)
-    assert gate.to_json() == {"report": gate.report_id, "verdict": "hazards", "gate": mode,
+    assert gate.to_json() == {"report": gate.report_id, "verdict": "hazards", "gate_mode": mode,
                               "failing": gate.failing, "override": override}
 
 

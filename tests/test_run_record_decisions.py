@@ -1,5 +1,5 @@
 """``execsys run``'s record as tables, in process and in milliseconds: the documented
-``execsys.run/2`` body field by field, the sentences a reader gets (why a run drifted, which files it
+``execsys.run/3`` body field by field, the sentences a reader gets (why a run drifted, which files it
 could not vouch for), and the files beside each result -- the sidecar (its ``result`` and
 ``previous``), the receipt (its subjects, predicate and signature) and the ledger's ``receipt`` rows
 -- written with real temp files, a real ledger and a real key. tests/test_run_decisions.py has the
@@ -45,7 +45,7 @@ def test_the_run_record_body_is_the_documented_one() -> None:
     rec = RunRecord(
         id="run-7", command=["python", "eval.py", "--n", "3"], cwd="/work", identity_id="ab" * 32,
         lock_path="/work/execsys.lock.json", identity_how="verified", identity_from="EXECSYS_LOCK",
-        doctor={"report": "doctor-1", "verdict": "hazards", "gate": "fail", "failing": ["h: x"], "override": "known"},
+        doctor={"report": "doctor-1", "verdict": "hazards", "gate_mode": "fail", "failing": ["h: x"], "override": "known"},
         started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:01:00Z", exit_code=0, signals=[],
         drift=[], watch={"interval_s": 5.0, "observations": 3}, verify_after={"verdict": "same-system"},
         results=[{"path": "/work/scores.json", "blake3": "00", "harness": "other"}], harness="lm-eval",
@@ -56,12 +56,12 @@ def test_the_run_record_body_is_the_documented_one() -> None:
     )
     hook_problem = "the Inspect hook did not run (is execsys[inspect] installed in the harness's environment?)"
     assert rec.to_json() == {
-        "schema": "execsys.run/2",
+        "schema": "execsys.run/3",
         "id": "run-7",
         "verdict": "overridden",
         "summary": "overridden: python eval.py --n 3 (1 result)",
         "identity": {"id": "ab" * 32, "lock": "/work/execsys.lock.json", "how": "verified", "from": "EXECSYS_LOCK"},
-        "doctor": {"report": "doctor-1", "verdict": "hazards", "gate": "fail", "failing": ["h: x"], "override": "known"},
+        "doctor": {"report": "doctor-1", "verdict": "hazards", "gate_mode": "fail", "failing": ["h: x"], "override": "known"},
         "command": {"argv": ["python", "eval.py", "--n", "3"], "harness": "lm-eval"},
         "cwd": "/work",
         "started_at": "2026-01-01T00:00:00Z",
@@ -201,7 +201,7 @@ def test_a_sidecar_is_the_body_plus_its_result_and_is_scrubbed(tmp_path) -> None
     assert prepared.committed == prepared.paths
     for result in (a, b):
         side = json.loads(Path(result["path"] + ".execsys.json").read_text())
-        assert (side["schema"], side["id"], side["result"], side["previous"]) == ("execsys.run/2", "run-new", result, [])
+        assert (side["schema"], side["id"], side["result"], side["previous"]) == ("execsys.run/3", "run-new", result, [])
         assert side["verdict"] == "clean" and side["command"]["argv"][:3] == ["python", "eval.py", "--api-key"]
         assert "sk-abcdefghijklmnop1234" not in json.dumps(side)
 
