@@ -434,6 +434,7 @@ class Invocation:
     flooded: bool = False
     error: str | None = None
     duration_s: float = 0.0
+    timeout_s: float | None = None  # the limit it ran under: what a timed-out run is said to have exceeded
     attempts: int = 1  # a timed-out interpreter probe is tried once more (see Context.python_facts)
 
     @property
@@ -455,7 +456,9 @@ class Invocation:
             return f"{cmd}: could not run ({self.error})"
         if self.timed_out:
             tries = f" on each of {self.attempts} tries" if self.attempts > 1 else ""
-            return f"{cmd}: no answer within {self.duration_s:.1f}s{tries} (killed)"
+            # the limit, not the measured time: a loaded host overruns the kill by a few tens of ms
+            limit = self.timeout_s if self.timeout_s is not None else self.duration_s
+            return f"{cmd}: no answer within {limit:.1f}s{tries} (killed)"
         if self.flooded:
             return f"{cmd}: flooded its output (killed after {self.duration_s:.1f}s)"
         line = self.first_line()
@@ -479,7 +482,7 @@ def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output
     The whole process group is killed on timeout or flood, so neither a hanging child nor
     a grandchild holding the pipe can keep the doctor waiting.
     """
-    inv = Invocation(list(argv))
+    inv = Invocation(list(argv), timeout_s=timeout)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
