@@ -418,3 +418,30 @@ def test_a_run_reference_that_names_no_result_is_one_line(tmp_path: Path, ledger
     assert problem(imposter) == f"{imposter}: ledger record {imposter} is a doctor record, not a run"
     empty = run_record(ledger, "run", [], None)
     assert problem(empty) == f"{empty}: name one result of the run as {empty}:PATH (its results: none)"
+
+
+def test_a_plan_arm_names_its_own_identity_or_why_it_has_none(locks, ledger: Ledger, no_default_ledger) -> None:
+    (base_lock, base), (runtime_lock, runtime) = locks["base"], locks["runtime"]
+    known(ledger, base_lock)
+    components = known(ledger, runtime_lock)
+    outcomes = {f"q{i}": {"A": {"correct": OUT_A[f"q{i}"]}, "B": {"correct": OUT_B[f"q{i}"]}} for i in range(3)}
+    own = {"identity": runtime}
+    # (arm A as the run recorded it, the identity it compares by, why that is not its own)
+    for arm, ident, unobserved in (
+            ({"identity": runtime}, runtime, None),
+            ({"identity": {"id": runtime, "lock": None}}, runtime, None),
+            (None, base, "{run} records one identity for both arms"),
+            ({"identity": None}, base, "{run} observed no identity for arm A"),
+            ({"identity": 5}, base, "{run} observed no identity for arm A"),
+            ({"identity": ""}, base, "{run} observed no identity for arm A"),
+            ({"identity": None, "identity_reason": "the server reported no version"}, base,
+             "the server reported no version"),
+            ({"identity": None, "identity_reason": ""}, base, "{run} observed no identity for arm A"),
+            ({"identity": None, "identity_reason": 5}, base, "{run} observed no identity for arm A")):
+        run = ledger.append("plan-run", {"arms": {"A": arm, "B": own}, "outcomes": outcomes}, identity=base)
+        got = load_result(f"{run}:A", ledger)
+        assert (got.identity.id, got.unobserved) == (
+            ident, unobserved.format(run=run) if unobserved else None), arm
+        if ident == runtime:
+            assert got.identity.components == components, arm
+        assert len(got.outcomes) == 3 and got.host is None, arm
