@@ -121,6 +121,9 @@ def test_machines_are_crossed_only_when_a_named_one_differs() -> None:
     assert crossed_axes(result("s1", "gpu1"), result("s2", None)) == ["restart", "hosts"]
     assert crossed_axes(result("s1", None), result("s2", "gpu1")) == ["restart", "hosts"]
     assert crossed_axes(result("s1", None), result("s2", "")) == ["restart"]
+    for named in ("gpu1", "XXXX", " "):  # whatever the one named machine is called, it is not the unnamed one
+        assert crossed_axes(result("s1", None), result("s2", named)) == ["restart", "hosts"], named
+        assert crossed_axes(result("s1", named), result("s2", None)) == ["restart", "hosts"], named
     assert crossed_axes(result("s1", "gpu1"), result("s1", "gpu2")) == []
 
 
