@@ -418,3 +418,122 @@ def test_a_run_reference_that_names_no_result_is_one_line(tmp_path: Path, ledger
     assert problem(imposter) == f"{imposter}: ledger record {imposter} is a doctor record, not a run"
     empty = run_record(ledger, "run", [], None)
     assert problem(empty) == f"{empty}: name one result of the run as {empty}:PATH (its results: none)"
+
+
+def test_a_plan_arm_names_its_own_identity_or_why_it_has_none(locks, ledger: Ledger, no_default_ledger) -> None:
+    (base_lock, base), (runtime_lock, runtime) = locks["base"], locks["runtime"]
+    known(ledger, base_lock)
+    components = known(ledger, runtime_lock)
+    outcomes = {f"q{i}": {"A": {"correct": OUT_A[f"q{i}"]}, "B": {"correct": OUT_B[f"q{i}"]}} for i in range(3)}
+    own = {"identity": runtime}
+    # (arm A as the run recorded it, the identity it compares by, why that is not its own)
+    for arm, ident, unobserved in (
+            ({"identity": runtime}, runtime, None),
+            ({"identity": {"id": runtime, "lock": None}}, runtime, None),
+            (None, base, "{run} records one identity for both arms"),
+            ({"identity": None}, base, "{run} observed no identity for arm A"),
+            ({"identity": 5}, base, "{run} observed no identity for arm A"),
+            ({"identity": ""}, base, "{run} observed no identity for arm A"),
+            ({"identity": None, "identity_reason": "the server reported no version"}, base,
+             "the server reported no version"),
+            ({"identity": None, "identity_reason": ""}, base, "{run} observed no identity for arm A"),
+            ({"identity": None, "identity_reason": 5}, base, "{run} observed no identity for arm A")):
+        run = ledger.append("plan-run", {"arms": {"A": arm, "B": own}, "outcomes": outcomes}, identity=base)
+        got = load_result(f"{run}:A", ledger)
+        assert (got.identity.id, got.unobserved) == (
+            ident, unobserved.format(run=run) if unobserved else None), arm
+        if ident == runtime:
+            assert got.identity.components == components, arm
+        assert len(got.outcomes) == 3 and got.host is None, arm
+
+
+def test_what_a_sidecar_claims_is_quoted_and_checked_as_it_is(tmp_path: Path, locks, ledger: Ledger) -> None:
+    (base_lock, base) = locks["base"]
+    results = lm_eval_output(tmp_path / "out")
+    body = sidecar(results, "run-20261201T121212-00000001", base, base_lock)
+    beside = results.with_name(results.name + ".execsys.json")
+    ledger.append("doctor", {}, record_id="run-20261201T121212-0000dead")  # a run id the ledger gave no run
+    long_id = "run-" + "x" * 200
+
+    def caveats(**claims) -> list[str]:
+        beside.write_text(json.dumps({**body, "result": body["results"][0], **claims}))
+        got = load_result(str(results), ledger)
+        assert got.identity.id == base, claims
+        return got.caveats
+
+    no_digest = f"run-20261201T121212-00000001 recorded no BLAKE3 for {{side}}'s result {results}: it cannot be re-checked"
+    # (what the sidecar claims, what the comparison says of it)
+    for claims, said in (
+            ({"id": "run-1  spaced\nout"}, [never_recorded("{side}", results, "run-1 spaced out")]),
+            ({"id": long_id}, [never_recorded("{side}", results, long_id[:120])]),
+            ({"id": 5}, [never_recorded("{side}", results, "5")]),
+            ({"id": "run-20261201T121212-0000dead"}, [never_recorded("{side}", results, "run-20261201T121212-0000dead")]),
+            ({"result": "oops"}, [never_recorded("{side}", results, "run-20261201T121212-00000001"), no_digest]),
+            ({"result": {**body["results"][0], "blake3": ""}},
+             [never_recorded("{side}", results, "run-20261201T121212-00000001"), no_digest]),
+            ({"result": {**body["results"][0], "blake3": 5}},
+             [never_recorded("{side}", results, "run-20261201T121212-00000001"), no_digest])):
+        assert caveats(**claims) == said, claims
+
+
+def test_a_result_moved_since_its_run_is_found_by_its_name_and_digest(tmp_path: Path, locks, ledger: Ledger) -> None:
+    import blake3
+
+    (base_lock, base) = locks["base"]
+    results = lm_eval_output(tmp_path / "now")
+    digest = blake3.blake3(results.read_bytes()).hexdigest()
+    # the run recorded it elsewhere, beside another result of the same name
+    there = {"path": str(tmp_path / "then" / results.name), "blake3": digest, "harness": "lm-eval"}
+    other = {"path": str(tmp_path / "other" / results.name), "blake3": "f" * 64, "harness": "lm-eval"}
+    for n, (entries, said) in enumerate((
+            ([other, there], []), ([there, other], []), ([there], []),
+            ([other], [f"the sidecar of {{side}}'s result {results} does not match what {{run}} recorded in the ledger"]))):
+        run_id = f"run-20261201T121212-0000007{n}"
+        body = {"schema": "execsys.run/1", "id": run_id, "drifted": False,
+                "identity": {"id": base, "lock": str(base_lock)}, "results": entries}
+        ledger.append("run", body, identity=base, record_id=run_id)
+        results.with_name(results.name + ".execsys.json").write_text(json.dumps(dict(body, result=there)))
+        got = load_result(str(results), ledger)
+        assert (got.run, got.caveats) == (run_id, [c.replace("{run}", run_id) for c in said]), entries
+
+
+def test_a_run_tells_its_results_of_one_name_apart_by_their_paths(tmp_path: Path, locks, ledger: Ledger) -> None:
+    base = locks["base"][1]
+    first, second = lm_eval_output(tmp_path / "a"), lm_eval_output(tmp_path / "b")
+    assert first.name == second.name
+    run = run_record(ledger, "run", [(first, "lm-eval"), (second, "lm-eval")], base)
+    second.write_text(second.read_text().replace('"tiny_qa"', '"tiny_qa" '))
+    assert load_result(f"{run}:{first}", ledger).caveats == []
+    changed = load_result(f"{run}:{second}", ledger).caveats
+    assert len(changed) == 1 and changed[0].startswith(f"{{side}}'s result {second} changed after {run} recorded it")
+
+
+def test_a_run_names_its_result_by_the_name_of_the_path_it_recorded(tmp_path: Path, locks, ledger: Ledger) -> None:
+    base = locks["base"][1]
+    results = lm_eval_output(tmp_path / "out")
+    run = run_record(ledger, "run", [(results, "lm-eval")], base)
+    body = ledger.get(run).body
+    slashed = dict(body, id="run-20261201T121212-0000000f", results=[dict(body["results"][0], path=f"{results}/")])
+    ledger.append("run", slashed, identity=base, record_id=slashed["id"])
+    got = load_result(f"{slashed['id']}:{results.name}", ledger)
+    assert (got.ref, got.run, got.caveats, got.outcomes) == (f"{slashed['id']}:{results.name}", slashed["id"], [], TINY_QA)
+
+
+def test_a_plain_result_file_is_checked_against_its_run(tmp_path: Path, locks, ledger: Ledger) -> None:
+    (base_lock, base) = locks["base"]
+    plain = write_result(tmp_path / "plain.json", base_lock, OUT_A, session="s9")
+    run = run_record(ledger, "run", [(plain, "other")], base)
+    assert load_result(run, ledger).caveats == []
+    # through its sidecar: a run nobody recorded, then the recorded one
+    body = sidecar(plain, "run-20261201T121212-00000011", base, base_lock)
+    got = load_result(str(plain), ledger)
+    assert (got.run, got.session, got.caveats) == (
+        "run-20261201T121212-00000011", "s9", [never_recorded("{side}", plain, "run-20261201T121212-00000011")])
+    ledger.append("run", body, identity=base, record_id=body["id"])
+    got = load_result(str(plain), ledger)
+    assert (got.run, got.caveats) == ("run-20261201T121212-00000011", [])
+    # edited since: named by its run or through its sidecar, it is not what the run produced
+    plain.write_text(plain.read_text() + "\n")
+    for ref, run_id in ((run, run), (str(plain), "run-20261201T121212-00000011")):
+        changed = load_result(ref, ledger).caveats
+        assert len(changed) == 1 and changed[0].startswith(f"{{side}}'s result {plain} changed after {run_id} recorded it"), ref

@@ -6,6 +6,7 @@ hand from the outcomes.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,9 @@ def test_machines_are_crossed_only_when_a_named_one_differs() -> None:
     assert crossed_axes(result("s1", "gpu1"), result("s2", None)) == ["restart", "hosts"]
     assert crossed_axes(result("s1", None), result("s2", "gpu1")) == ["restart", "hosts"]
     assert crossed_axes(result("s1", None), result("s2", "")) == ["restart"]
+    for named in ("gpu1", "XXXX", " "):  # whatever the one named machine is called, it is not the unnamed one
+        assert crossed_axes(result("s1", None), result("s2", named)) == ["restart", "hosts"], named
+        assert crossed_axes(result("s1", named), result("s2", None)) == ["restart", "hosts"], named
     assert crossed_axes(result("s1", "gpu1"), result("s1", "gpu2")) == []
 
 
@@ -326,3 +330,37 @@ def test_the_comparison_record_holds_every_field(tmp_path: Path, locks, ledger: 
         "intervention": ["runtime"], "crossed": [], "label": "causal", "reasons": [], "statement": result.statement,
         "paired": result.paired, "paired_control": False}
     assert result.to_json() == {**ledger.get(result.record).body, "record": result.record}
+
+
+def test_an_arm_whose_identity_was_not_observed_is_named_by_its_side() -> None:
+    from execsys.compare import moved_between
+
+    def arm(unobserved: str | None) -> Result:
+        return Result("r", IdentityRef(ID), {"c1": True}, unobserved=unobserved)
+
+    unknown = "what moved is unknown"
+    assert moved_between(arm("p1 saw none"), arm(None)) == (
+        None, {}, [f"arm A's identity was not observed (p1 saw none): {unknown}"])
+    assert moved_between(arm(None), arm("p1 saw none")) == (
+        None, {}, [f"arm B's identity was not observed (p1 saw none): {unknown}"])
+    assert moved_between(arm("no version"), arm("no host")) == (
+        None, {}, [f"arm A's identity was not observed (no version): {unknown}",
+                   f"arm B's identity was not observed (no host): {unknown}"])
+    assert moved_between(arm("p1 records one"), arm("p1 records one")) == (
+        None, {}, ["the arms' identities were not observed (p1 records one): what moved between them is unknown"])
+
+
+def test_what_moved_is_derived_only_when_both_identities_have_components(tmp_path: Path, locks,
+                                                                          ledger: Ledger) -> None:
+    from execsys.compare import moved_between
+    from execsys.identity import load_identity_ref
+
+    loaded = load_identity_ref(str(locks["base"][0]), ledger)
+    with_components = Result("p", IdentityRef(loaded.id, dict(loaded.components), "p", loaded), {"c1": True})
+    hollow = dataclasses.replace(loaded, components={})
+    no_components = Result("h", IdentityRef("b" * 64, {}, "h", hollow), {"c1": True})
+    bare = Result("u", IdentityRef("c" * 64), {"c1": True})
+    for a, b, named in ((bare, with_components, "u"), (with_components, bare, "u"),
+                        (no_components, with_components, "h"), (with_components, no_components, "h")):
+        assert moved_between(a, b) == (
+            None, {}, [f"the components that moved cannot be named: {named} has no pinned identity record"]), (a.ref, b.ref)
