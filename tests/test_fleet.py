@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
-import tracemalloc
 from pathlib import Path
 
 import pytest
 from execsys.doctor.registry import IDS as HAZARD_IDS
 
 from execsys import COMPONENTS
-from execsys.fleet import FleetOptions, component_digests, fleet_components, run_fleet
+from execsys.fleet import component_digests, fleet_components
 from execsys.ledger import Ledger
 
 DIGEST_A = "a" * 64
@@ -201,14 +200,27 @@ def _facts(i: int, padding: str) -> dict:
         "artifact": {"path": "/srv/m", "blake3": DIGEST_B if i % 2500 == 11 else DIGEST_A}}}, "changed": False}
 
 
+_PEAK = r"""
+import json, sys, tracemalloc
+from execsys.fleet import FleetOptions, run_fleet
+tracemalloc.start()
+report = run_fleet(FleetOptions.from_sources(None, None, from_ansible=sys.argv[1]))
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+json.dump({"body": report.to_json(), "peak": peak}, sys.stdout)
+"""
+
+
 def _fleet_peak(directory: Path) -> tuple[dict, int]:
-    tracemalloc.start()
-    try:
-        report = run_fleet(FleetOptions.from_sources(None, None, from_ansible=str(directory)))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return report.to_json(), peak
+    """The fleet answer and the peak traced memory of computing it, in a process of its own: in a test
+    worker, threads left by earlier tests (and pytest-xdist's own) allocate while it is measured."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(directory)], capture_output=True, text=True,
+                          timeout=300, check=True)
+    measured = json.loads(done.stdout)
+    return measured["body"], measured["peak"]
 
 
 def test_ten_thousand_reports_exact_counts_in_flat_memory(tmp_path):
