@@ -24,7 +24,7 @@ from typing import Any
 
 from execsys.ledger import now_iso
 
-from .system import DIFFERS, MATCHES, UNVERIFIED
+from .system import DIFFERS, MATCHES, UNVERIFIED, overall_verdict
 
 SENTENCE = "the grader answering this probe is not the pinned one"
 STEP_KEYS = {"start": "system:grader:start", "end": "system:grader:end"}
@@ -120,12 +120,7 @@ class GraderObserver:
 def summarise(entries: list[dict[str, Any]], *, lock_id: str | None) -> dict[str, Any]:
     """``system_check`` from the looks at the start and end (in that order)."""
     differences = [d for e in entries for d in e.get("differences") or []]
-    if differences:
-        verdict = DIFFERS
-    elif entries and all(e.get("verdict") == MATCHES for e in entries):
-        verdict = MATCHES
-    else:
-        verdict = UNVERIFIED
+    verdict = overall_verdict(entries, differences)
     reasons = [e["reason"] for e in entries if e.get("reason")]
     by_at = {e.get("at"): e for e in entries}
     return {

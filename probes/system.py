@@ -194,16 +194,20 @@ class SystemObserver:
         return entry
 
 
+def overall_verdict(entries: list[dict[str, Any]], differences: list[dict[str, Any]]) -> str:
+    """One verdict from several looks: any difference differs; matches only when every look matched."""
+    if differences:
+        return DIFFERS
+    if entries and all(e.get("verdict") == MATCHES for e in entries):
+        return MATCHES
+    return UNVERIFIED
+
+
 def summarise(entries: list[dict[str, Any]], *, lock_id: str | None, target: str | None = None,
               subject: str = SUBJECT) -> dict[str, Any]:
     """``system_check`` from one target's observations (in pass order, start before end)."""
     differences = [dict(d, **{"pass": e["pass"], "at": e["at"]}) for e in entries for d in e.get("differences") or []]
-    if differences:
-        verdict = DIFFERS
-    elif entries and all(e.get("verdict") == MATCHES for e in entries):
-        verdict = MATCHES
-    else:
-        verdict = UNVERIFIED
+    verdict = overall_verdict(entries, differences)
     reasons = [e["reason"] for e in entries if e.get("reason")]
     check: dict[str, Any] = {
         "verdict": verdict,
