@@ -60,7 +60,7 @@ modules=(
   "plan.checks|execsys/plan/checks.py|tests/test_plan_decisions.py tests/test_plan_checks.py|30"
   "plan.paired|execsys/plan/paired.py|tests/test_plan_decisions.py|30"
   "probes.margin|execsys/probes/margin.py|tests/test_margin_decisions.py|30"
-  "ledger|execsys/ledger.py|tests/test_ledger_decisions.py tests/test_ledger.py tests/test_reliability_ledger.py|60"
+  "ledger|execsys/ledger.py|tests/test_ledger_decisions.py tests/test_ledger.py|60"
 )
 
 report() {
