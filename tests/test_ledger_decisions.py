@@ -295,3 +295,161 @@ def test_a_step_locked_past_the_busy_timeout_gives_up(monkeypatch) -> None:
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         ledger_module._retry_while_locked(always_locked)
     assert len(calls) == 2
+
+
+def test_a_record_keeps_its_parent_and_key(book: Ledger) -> None:
+    rid = book.append("case", {"n": 1}, parent="run-1", key="case-7")
+    for record in (book.get(rid), book.child("run-1", "case-7"), book.find(parent="run-1")[0], next(book.iter())):
+        assert (record.id, record.kind, record.parent, record.key, record.body) == (rid, "case", "run-1", "case-7",
+                                                                                     {"n": 1})
+
+
+def test_a_listing_without_an_order_is_oldest_first(book: Ledger) -> None:
+    for n in range(3):
+        book.append("run", {"n": n})
+    assert [r.body["n"] for r in book.iter()] == [0, 1, 2]
+    assert [r.body["n"] for r in book.find()] == [0, 1, 2]
+
+
+def test_exactly_three_foreign_tables_are_all_named(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    for name in ("a", "b", "c"):
+        conn.execute(f"CREATE TABLE {name} (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError) as refused:
+        Ledger.open(path)
+    assert str(refused.value) == (f"ledger {path}: an SQLite database of another program (tables a, b, c), not an "
+                                  "execsys ledger: left untouched; set --ledger or EXECSYS_LEDGER to another file")
+
+
+def test_a_foreign_meta_table_of_another_shape_is_refused_as_foreign(tmp_path: Path) -> None:
+    """Another program's ``meta`` table without execsys's columns: reading the schema row fails, and
+    the file is still refused as another program's, not called a broken ledger."""
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (version INTEGER)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(InputError, match=r"an SQLite database of another program \(tables meta\)"):
+        Ledger.open(path)
+    assert path.read_bytes() == before
+
+
+def test_a_step_locked_until_exactly_the_deadline_gives_up_there(monkeypatch) -> None:
+    clock = iter([0.0, ledger_module.BUSY_TIMEOUT_S])
+    monkeypatch.setattr(ledger_module.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(ledger_module.time, "sleep", lambda s: None)
+    calls = []
+
+    def always_locked() -> None:
+        calls.append(1)
+        raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(sqlite3.OperationalError):
+        ledger_module._retry_while_locked(always_locked)
+    assert len(calls) == 1
+
+
+def test_an_operational_error_that_is_not_a_lock_is_a_broken_ledger() -> None:
+    said = str(ledger_module._unusable(Path("/x/l"), sqlite3.OperationalError("disk I/O error")))
+    assert said == "ledger /x/l: not a usable execsys ledger (disk I/O error); move it aside or set --ledger to another file"
+
+
+def test_a_ledger_in_a_directory_that_does_not_exist_yet_is_made_with_its_parents(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "c" / "ledger.sqlite3"
+    with Ledger.open(path) as opened:
+        opened.append("run", {})
+    assert path.is_file()
+
+
+def test_a_ledger_path_under_a_file_names_that_file(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x")
+    path = tmp_path / "plain" / "sub" / "ledger.sqlite3"
+    with pytest.raises(InputError) as refused:
+        Ledger.open(path)
+    assert str(refused.value) == (f"ledger {path}: {tmp_path / 'plain'} is a file, not a directory (set --ledger or "
+                                  "EXECSYS_LEDGER to a usable path)")
+
+
+def test_a_ledger_path_that_cannot_be_made_says_why(tmp_path: Path) -> None:
+    path = Path("/proc/execsys-no-such/ledger.sqlite3")
+    with pytest.raises(InputError) as refused:
+        Ledger.open(path)
+    said = str(refused.value)
+    assert said.startswith(f"ledger {path}: ") and said.endswith("(set --ledger or EXECSYS_LEDGER to a usable path)")
+    assert "is a file" not in said and said != f"ledger {path}:  (set --ledger or EXECSYS_LEDGER to a usable path)"
+
+
+def test_a_file_that_is_not_sqlite_is_named_as_unusable(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are my notes, not a database\n" * 200)
+    with pytest.raises(InputError) as refused:
+        Ledger.open(path)
+    assert str(refused.value) == (f"ledger {path}: not a usable execsys ledger (file is not a database); move it "
+                                  "aside or set --ledger to another file")
+
+
+def test_a_ledger_opened_on_one_thread_is_read_and_written_on_another(book: Ledger) -> None:
+    """The TUI and the probes' workers use one open ledger from several threads."""
+    import threading
+
+    seen: list[object] = []
+
+    def worker() -> None:
+        try:
+            seen.append(book.get(book.append("run", {"n": 1})).body)
+        except Exception as exc:  # the test asserts on what was seen
+            seen.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(30)
+    assert seen == [{"n": 1}]
+
+
+def test_a_record_that_is_not_json_is_named_with_the_ledger_path_in_a_listing(book: Ledger) -> None:
+    conn = sqlite3.connect(book.path)
+    conn.execute("INSERT INTO records (id, kind, created_at, body) VALUES ('odd-2', 'run', 't', 'nope')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InputError) as refused:
+        book.find()
+    assert str(refused.value) == (f"ledger {book.path}: record odd-2 is not an execsys record (its body is not JSON); "
+                                  "was the file written by another program?")
+
+
+def test_a_page_corrupted_under_an_open_ledger_is_named_when_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite3"
+    with Ledger.open(path) as opened:
+        opened.append_many("run", [({"text": "y" * 3000, "n": n}, None, None) for n in range(300)])
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    for offset in range(4 * page, len(data) - page, page):
+        data[offset:offset + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    with Ledger.open(path) as opened, pytest.raises(InputError) as refused:
+        opened.find(kind="run")
+    said = str(refused.value)
+    assert said.startswith(f"ledger {path}: not a usable execsys ledger (") and "malformed" in said
+
+
+def test_record_ids_are_stamped_in_utc_whatever_the_local_zone(monkeypatch) -> None:
+    import time
+    from datetime import datetime, timezone
+
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")  # UTC+14: a local stamp would be another day
+    time.tzset()
+    try:
+        stamp = new_id("run").split("-")[1]
+        now = datetime.now(timezone.utc)
+        made = datetime.strptime(stamp, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
+        assert abs((now - made).total_seconds()) < 120
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
