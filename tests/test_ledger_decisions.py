@@ -6,7 +6,9 @@ that drops the newest run."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -378,9 +380,9 @@ def test_a_ledger_path_that_cannot_be_made_says_why(tmp_path: Path) -> None:
     path = Path("/proc/execsys-no-such/ledger.sqlite3")
     with pytest.raises(InputError) as refused:
         Ledger.open(path)
-    said = str(refused.value)
-    assert said.startswith(f"ledger {path}: ") and said.endswith("(set --ledger or EXECSYS_LEDGER to a usable path)")
-    assert "is a file" not in said and said != f"ledger {path}:  (set --ledger or EXECSYS_LEDGER to a usable path)"
+    # the system's own words for the error, not Python's "[Errno 2] ...: '/proc/...'" rendering
+    assert str(refused.value) == (f"ledger {path}: {os.strerror(errno.ENOENT)} (set --ledger or EXECSYS_LEDGER to "
+                                  "a usable path)")
 
 
 def test_a_file_that_is_not_sqlite_is_named_as_unusable(tmp_path: Path) -> None:
@@ -453,3 +455,22 @@ def test_record_ids_are_stamped_in_utc_whatever_the_local_zone(monkeypatch) -> N
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_a_locked_open_backs_off_doubling_with_jitter_up_to_a_fifth_of_a_second(monkeypatch) -> None:
+    """Retrying at once would spin on the lock; waiting longer than needed slows every concurrent start."""
+    slept: list[float] = []
+    monkeypatch.setattr(ledger_module.time, "sleep", slept.append)
+    attempts = []
+
+    def locked_nine_times() -> None:
+        attempts.append(1)
+        if len(attempts) <= 9:
+            raise sqlite3.OperationalError("database is locked")
+
+    ledger_module._retry_while_locked(locked_nine_times)
+    assert len(slept) == 9
+    pauses = [min(0.005 * 2 ** i, 0.2) for i in range(9)]
+    assert pauses[-1] == 0.2 and pauses[-3] == 0.2 and pauses[-4] == 0.16
+    for wait, pause in zip(slept, pauses, strict=True):
+        assert isinstance(wait, float) and pause <= wait < 2 * pause, (slept, pauses)
