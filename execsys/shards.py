@@ -143,7 +143,7 @@ class ShardsReport:
         return sum(1 for s in self.shards if s.system == self.modal_system)
 
     def outliers(self) -> list[dict[str, Any]]:
-        from execsys.identity import describe_change, field_changes
+        from execsys.identity import describe_changes, field_changes
 
         modal = next((s for s in self.shards if s.system == self.modal_system), None)
         out = []
@@ -163,7 +163,7 @@ class ShardsReport:
                     entry["components"].append(name)
                     entry["changes"].append({"component": name, "modal": modal.labels.get(name, ""),
                                              "this": shard.labels.get(name, ""),
-                                             "fields": [describe_change(c) for c in fields]})
+                                             "fields": describe_changes(fields, arrow="->")})
             out.append(entry)
         return out
 

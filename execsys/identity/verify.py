@@ -13,7 +13,7 @@ from execsys import COMPONENTS
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError
-from execsys.identity.diff import field_changes
+from execsys.identity.diff import field_changes, renamed
 from execsys.identity.model import SCHEMA, SCHEMA_VERSION, VERIFY_SCHEMA, ComponentChecked, Identity
 from execsys.identity.observe import _normalise, _observe_all, observe_observer, sanitize_declared
 from execsys.operation import Cancel, OnEvent, emit
@@ -143,11 +143,10 @@ def component_changes(name: str, pinned: dict[str, Any], observed: dict[str, Any
     """What moved in one component: its fresh observation against the pinned one (``observed.<path>``)
     and, when the current declaration's table is given, that against the pinned declaration
     (``declared.<path>``). The one comparison verify and the grader probe's system check make."""
-    changes = [dict(c, field=f"observed.{c['field']}")
-               for c in field_changes(pinned.get("observed") or {}, observed)]
+    changes = [renamed(c, f"observed.{c['field']}") for c in field_changes(pinned.get("observed") or {}, observed)]
     if declared is not None:
         now_declared = _normalise(sanitize_declared(name, declared))
-        changes += [dict(c, field=f"declared.{c['field']}")
+        changes += [renamed(c, f"declared.{c['field']}")
                     for c in field_changes(pinned.get("declared") or {}, now_declared)]
     return changes
 
