@@ -112,3 +112,14 @@ def test_the_runs_drift_is_each_change_once_with_its_count() -> None:
              {"at": "V", "component": "b", "before": 1, "after": 2}, {"at": "W", "component": "b", "before": 2,
                                                                       "after": 1}]
     assert summary_lines(mixed) == ["back as before: a, b (2-4 events each)"]
+
+
+def test_the_tui_run_detail_says_each_change_once_not_each_event() -> None:
+    from execsys.tui.screens.scope import run_detail_text
+
+    down, up = _restart(ARGV, [*ARGV[:-1], "1"])
+    shown = run_detail_text("run-1", {"verdict": "drifted", "drift": down + up}).plain
+    assert "Drift during the run: 8 event(s)" in shown
+    assert "≠ runtime.process.argv: --n_threads 2 → 1 (2 events, T1 to T2)" in shown
+    assert shown.count("≠") == 3 and "/m/tiny.gguf" not in shown, shown
+    assert "Drift during the run: none" in run_detail_text("run-2", {"verdict": "clean"}).plain

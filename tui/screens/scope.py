@@ -426,16 +426,18 @@ def plan_run_text(report: PlanRun) -> Text:
 
 
 def run_detail_text(run_id: str, body: dict[str, Any]) -> Text:
-    """The selected run: its verdict sentence, each drift event with its time, each result file with its digest."""
+    """The selected run: its verdict sentence, each field that drifted once (what moved, how many events,
+    when), each result file with its digest."""
     text = Text()
     verdict = str(body.get("verdict") or "?")
     text.append(f"{VERDICT_SYMBOLS.get(verdict, '?')} {run_id}: ", style="bold")
     text.append(str(body.get("verdict_detail") or verdict))
+    from execsys.run.drift import summary_lines
+
     drift = list(body.get("drift") or [])
-    text.append(f"\nDrift during the run: {len(drift) or 'none'}", style="bold")
-    for event in drift:
-        text.append(f"\n  ≠ {event.get('at', '?')} {event.get('component', '?')}: "
-                    f"{event.get('before')!s} → {event.get('after')!s}")
+    text.append(f"\nDrift during the run: {f'{len(drift)} event(s)' if drift else 'none'}", style="bold")
+    for line in summary_lines(drift):  # each change once, as a delta: one restart is many events
+        text.append(f"\n  ≠ {line}")
     results = list(body.get("results") or [])
     text.append(f"\nResult files: {len(results) or 'none'}", style="bold")
     for result in results:
