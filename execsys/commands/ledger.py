@@ -56,19 +56,32 @@ def run(args: argparse.Namespace) -> int:
             if not records:
                 console.out().print(f"no records in {ledger.path}", markup=False)
                 return ExitCode.OK
+            from rich.cells import cell_len
             from rich.table import Table
-
-            table = Table(box=None, pad_edge=False)
-            for column in ("id", "kind", "identity", "created_at", "summary"):
-                table.add_column(column)
             from rich.text import Text
 
             from execsys.termsafe import shown
 
-            for r in records:
+            # the id column is a prefix 'ledger show' resolves to that record alone, never cut (the kind
+            # and the time are in it: no kind or created_at column while every id starts with its kind);
+            # the summary is one line, cut at the terminal's edge
+            prefixes = ledger.shortest_prefixes([r.id for r in records])
+            names = ["id", "identity", "summary"]
+            cells = [[prefixes[r.id], (r.identity or "")[:12], _row_summary(r)] for r in records]
+            if not all(r.id.startswith(f"{r.kind}-") for r in records):
+                names.insert(1, "kind")
+                for r, row in zip(records, cells, strict=True):
+                    row.insert(1, r.kind)
+            rows = [[shown(redact_text(cell)) for cell in row] for row in cells]
+            widths = [max(len(name), *(cell_len(row[i]) for row in rows)) for i, name in enumerate(names)]
+            room = console.out().width - sum(widths[:-1]) - 2 * (len(names) - 1)
+            table = Table(box=None, pad_edge=False)
+            for name, width in zip(names[:-1], widths, strict=False):
+                table.add_column(name, no_wrap=True, width=width)
+            table.add_column("summary", no_wrap=True, overflow="ellipsis", width=max(20, min(room, widths[-1])))
+            for row in rows:
                 # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
-                cells = (r.id, r.kind, (r.identity or "")[:12], r.created_at, _summary(r)["summary"])
-                table.add_row(*(Text(shown(redact_text(cell))) for cell in cells))
+                table.add_row(*(Text(cell) for cell in row))
             console.out().print(table)
             return ExitCode.OK
         if args.action == "show":
@@ -86,6 +99,23 @@ def run(args: argparse.Namespace) -> int:
             for r in records:
                 sys.stdout.write(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
         return ExitCode.OK
+
+
+def _row_summary(record) -> str:
+    """A run's row says its verdict and the task it evaluated first (``clean: arc_easy (lm_eval, 2
+    results)``); any other record its summary."""
+    body = record.body
+    command = body.get("command")
+    if record.kind != "run" or not isinstance(command, dict):
+        return _summary(record)["summary"]
+    from execsys.harnesses.registry import by_name
+
+    argv = [str(a) for a in command.get("argv") or []]
+    harness = str(command.get("harness") or "other")
+    results = len(body.get("results") or [])
+    text = (f"{body.get('verdict')}: {by_name(harness).task(argv)} ({harness}, {results} result"
+            f"{'s' if results != 1 else ''})")
+    return f"{text}; {body['refused']}" if body.get("refused") else text
 
 
 def _summary(record) -> dict:
