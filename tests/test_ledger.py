@@ -183,10 +183,14 @@ def test_ledger_list_at_80_columns_shows_id_prefixes_that_ledger_show_accepts(cl
         ledger.append("identity", {"summary": "i"}, identity="e" * 64, record_id="identity-20261203T101502-dddd4444")
         # a lone record of another minute: its id is cut after its time, where the random part starts
         ledger.append("identity", {"summary": "j"}, identity="f" * 64, record_id="identity-20261203T111111-eeee5555")
-    for columns in ("80", "60"):
+    for columns in ("80", "60", "30"):
         listed = cli("ledger", "list", env={"COLUMNS": columns})
         assert listed.returncode == 0, listed.stderr
-        assert all(len(line) <= int(columns) for line in listed.stdout.splitlines()), listed.stdout
+        if columns != "30":
+            assert all(len(line) <= int(columns) for line in listed.stdout.splitlines()), listed.stdout
+            assert listed.stdout.split()[:3] == ["id", "identity", "summary"], listed.stdout
+        else:  # too narrow for the ids: the identity column goes, and the ids are still whole
+            assert listed.stdout.split()[:2] == ["id", "summary"], listed.stdout
         shown = _listed_ids(listed.stdout)
         assert "…" not in "".join(shown) and len(set(shown)) == len(shown) == 6, listed.stdout
         assert shown[:3] == ["identity-20261203T111111", "identity-20261203T101502", "doctor-20261203T101501"]

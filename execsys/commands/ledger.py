@@ -45,7 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.ledger import Ledger
-    from execsys.redact import redact_text
 
     with Ledger.open() as ledger:
         if args.action == "list":
@@ -56,33 +55,7 @@ def run(args: argparse.Namespace) -> int:
             if not records:
                 console.out().print(f"no records in {ledger.path}", markup=False)
                 return ExitCode.OK
-            from rich.cells import cell_len
-            from rich.table import Table
-            from rich.text import Text
-
-            from execsys.termsafe import shown
-
-            # the id column is a prefix 'ledger show' resolves to that record alone, never cut (the kind
-            # and the time are in it: no kind or created_at column while every id starts with its kind);
-            # the summary is one line, cut at the terminal's edge
-            prefixes = ledger.shortest_prefixes([r.id for r in records])
-            names = ["id", "identity", "summary"]
-            cells = [[prefixes[r.id], (r.identity or "")[:12], _row_summary(r)] for r in records]
-            if not all(r.id.startswith(f"{r.kind}-") for r in records):
-                names.insert(1, "kind")
-                for r, row in zip(records, cells, strict=True):
-                    row.insert(1, r.kind)
-            rows = [[shown(redact_text(cell)) for cell in row] for row in cells]
-            widths = [max(len(name), *(cell_len(row[i]) for row in rows)) for i, name in enumerate(names)]
-            room = console.out().width - sum(widths[:-1]) - 2 * (len(names) - 1)
-            table = Table(box=None, pad_edge=False)
-            for name, width in zip(names[:-1], widths, strict=False):
-                table.add_column(name, no_wrap=True, width=width)
-            table.add_column("summary", no_wrap=True, overflow="ellipsis", width=max(20, min(room, widths[-1])))
-            for row in rows:
-                # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
-                table.add_row(*(Text(cell) for cell in row))
-            console.out().print(table)
+            _print_list(ledger, records)
             return ExitCode.OK
         if args.action == "show":
             record = ledger.get(args.id)
@@ -99,6 +72,55 @@ def run(args: argparse.Namespace) -> int:
             for r in records:
                 sys.stdout.write(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
         return ExitCode.OK
+
+
+SUMMARY_MIN = 12  # the summary column is cut to no fewer characters than this
+
+
+def _print_list(ledger, records: list) -> None:
+    """The table of ``ledger list``. Its id column is the prefix 'ledger show' resolves to that record
+    alone and is never cut (a narrow terminal loses the identity column first, then wraps the line);
+    the kind and the time are in the id, so there is no kind column (unless an id does not start with
+    its kind) and no created_at; the summary is one line, cut at the terminal's edge."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    from execsys import console
+    from execsys.redact import redact_text
+    from execsys.termsafe import shown
+
+    prefixes = ledger.shortest_prefixes([r.id for r in records])
+    names = ["id", "identity", "summary"]
+    cells = [[prefixes[r.id], (r.identity or "")[:12], _row_summary(r)] for r in records]
+    if not all(r.id.startswith(f"{r.kind}-") for r in records):
+        names.insert(1, "kind")
+        for r, row in zip(records, cells, strict=True):
+            row.insert(1, r.kind)
+    rows = [[shown(redact_text(cell)) for cell in row] for row in cells]
+    widths = [max(len(name), *(cell_len(row[i]) for row in rows)) for i, name in enumerate(names)]
+
+    def fixed() -> int:  # the columns before the summary, and the two spaces after each
+        return sum(widths[:-1]) + 2 * (len(names) - 1)
+
+    width = console.out().width
+    if fixed() + SUMMARY_MIN > width:
+        at = names.index("identity")
+        for seq in (names, widths, *rows):
+            del seq[at]
+    widths[-1] = max(SUMMARY_MIN, min(width - fixed(), widths[-1]))
+    out = console.out()
+    for row in [names, *rows]:
+        line = Text()
+        for i, (cell, column) in enumerate(zip(row, widths, strict=True)):
+            last = i == len(row) - 1
+            # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
+            text = Text(cell, style="bold" if row is names else "")
+            text.truncate(column, overflow="ellipsis", pad=not last)
+            line.append_text(text)
+            if not last:
+                line.append("  ")
+        # never cropped at the terminal's edge: an id too long for it wraps, whole
+        out.print(line, no_wrap=True, crop=False, overflow="ignore")
 
 
 def _row_summary(record) -> str:
