@@ -158,6 +158,13 @@ async def test_an_unprobed_floor_is_unmeasured_and_a_run_without_a_result_is_one
     app = ExecsysApp(autostart=False)
     async with app.run_test(size=(80, 24)) as pilot:
         runs = await open_runs(pilot, 3)
+        # ? with the run list focused: the step says how to explain two runs, and the key is listed
+        await pilot.press("question_mark")
+        await pilot.pause()
+        helped = " ".join(text_of(app.screen.query_one("#help-text", Static)).split())
+        assert "space marks a run A, then another B" in helped and "space Mark A/B" in helped, helped
+        await pilot.press("escape")
+        await pilot.pause()
         explain = app.screen.query_one("#explain", Static)
         await mark(pilot, runs, runs_by_name["base"])
         await mark(pilot, runs, runs_by_name["five"])
