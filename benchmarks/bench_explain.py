@@ -70,9 +70,13 @@ with httpx.Client(timeout=120) as client:
 '''
 
 
+CPU: dict[int, float] = {}  # pid -> user+sys seconds of that child, from the same wait4
+
+
 def measured(argv: list[str], env: dict[str, str] | None = None, codes: tuple[int, ...] = (0,),
              timeout: float = 1800) -> tuple[float, int, bytes]:
-    """(wall seconds, peak RSS bytes, stdout) of one child process, from wait4's rusage for that child."""
+    """(wall seconds, peak RSS bytes, stdout) of one child process, from wait4's rusage for that child;
+    its CPU seconds go to ``CPU`` under its pid (``last_cpu()``)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
@@ -86,6 +90,8 @@ def measured(argv: list[str], env: dict[str, str] | None = None, codes: tuple[in
                 raise SystemExit(f"{argv[:4]} ran past {timeout:.0f} s")
             time.sleep(0.005)
         elapsed = time.perf_counter() - start
+        CPU.clear()
+        CPU[proc.pid] = usage.ru_utime + usage.ru_stime
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -95,6 +101,11 @@ def measured(argv: list[str], env: dict[str, str] | None = None, codes: tuple[in
 
 
 # ------------------------------------------------------------------ (a) two lm-eval results, no --rerun
+def last_cpu() -> float:
+    """The CPU seconds (user+sys) of the child ``measured`` ran last."""
+    return next(iter(CPU.values()))
+
+
 def lm_eval_pair(where: Path, samples: int, seed: int = 7) -> tuple[Path, Path, int]:
     """Two lm-eval outputs of ``samples`` samples each (B flips 2% of A's outcomes); the flips expected."""
     from tests.fixtures.compare_records import lm_eval_output
@@ -185,10 +196,12 @@ def bench_rerun(work: Path, runs: int, cases: int, max_tokens: int, sample: int)
         (work / "rerun-plan.json").write_text(json.dumps(plan))
         bare = [sys.executable, "-c", BARE_LOOP, str(work / "rerun-plan.json"), json.dumps(urls), rerun["cases"]]
         sent = 2 * len(plan["order"])
-        bare_times, ours = [], []
+        bare_times, ours, bare_cpu, our_cpu = [], [], [], []
         for _ in range(runs):
             bare_times.append(measured(bare)[0])
+            bare_cpu.append(last_cpu())
             elapsed, _, out = measured(explain, env, codes=(0, 1))
+            our_cpu.append(last_cpu())
             again = json.loads(out)["rerun"]
             assert (again["flipped"], again["agreeing"]) == (rerun["flipped"], rerun["agreeing"]), again
             ours.append(elapsed)
@@ -206,6 +219,12 @@ def bench_rerun(work: Path, runs: int, cases: int, max_tokens: int, sample: int)
     print(f"fixed cost over the bare requests: {best_ours - best_bare:.2f} s (interpreter, explain's analysis, the "
           f"plan's registration, endpoint checks, the executed log and the ledger); bare: "
           f"{1000 * best_bare / sent:.0f} ms per request")
+    # on a shared machine the wall times swing with the load; the client's own CPU does not: what explain
+    # spends beyond the bare loop's client, added to the bare wall time, is the ratio an idle machine shows
+    extra_cpu = min(our_cpu) - min(bare_cpu)
+    print(f"client CPU (user+sys of the client process alone): explain --rerun {min(our_cpu):.2f} s, bare "
+          f"{min(bare_cpu):.2f} s: {extra_cpu:.2f} s more; (bare wall + that) / bare wall = "
+          f"{(best_bare + extra_cpu) / best_bare:.3f}x")
     print(f"all runs: bare {[round(t, 2) for t in bare_times]}, explain --rerun {[round(t, 2) for t in ours]}")
     return ratio
 
