@@ -25,9 +25,14 @@ class ComponentCheck:
     status: str  # same | changed | unverifiable
     changes: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
+    # the artifact's model-signing bundle checked (execsys.observe.model_signature.SignatureCheck.to_json)
+    signature: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "changes": self.changes, "reason": self.reason}
+        body = {"status": self.status, "changes": self.changes, "reason": self.reason}
+        if self.signature is not None:
+            body["signature"] = self.signature
+        return body
 
 
 def schema_outdated_sentence(identity: Identity) -> str:
@@ -90,6 +95,7 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
                          exclude=exclude, reasons=reasons, live=checked)
     fresh["runtime"].pop("engine_live", None)
     served = _served_defect(fresh["runtime"])
+    signature = _signature_check(fresh["artifact"]) if "artifact" not in reasons else None
 
     checks: dict[str, ComponentCheck] = {}
     for name in COMPONENTS:
@@ -108,10 +114,17 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             checks[name] = ComponentCheck("unverifiable", changes, reasons[name])
         elif name == "runtime" and served is not None:
             checks[name] = ComponentCheck("changed", changes, served)
+        elif name == "artifact" and signature is not None and signature.failed:
+            # whose signature covers these bytes is an integrity check: a file that is not the one signed,
+            # or a key that is not the signer's, is a finding; a check that could not be made is unknown
+            checks[name] = ComponentCheck("changed" if signature.checkable else "unverifiable", changes,
+                                          signature.sentence())
         elif changes:
             checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name], checked))
         else:
             checks[name] = ComponentCheck("same")
+        if name == "artifact" and signature is not None:
+            checks[name].signature = signature.to_json()
         emit(on_event, ComponentChecked(name, checks[name].status, len(checks[name].changes), checks[name].reason))
 
     observed_id = None
@@ -132,6 +145,8 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             parts.append(f"{len(unverifiable)} unverifiable ({', '.join(unverifiable)})")
         if served is not None:
             parts.append(served)
+        if signature is not None and signature.failed:
+            parts.append(signature.sentence())
         sentence = (f"{'; '.join(parts)} since {identity.id[:12]} was pinned; "
                     "re-measure before comparing results across this change")
     return VerifyReport(identity.id, observed_id, verdict, checks, sentence, observer, identity.observer,
@@ -150,6 +165,16 @@ def component_changes(name: str, pinned: dict[str, Any], observed: dict[str, Any
         changes += [dict(c, field=f"declared.{c['field']}")
                     for c in field_changes(pinned.get("declared") or {}, now_declared)]
     return changes
+
+
+def _signature_check(artifact_observed: dict[str, Any]) -> Any:
+    """model-signing's verdict on the artifact's bundle (None when it ships none and no key is declared)."""
+    observed = artifact_observed.get("signature")
+    if not isinstance(observed, dict) or not artifact_observed.get("path"):
+        return None
+    from execsys.observe.model_signature import check_signature
+
+    return check_signature(Path(str(artifact_observed["path"])), observed)
 
 
 def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
