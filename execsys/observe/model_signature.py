@@ -110,22 +110,21 @@ def read_bundle(path: Path) -> dict[str, Any]:
     if not isinstance(statement, dict):
         raise InputError(f"{shown}: its DSSE payload is not an in-toto Statement")
     predicate_type = statement.get("predicateType")
-    predicate = statement.get("predicate") if isinstance(statement.get("predicate"), dict) else {}
-    raw_subjects = statement.get("subject") if isinstance(statement.get("subject"), list) else []
+    predicate = _table(statement, "predicate")
+    raw_subjects = _items(statement, "subject")
     if predicate_type == PREDICATE_TYPE:
-        resources = predicate.get("resources") if isinstance(predicate.get("resources"), list) else []
         subjects = [{"name": str(r.get("name")), "digest": {str(r.get("algorithm")): str(r.get("digest"))}}
-                    for r in resources if isinstance(r, dict)]
-        model = raw_subjects[0] if raw_subjects and isinstance(raw_subjects[0], dict) else {}
+                    for r in _items(predicate, "resources") if isinstance(r, dict)]
+        model: dict[str, Any] = raw_subjects[0] if raw_subjects and isinstance(raw_subjects[0], dict) else {}
         model_name, root = model.get("name"), model.get("digest")
-        serialization = predicate.get("serialization") if isinstance(predicate.get("serialization"), dict) else {}
+        serialization = _table(predicate, "serialization")
     elif predicate_type == PREDICATE_TYPE_COMPAT:
-        subjects = [{"name": str(s.get("name")), "digest": dict(s.get("digest") or {})}
+        subjects = [{"name": str(s.get("name")), "digest": {str(k): str(v) for k, v in _table(s, "digest").items()}}
                     for s in raw_subjects if isinstance(s, dict)]
         model_name, root, serialization = None, None, {"method": "files", "hash_type": "sha256"}
     else:
         raise InputError(f"{shown}: predicate type {predicate_type!r} is not model-signing's ({PREDICATE_TYPE})")
-    material = bundle.get("verificationMaterial") if isinstance(bundle.get("verificationMaterial"), dict) else {}
+    material = _table(bundle, "verificationMaterial")
     method, signer = _signer(material)
     return {
         "media_type": bundle.get("mediaType"),
@@ -140,6 +139,16 @@ def read_bundle(path: Path) -> dict[str, Any]:
         "files": len(subjects),
         "subjects": sorted(subjects, key=lambda s: s["name"]),
     }
+
+
+def _table(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _items(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
 
 
 def _signer(material: dict[str, Any]) -> tuple[str, dict[str, Any]]:
