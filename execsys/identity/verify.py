@@ -91,11 +91,14 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
     declared = {name: identity.declared(name) for name in COMPONENTS}
     reasons: dict[str, str] = {}
     checked: dict[str, Any] = {}
+    # model-signing re-reads every file of a signed artifact (SHA-256) while the artifact is re-hashed
+    # (BLAKE3) for the id: side by side, verify takes the longer of the two, not their sum
+    signature_check = _SignatureCheckInBackground.start(declared["artifact"], base)
     fresh = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=False,
                          exclude=exclude, reasons=reasons, live=checked)
     fresh["runtime"].pop("engine_live", None)
     served = _served_defect(fresh["runtime"])
-    signature = _signature_check(fresh["artifact"]) if "artifact" not in reasons else None
+    signature = signature_check.result() if signature_check is not None and "artifact" not in reasons else None
 
     checks: dict[str, ComponentCheck] = {}
     for name in COMPONENTS:
@@ -167,14 +170,43 @@ def component_changes(name: str, pinned: dict[str, Any], observed: dict[str, Any
     return changes
 
 
-def _signature_check(artifact_observed: dict[str, Any]) -> Any:
-    """model-signing's verdict on the artifact's bundle (None when it ships none and no key is declared)."""
-    observed = artifact_observed.get("signature")
-    if not isinstance(observed, dict) or not artifact_observed.get("path"):
-        return None
-    from execsys.observe.model_signature import check_signature
+class _SignatureCheckInBackground:
+    """model-signing's verdict on the artifact's bundle, computed on a daemon thread (a cancelled verify
+    never waits for it: model-signing's hashing cannot be interrupted)."""
 
-    return check_signature(Path(str(artifact_observed["path"])), observed)
+    def __init__(self, artifact: Path, observed: dict[str, Any]) -> None:
+        import threading
+
+        self._answer: list[Any] = []
+        self._thread = threading.Thread(target=self._check, args=(artifact, observed), daemon=True,
+                                        name="execsys-model-signing")
+        self._thread.start()
+
+    @classmethod
+    def start(cls, declared_artifact: dict[str, Any], base: Path) -> _SignatureCheckInBackground | None:
+        """None when the artifact ships no model.sig and no signature_key is declared (nothing to check)."""
+        if not declared_artifact.get("path"):
+            return None
+        from execsys.observe.artifact import resolve
+        from execsys.observe.model_signature import observe_signature
+
+        artifact = resolve(str(declared_artifact["path"]), base)
+        observed = observe_signature(artifact, declared_artifact, base)
+        return cls(artifact, observed) if observed is not None else None
+
+    def _check(self, artifact: Path, observed: dict[str, Any]) -> None:
+        from execsys.observe.model_signature import NOT_VERIFIED, SignatureCheck, check_signature
+
+        try:
+            self._answer.append(check_signature(artifact, observed))
+        except Exception as exc:  # noqa: BLE001 - a crash in the check is its answer, never verify's
+            self._answer.append(SignatureCheck(NOT_VERIFIED, str(observed.get("signed_by") or "?"),
+                                               int(observed.get("files") or 0),
+                                               f"the check failed ({type(exc).__name__}: {exc})", checkable=False))
+
+    def result(self) -> Any:
+        self._thread.join()
+        return self._answer[0]
 
 
 def _served_defect(runtime_observed: dict[str, Any]) -> str | None:
