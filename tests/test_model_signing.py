@@ -278,3 +278,36 @@ def test_the_bundles_digests_are_model_signings_own(tmp_path):
               for rd in manifest.resource_descriptors()]
     assert read_bundle(model / "model.sig")["subjects"] == theirs
     assert os.path.basename(manifest.model_name) == "model"
+
+
+def test_a_sigstore_keyless_bundle_is_recorded_with_its_identity_and_never_verified_offline(tmp_path, ledger_path):
+    """A keyless bundle carries a short-lived Fulcio certificate naming the signer's identity and OIDC
+    issuer: pin records both; checking it needs Sigstore's transparency log, so verify says it could not."""
+    import base64
+
+    project, model = _project(tmp_path)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    issuer_der = b"\x0c\x1bhttps://accounts.example.com"  # a DER UTF8String, as Fulcio writes 1.3.6.1.4.1.57264.1.8
+    fulcio = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sigstore-intermediate")]))
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now).not_valid_after(now + datetime.timedelta(minutes=10))
+        .add_extension(x509.SubjectAlternativeName([x509.RFC822Name("publisher@example.com")]), critical=True)
+        .add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8"), issuer_der),
+                       critical=False)
+        .sign(key, hashes.SHA256()))
+    bundle = json.loads((model / "model.sig").read_text())
+    bundle["verificationMaterial"] = {"certificate": {"rawBytes": base64.b64encode(
+        fulcio.public_bytes(serialization.Encoding.DER)).decode()}, "tlogEntries": []}
+    (model / "model.sig").write_text(json.dumps(bundle))
+
+    signature = _pin(project)["components"]["artifact"]["observed"]["signature"]
+    assert signature["method"] == "sigstore"
+    assert signature["signer"]["identity"] == "publisher@example.com"
+    assert signature["signer"]["oidc_issuer"] == "https://accounts.example.com"
+    assert signature["signed_by"] == "sigstore identity publisher@example.com (issuer https://accounts.example.com)"
+    code, report = _verify(project)
+    assert code == 1
+    check = report["components"]["artifact"]
+    assert check["status"] == "unverifiable" and "Sigstore's keyless flow" in check["reason"]
