@@ -2,7 +2,8 @@
 
 - ``reference/cli.md``: every ``--help``, from the argparse parsers (``docs/gen_cli.py``);
 - ``QUICKSTART.md`` and ``examples/``: the repository's own files, so the quickstart the test suite
-  executes is the one the site shows (its link to the README points at the site's front page);
+  executes is the one the site shows (its links to the README and into ``docs/`` point at the
+  site's own pages);
 - ``screenshots/``: the TUI's SVGs, which the TUI page shows.
 """
 
@@ -23,7 +24,7 @@ import gen_cli  # noqa: E402  (beside this file, not an installed module)
 def _repository_file(config, path: Path) -> File:
     relative = path.relative_to(ROOT).as_posix()
     if path.suffix == ".md":
-        text = path.read_text(encoding="utf-8").replace("](README.md)", "](index.md)")
+        text = path.read_text(encoding="utf-8").replace("](README.md)", "](index.md)").replace("](docs/", "](")
         return File.generated(config, relative, content=text)
     return File.generated(config, relative, abs_src_path=str(path))
 

@@ -8,15 +8,13 @@ because this module is shipped to remote hosts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import struct
-import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
+
+from execsys import proc
 
 _READ_CHUNK = 1 << 20
 
@@ -480,71 +478,12 @@ def bounded_run(argv: list[str], timeout: float, *, keep: int = 8192, max_output
     """Run ``argv`` with stdin closed (or fed ``input``), at most ``timeout`` seconds and ``max_output`` bytes.
 
     The whole process group is killed on timeout or flood, so neither a hanging child nor
-    a grandchild holding the pipe can keep the doctor waiting.
+    a grandchild holding the pipe can keep the doctor waiting: :func:`execsys.proc.run`, with
+    stdout and stderr as one stream, the first ``keep`` bytes kept, and one second's grace for
+    a pipe held after the program exits.
     """
-    inv = Invocation(list(argv), timeout_s=timeout)
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    except OSError as exc:
-        inv.error = exc.strerror or str(exc)
-        inv.duration_s = time.monotonic() - start
-        return inv
-    kept = bytearray()
-    total = [0]
-    flooded = threading.Event()
-
-    def _kill() -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-
-    def _reader() -> None:
-        assert proc.stdout is not None
-        while True:
-            read1 = getattr(proc.stdout, "read1", None)
-            chunk = read1(65536) if read1 is not None else proc.stdout.read(65536)
-            if not chunk:
-                return
-            if len(kept) < keep:
-                kept.extend(chunk[: keep - len(kept)])
-            total[0] += len(chunk)
-            if total[0] > max_output:
-                flooded.set()
-                _kill()
-                return
-
-    reader = threading.Thread(target=_reader, daemon=True)
-    reader.start()
-    if input is not None and proc.stdin is not None:
-        stdin = proc.stdin
-
-        def _writer() -> None:
-            try:
-                stdin.write(input)
-                stdin.close()
-            except OSError:
-                pass
-        threading.Thread(target=_writer, daemon=True).start()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        inv.timed_out = True
-        _kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2)
-    reader.join(timeout=1)
-    if reader.is_alive():
-        # The program exited, but its pipe is still open (a grandchild holds it) or the reader has
-        # not been scheduled yet on a loaded host. Killing the group closes the pipe; what is in it
-        # stays readable, so nothing the program printed is lost to a slow reader.
-        _kill()
-        reader.join(timeout=5)
-    inv.flooded = flooded.is_set()
-    inv.returncode = None if (inv.timed_out or inv.flooded) else proc.returncode
-    inv.output = bytes(kept).decode("utf-8", "replace")
-    inv.duration_s = time.monotonic() - start
-    return inv
+    result = proc.run(argv, timeout=timeout, input=input, env=env, max_output=keep, merge_stderr=True,
+                      read_limit=max_output, linger_s=1.0)
+    return Invocation(list(argv), returncode=result.returncode, output=result.text(),
+                      timed_out=result.timed_out, flooded=result.flooded, error=result.error,
+                      duration_s=result.duration_s, timeout_s=timeout)

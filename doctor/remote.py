@@ -47,6 +47,7 @@ BUNDLED = {
     "execsys.redact": False,
     "execsys.operation": False,
     "execsys.errors": False, "execsys.fsutil": False,  # bounded reads of env files (fsutil.read_bounded)
+    "execsys.proc": False,  # files.bounded_run is the one process runner
     "execsys.doctor": True,
     "execsys.doctor.model": False,
     "execsys.doctor.files": False,

@@ -3,7 +3,7 @@
 A probe measures whatever answers its requests. An engine restarted into other flags after the lock
 was pinned still answers, and without a look at it the probe's m/n would count for the pinned
 identity -- a measurement of another system. So every pass observes the runtime the way ``execsys
-run``'s watch does (:class:`execsys.observe.serving.ServingObserver`: models, version,
+run``'s watch does (:class:`execsys.identity.serving.ServingObserver`: models, version,
 the serving process's pid, start time, argv and numerics environment) before its first request and
 after its last, and compares that with the lock's pinned runtime. The answering model and the
 ``system_fingerprint`` are not asked with a completion of its own (one more request between the
@@ -50,7 +50,7 @@ def step_key(pass_index: int, at: str) -> str:
 
 def pinned_facts(pinned_runtime: dict[str, Any] | None) -> dict[str, Any]:
     """The lock's observed runtime, flattened as an observation is (no pid: a lock never holds one)."""
-    from execsys.observe.serving import flatten
+    from execsys.identity.serving import flatten
 
     return flatten(pinned_runtime or {}, {}) if pinned_runtime else {}
 
@@ -132,7 +132,7 @@ class SystemObserver:
 
     def __init__(self, *, pinned_runtime: dict[str, Any] | None, pinned_declared: dict[str, Any] | None,
                  lock_id: str | None) -> None:
-        from execsys.observe.serving import ServingObserver
+        from execsys.identity.serving import ServingObserver
 
         self.lock_id = lock_id
         self.pinned = pinned_facts(pinned_runtime) if lock_pins_a_runtime(pinned_declared) else {}
@@ -142,7 +142,7 @@ class SystemObserver:
     def observe(self, target: int, declared_runtime: dict[str, Any], label: str, at: str) -> dict[str, Any]:
         """One observation of ``target``'s runtime, judged: ``{"pass", "at", "time", "observed", "verdict",
         "differences", "unobserved", "reason"}``."""
-        from execsys.observe.serving import ServingObserver
+        from execsys.identity.serving import ServingObserver
 
         entry: dict[str, Any] = {"pass": label, "at": at, "time": now_iso(), "observed": {}, "differences": [],
                                  "unobserved": [], "reason": None}

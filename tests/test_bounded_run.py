@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from execsys.doctor import files
+
+from execsys import proc
 
 
 def _gone(pid: int) -> bool:
@@ -85,3 +88,60 @@ def test_a_program_that_cannot_start_is_one_line(tmp_path):
     inv = files.bounded_run([str(missing), "--version"], timeout=5)
     assert inv.error and not inv.ok
     assert inv.describe() == f"{missing} --version: could not run ({os.strerror(2)})"
+
+
+# ``execsys.proc.run`` is the runner under ``bounded_run`` and every other program execsys starts (git,
+# ssh, restart scripts, a harness command as a probe target): what it keeps is capped, and so is what
+# it holds while reading, so a program that prints hundreds of megabytes costs a page of memory.
+
+_PEAK_OF_A_FLOOD = """
+import resource, sys
+from execsys import proc
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = proc.run(["sh", "-c", "head -c 300000000 /dev/zero; echo tail >&2"], timeout=120, max_output=1024)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(result.returncode, len(result.stdout), result.truncated, result.stderr.decode().strip(), (after - before) // 1024)
+"""
+
+
+def test_a_program_printing_300_mb_costs_the_caller_no_more_than_what_it_keeps():
+    done = subprocess.run([sys.executable, "-c", _PEAK_OF_A_FLOOD], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    code, kept, truncated, stderr, grew_mib = done.stdout.split()
+    assert (code, kept, truncated, stderr) == ("0", "1024", "True", "tail")
+    # the previous runner read all 300 MB before slicing: its peak grew by about 588 MiB
+    assert int(grew_mib) < 64, f"peak memory grew by {grew_mib} MiB while reading a flood it keeps 1 KiB of"
+
+
+def test_the_runner_s_read_limit_kills_the_flood_and_says_so():
+    start = time.monotonic()
+    result = proc.run(["sh", "-c", "yes flood"], timeout=30, max_output=100, read_limit=1 << 20)
+    assert result.flooded and result.returncode is None and not result.ok
+    assert result.stdout == b"flood\n" * 16 + b"floo"
+    assert time.monotonic() - start < 25
+
+
+def test_the_runner_keeps_both_streams_apart_or_as_one():
+    script = "echo out; echo err >&2; exit 3"
+    apart = proc.run(["sh", "-c", script], timeout=10)
+    assert (apart.returncode, apart.stdout, apart.stderr) == (3, b"out\n", b"err\n")
+    merged = proc.run(["sh", "-c", script], timeout=10, merge_stderr=True)
+    assert (merged.returncode, sorted(merged.stdout.splitlines()), merged.stderr) == (3, [b"err", b"out"], b"")
+
+
+def test_the_runner_waits_for_a_held_pipe_up_to_its_timeout_unless_told_to_linger_less():
+    """A restart script that leaves a server holding its pipe: by default the runner waits (as
+    communicate() did) and calls it a timeout; with a linger it kills the holder and keeps the output."""
+    script = "sleep 30 & echo started"
+    start = time.monotonic()
+    waited = proc.run(["sh", "-c", script], timeout=2)
+    assert waited.timed_out and waited.stdout == b"started\n" and time.monotonic() - start < 10
+    lingered = proc.run(["sh", "-c", script], timeout=20, linger_s=0.5)
+    assert lingered.returncode == 0 and not lingered.timed_out and lingered.stdout == b"started\n"
+
+
+def test_the_runner_feeds_stdin_and_survives_a_child_that_does_not_read_it():
+    fed = proc.run(["cat"], timeout=10, input=b"x" * 200000)
+    assert fed.returncode == 0 and fed.stdout == b"x" * 200000
+    ignored = proc.run(["true"], timeout=10, input=b"x" * (1 << 20))
+    assert ignored.returncode == 0

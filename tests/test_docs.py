@@ -62,6 +62,28 @@ def _keypair(where: Path) -> tuple[Path, Path]:
     return private, public
 
 
+def _signed_model_project(project: Path) -> Path:
+    """A declaration whose artifact directory holds an OpenSSF model-signing bundle (model.sig), signed
+    with an EC key by model-signing itself, and whose [artifact] signature_key names the public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from model_signing import hashing, signing
+
+    model = project / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}\n')
+    (model / "weights.bin").write_bytes(bytes(range(256)))
+    key = ec.generate_private_key(ec.SECP256R1())
+    (project / "signer.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption()))
+    (project / "signer.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
+    signing.Config().use_elliptic_key_signer(private_key=project / "signer.pem").set_hashing_config(
+        hashing.Config().set_ignored_paths(paths=["model.sig"])).sign(model, model / "model.sig")
+    (project / "execsys.toml").write_text('[artifact]\npath = "model"\nsignature_key = "signer.pub"\n')
+    return project
+
+
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """schema file name -> the real outputs that must validate against it."""
@@ -112,6 +134,13 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     record("attach-1", "attach", "later.txt")
     record("receipt-verify", "receipt", "verify", "res/scores.json.execsys.intoto.json", "--key", str(public))
     record("shards-1", "shards", runs[1]["id"], runs[2]["id"])
+    record("shards-1", "shards", "s0/scores.json.execsys.intoto.json", "s1/scores.json.execsys.intoto.json")
+
+    signed = _signed_model_project(base / "signed")  # a model shipping a model-signing bundle, and its key
+    record("identity-2", "pin", cwd=signed)
+    record("verify-1", "verify", cwd=signed)
+    (signed / "model" / "weights.bin").write_bytes(b"edited")
+    record("verify-1", "verify", codes=(1,), cwd=signed)
 
     (base / "doctor.json").write_text(json.dumps(found["doctor-1"][0]))
     (base / "pin.json").write_text(json.dumps(found["identity-2"][0]))

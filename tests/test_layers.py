@@ -38,3 +38,15 @@ def test_every_module_is_an_engine_or_a_face() -> None:
 def test_the_engines_may_not_reach_the_faces_or_rendering_libraries() -> None:
     forbidden = set(_contracts()["engines-below-faces"]["forbidden_modules"])
     assert {"execsys.commands", "execsys.tui", "textual", "rich"} <= forbidden
+
+
+def test_every_engine_module_has_one_place_in_the_engine_layers() -> None:
+    """A new engine module must be placed in operations > doctor/probes > identity > observe > foundation,
+    or the layers contract cannot see it reach upwards."""
+    contract = _contracts()["engine-layers"]
+    placed = [f"execsys.{name.strip()}" for layer in contract["layers"]
+              for name in layer.replace("|", ":").split(":")]
+    assert len(placed) == len(set(placed)), "a module is in two layers"
+    engines = set(_contracts()["engines-below-faces"]["source_modules"])
+    assert set(placed) == engines, (f"not layered: {sorted(engines - set(placed))}; "
+                                    f"not an engine: {sorted(set(placed) - engines)}")

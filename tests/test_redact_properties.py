@@ -1,4 +1,4 @@
-"""Redaction by property: a generated secret, given the way the README's "Secrets are never recorded or
+"""Redaction by property: a generated secret, given the way docs/concepts/safety.md's "Secrets are never recorded or
 printed" paragraph and execsys/redact.py's rule say secrets are given -- a secret-named flag
 (``--x VALUE``, ``--x=VALUE``), a secret-named variable (``NAME=VALUE``), a URL's userinfo or
 secret-named query parameter, or a well-known key shape (``sk-``, ``ghp_``/``github_pat_``, ``hf_``,

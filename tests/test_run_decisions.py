@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from execsys.harnesses import lm_eval, other, registry
+from execsys.identity.serving import flatten as _flatten
 from execsys.ledger import Ledger
-from execsys.observe.serving import flatten as _flatten
 from execsys.run.gate import GateOutcome, run_gate
 from execsys.run.record import VERDICTS, RunRecord, sidecar_path
 from execsys.run.results import ResultFinder

@@ -42,7 +42,7 @@ def test_a_rate_of_zero_has_a_lower_bound_of_exactly_zero_at_every_n() -> None:
 
 
 @pytest.mark.parametrize(("expect", "width", "n"), [
-    (0.95, 0.10, 83),    # the README's `probe size --expect 0.95 --width 0.10`
+    (0.95, 0.10, 83),    # docs/concepts/licences.md's `probe size --expect 0.95 --width 0.10`
     (0.5, 0.2, 93),
     (0.8, 0.15, 108),
     (1.0, 0.1, 35),      # `--until-width` starts from expect 1.0

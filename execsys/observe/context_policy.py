@@ -32,10 +32,10 @@ def _template_text(value: Any) -> str | None:
 def _from_props(endpoint: str, api_key: str | None) -> str | None:
     import httpx
 
-    from execsys.observe.http import observation_client
-    from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
+    from execsys.observe.http import Unanswered, fetch_bounded, observation_client
+    from execsys.observe.vocabulary import api_and_root
 
-    _api, root = _api_and_root(endpoint)
+    _api, root = api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         # the same overall deadline and size cap as every observation request: a trickling /props never hangs pin

@@ -73,7 +73,7 @@ def _user() -> str | None:
 def observe_observer() -> dict[str, Any]:
     """Who and what pinned: recorded beside the identity, never part of its id."""
     from execsys import __version__
-    from execsys.observe.runtime import numerics_env
+    from execsys.observe.vocabulary import numerics_env
 
     size = shutil.get_terminal_size(fallback=(0, 0))
     return {
@@ -166,7 +166,8 @@ def variables_source(declared_runtime: dict[str, Any] | None) -> VariablesSource
     and its environment; execsys's own environment, said so, when there is none here or it is unreadable."""
     import psutil
 
-    from execsys.observe.runtime import REMOTE_PROCESS_NOTE, find_serving_process
+    from execsys.observe.runtime import find_serving_process
+    from execsys.observe.vocabulary import REMOTE_PROCESS_NOTE
 
     runtime = declared_runtime or {}
     proc = find_serving_process(runtime.get("endpoint"), runtime.get("process"))

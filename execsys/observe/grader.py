@@ -128,9 +128,9 @@ def judge_completion(endpoint: str, model: str | None, *, api_key: str | None, s
     import httpx
 
     from execsys.observe.http import observation_client
-    from execsys.observe.runtime import _api_and_root
+    from execsys.observe.vocabulary import api_and_root
 
-    api, _root = _api_and_root(endpoint)
+    api, _root = api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0}
     if seed is not None:

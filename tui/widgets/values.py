@@ -219,7 +219,7 @@ def _same(component: str, key: str, wanted: Any, observed_text: str, base_dir: A
         base = Path(base_dir) if base_dir is not None else None
         return os.path.realpath(resolve(wanted, base)) == os.path.realpath(resolve(observed_text, base))
     if (component, key) == ("runtime", "engine") and isinstance(wanted, str):
-        from execsys.observe.runtime import canonical_engine  # `llamacpp` and `llama.cpp` are one engine
+        from execsys.observe.vocabulary import canonical_engine  # `llamacpp` and `llama.cpp` are one engine
 
         return canonical_engine(wanted) == canonical_engine(observed_text)
     return to_field(wanted) == observed_text

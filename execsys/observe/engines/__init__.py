@@ -95,7 +95,7 @@ class EngineClient:
         request (an overall deadline per answer, not only per read) does the reading."""
         import httpx
 
-        from execsys.observe.runtime import Unanswered, fetch_bounded
+        from execsys.observe.http import Unanswered, fetch_bounded
 
         where = path.split("?", 1)[0]  # recorded by endpoint, without its query
         try:
@@ -197,7 +197,7 @@ def introspect(engine: str | None, root: str, *, process: dict[str, Any] | None 
     """The declared engine's own account of itself at ``root`` (scheme://host:port), or None for an
     engine without a module here. ``system_fingerprint`` (from a response the runtime observation
     already asked for) is read by an engine module that knows how its engine spells it."""
-    from execsys.observe.runtime import canonical_engine
+    from execsys.observe.vocabulary import canonical_engine
 
     module = _registry().get(canonical_engine(engine) or "")
     if module is None:
