@@ -15,7 +15,7 @@ the margins at the flips and the record. Client CPU (user+sys of each client pro
 compared the same way: on a shared 2-core machine it is what the wall ratio pays.
 
 Run: python benchmarks/bench_probe_overhead.py [--engine llama|vllm] [--cases 200] [--runs 3]
-     [--max-tokens 32] [--logprobs 5]
+     [--max-tokens 32] [--logprobs 5] [--endpoint URL] [--execsys PATH]
 """
 
 from __future__ import annotations
@@ -48,8 +48,12 @@ with httpx.Client(timeout=120) as client:
 
 
 @contextlib.contextmanager
-def serving(engine: str, work: Path) -> Iterator[tuple[str, str]]:
-    """(base URL, what it is) of a real server for ``engine``, made and started by the test fixtures."""
+def serving(engine: str, work: Path, endpoint: str | None = None) -> Iterator[tuple[str, str]]:
+    """(base URL, what it is) of a real server for ``engine``, made and started by the test fixtures
+    (``endpoint``: one already running, for repeated runs without paying vLLM's start-up again)."""
+    if endpoint:
+        yield endpoint.rstrip("/"), f"{engine} already running at {endpoint}"
+        return
     if engine == "llama":
         from tests.fixtures.llama import make_tiny_gguf, start_llama_server
 
@@ -76,6 +80,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--logprobs", type=int, default=5, help="top-K logprobs both sides ask for (0: none)")
+    parser.add_argument("--endpoint", help="a running server of --engine serving model 'tiny' (.../v1) instead of "
+                                           "starting one")
+    parser.add_argument("--execsys", help="the execsys executable to measure (default: the one beside this python)")
     args = parser.parse_args()
     if args.cases < 1 or args.runs < 1 or args.max_tokens < 1 or args.logprobs < 0:
         parser.error("--cases, --runs and --max-tokens take a positive number, --logprobs zero or more")
@@ -98,9 +105,9 @@ def main() -> int:
     (work / "bodies.json").write_text(json.dumps(bodies))
     (work / "bare.py").write_text(BARE_LOOP)
 
-    with serving(args.engine, work) as (base_url, served):
+    with serving(args.engine, work, args.endpoint) as (base_url, served):
         load_before = os.getloadavg()
-        probe_argv = [*execsys_argv(), "probe", "session", "--endpoint", base_url, "--cases", str(cases_path),
+        probe_argv = [*([args.execsys] if args.execsys else execsys_argv()), "probe", "session", "--endpoint", base_url, "--cases", str(cases_path),
                       "--json", "--logprobs", str(args.logprobs)]
         bare_argv = [sys.executable, str(work / "bare.py"), base_url, str(work / "bodies.json")]
         probe_times, bare_times, probe_cpu, bare_cpu = [], [], [], []
