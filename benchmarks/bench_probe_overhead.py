@@ -16,6 +16,7 @@ compared the same way: on a shared 2-core machine it is what the wall ratio pays
 
 Run: python benchmarks/bench_probe_overhead.py [--engine llama|vllm] [--cases 200] [--runs 3]
      [--max-tokens 32] [--logprobs 5] [--endpoint URL] [--execsys PATH]
+     [--baseline-execsys PATH]
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def main() -> int:
     parser.add_argument("--endpoint", help="a running server of --engine serving model 'tiny' (.../v1) instead of "
                                            "starting one")
     parser.add_argument("--execsys", help="the execsys executable to measure (default: the one beside this python)")
+    parser.add_argument("--baseline-execsys", help="another execsys (a checkout before a change) measured in the "
+                                                   "same alternation, for a before/after in one run")
     args = parser.parse_args()
     if args.cases < 1 or args.runs < 1 or args.max_tokens < 1 or args.logprobs < 0:
         parser.error("--cases, --runs and --max-tokens take a positive number, --logprobs zero or more")
@@ -107,27 +110,36 @@ def main() -> int:
 
     with serving(args.engine, work, args.endpoint) as (base_url, served):
         load_before = os.getloadavg()
-        probe_argv = [*([args.execsys] if args.execsys else execsys_argv()), "probe", "session", "--endpoint", base_url, "--cases", str(cases_path),
-                      "--json", "--logprobs", str(args.logprobs)]
-        bare_argv = [sys.executable, str(work / "bare.py"), base_url, str(work / "bodies.json")]
-        probe_times, bare_times, probe_cpu, bare_cpu = [], [], [], []
+
+        def probe_argv(executable: list[str]) -> list[str]:
+            return [*executable, "probe", "session", "--endpoint", base_url, "--cases", str(cases_path), "--json",
+                    "--logprobs", str(args.logprobs)]
+
+        sides = {"bare": [sys.executable, str(work / "bare.py"), base_url, str(work / "bodies.json")],
+                 "probe": probe_argv([args.execsys] if args.execsys else execsys_argv())}
+        if args.baseline_execsys:
+            sides["baseline"] = probe_argv([args.baseline_execsys])
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
         for run in range(args.runs):
-            env = dict(os.environ, EXECSYS_LEDGER=str(work / f"ledger-{run}.sqlite3"))
-            for argv, times, cpu in ((bare_argv, bare_times, bare_cpu), (probe_argv, probe_times, probe_cpu)):
+            for name, argv in sides.items():
+                env = dict(os.environ, EXECSYS_LEDGER=str(work / f"ledger-{name}-{run}.sqlite3"))
                 out_path = work / "out.json"
                 start = time.perf_counter()
                 with out_path.open("wb") as out, (work / "err.txt").open("wb") as err:
                     proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
                     _pid, status, usage = os.wait4(proc.pid, 0)
-                times.append(time.perf_counter() - start)
-                cpu.append(usage.ru_utime + usage.ru_stime)
+                times[name].append(time.perf_counter() - start)
+                cpu[name].append(usage.ru_utime + usage.ru_stime)
                 if os.waitstatus_to_exitcode(status) not in (0, 1):
                     raise SystemExit(f"{argv[:4]} failed ({os.waitstatus_to_exitcode(status)}): "
                                      f"{(work / 'err.txt').read_text()[-2000:]}")
-            record = json.loads(out_path.read_text())
-            assert record["n"] == args.cases, record["n"]
+                if name != "bare":
+                    record = json.loads(out_path.read_text())
+                    assert record["n"] == args.cases, record["n"]
 
     load_after = os.getloadavg()
+    bare_times, probe_times, bare_cpu, probe_cpu = times["bare"], times["probe"], cpu["bare"], cpu["probe"]
     bare, probe = min(bare_times), min(probe_times)
     requests = len(bodies)
     print(f"server: {served}")
@@ -139,6 +151,9 @@ def main() -> int:
               widths=widths))
     print(row("execsys probe session", f"{probe:.2f}", f"{requests / probe:.0f}", f"{min(probe_cpu):.2f}",
               widths=widths))
+    if "baseline" in times:
+        print(row("baseline execsys probe session", f"{min(times['baseline']):.2f}",
+                  f"{requests / min(times['baseline']):.0f}", f"{min(cpu['baseline']):.2f}", widths=widths))
     ratio = probe / bare
     print(f"ratio execsys/bare = {ratio:.3f}x (target <= {target:.2f}x): {'met' if ratio <= target else 'NOT met'}")
     paired = sorted(p / b for p, b in zip(probe_times, bare_times, strict=True))
@@ -148,9 +163,17 @@ def main() -> int:
     print(f"client CPU (user+sys of the client process alone): probe {min(probe_cpu):.2f}s vs bare "
           f"{min(bare_cpu):.2f}s; paired CPU ratios median {cpu_paired[len(cpu_paired) // 2]:.2f}x, "
           f"range {cpu_paired[0]:.2f}-{cpu_paired[-1]:.2f}x")
+    if "baseline" in times:
+        base_ratio = min(times["baseline"]) / bare
+        against = sorted(p / b for p, b in zip(probe_times, times["baseline"], strict=True))
+        cpu_against = sorted(p / b for p, b in zip(probe_cpu, cpu["baseline"], strict=True))
+        print(f"baseline/bare = {base_ratio:.3f}x; this execsys vs the baseline run just after it: wall median "
+              f"{against[len(against) // 2]:.3f}x (range {against[0]:.3f}-{against[-1]:.3f}), client CPU median "
+              f"{cpu_against[len(cpu_against) // 2]:.2f}x (range {cpu_against[0]:.2f}-{cpu_against[-1]:.2f})")
     print("load average (1, 5, 15 min) before {:.2f} {:.2f} {:.2f}, after {:.2f} {:.2f} {:.2f}".format(
         *load_before, *load_after))
-    print(f"all runs: bare {[round(t, 2) for t in bare_times]}, probe {[round(t, 2) for t in probe_times]}")
+    print("all runs: " + ", ".join(f"{name} {[round(t, 2) for t in values]}" for name, values in times.items()))
+    print("all client CPU: " + ", ".join(f"{name} {[round(t, 2) for t in values]}" for name, values in cpu.items()))
     return 0
 
 
