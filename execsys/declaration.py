@@ -38,7 +38,10 @@ STR, INT, FLOAT, BOOL, LIST, TABLE = str, int, (int, float), bool, list, dict
 # Known keys and their types; every component also takes a free-text ``notes``.
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {"name": STR, "revision": STR, "source": STR, "family": STR},
-    "artifact": {"path": STR, "quantization": STR, "adapter": STR, "format": STR, "digest": STR},
+    # signature_key: the public key or certificate chain (PEM) that checks the artifact's model-signing
+    # bundle, model.sig (execsys.observe.model_signature)
+    "artifact": {"path": STR, "quantization": STR, "adapter": STR, "format": STR, "digest": STR,
+                 "signature_key": STR},
     "runtime": {
         "engine": STR, "version": STR, "endpoint": STR, "restart": STR, "ready": STR,
         "ready_timeout": FLOAT, "env_file": STR, "api_key_env": STR, "process": STR, "flags": LIST,

@@ -217,6 +217,42 @@ class ExplainReport:
         }
 
 
+def report_lines(report: ExplainReport) -> list[tuple[str, str]]:
+    """The report as the faces show it, one ``(kind, plain text)`` per line, in order: ``moved``, ``flips``,
+    one ``noise`` per separating axis, ``margins``, each ``caveat``, the ``verdict`` (``VERDICT: sentence``),
+    the ``rerun`` sentence, one ``plan`` per proposed paired plan. The CLI prints them and the TUI's Scope
+    step draws them: one wording in one place."""
+    lines: list[tuple[str, str]] = []
+    moved = (", ".join(report.moved) or "nothing") if report.moved is not None else f"unknown ({report.moved_reason})"
+    lines.append(("moved", f"moved: {moved}"))
+    flips = report.flips
+    line = f"flips: {flips['flips']} of {flips['n']} paired cases"
+    if flips["scored"]:
+        line += f" ({flips['right_to_wrong']} right\u2192wrong, {flips['wrong_to_right']} wrong\u2192right)"
+    lines.append(("flips", line))
+    for axis in report.axes:
+        entry = report.noise[axis]
+        if entry["status"] == MEASURED:
+            low, high = entry["interval"]
+            lines.append(("noise", f"noise, {axis}: agreement {entry['agreement']:.2f} ({entry['m']}/{entry['n']}) "
+                                   f"predicts {entry['expected_flips']:.1f} flips ({low}\u2013{high})"))
+        else:
+            lines.append(("noise", f"noise, {axis}: {entry['status']}"))
+    if report.margins:
+        margins = report.margins
+        lines.append(("margins", f"margins: {margins['near_ties']} near-tie, {margins['decisive']} decisive, "
+                                 f"{margins['unknown']} without logprobs"))
+    lines.extend(("caveat", f"caveat: {caveat}") for caveat in report.caveats)
+    lines.append(("verdict", f"{report.verdict}: {report.sentence}"))
+    if report.rerun:
+        lines.append(("rerun", str(report.rerun["sentence"])))
+    if report.proposal and report.proposal.get("kind") == "plan":
+        for plan in report.proposal["plans"]:
+            cases = f" (about {plan['cases']} cases)" if plan.get("cases") else ""
+            lines.append(("plan", f"  varies {plan['varies']}: {plan['command']}{cases}"))
+    return lines
+
+
 def run_explain(options: ExplainOptions, on_event: OnEvent | None = None,
                 cancel: threading.Event | None = None) -> ExplainReport:
     """Explain the difference between ``options.a`` and ``options.b`` from the ledger's evidence; with

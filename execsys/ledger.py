@@ -24,10 +24,12 @@ double-counting (the second insert of the same key is ignored).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
 import random
+import re
 import secrets
 import sqlite3
 import time
@@ -306,6 +308,29 @@ class Ledger:
         return _record(row, self.path)
 
     @_guarded
+    def shortest_prefixes(self, ids: list[str]) -> dict[str, str]:
+        """For each of ``ids``, the shortest prefix :meth:`get` resolves to that record alone, for a list
+        narrower than the ids: never cut inside the id's ``<kind>-<time>`` (a readable place to stop), and
+        once into the random part at least 4 characters of it. ``get`` matches a prefix with SQL
+        ``LIKE``, which ignores ASCII case, so uniqueness is judged the same way."""
+        every = sorted(_ascii_lower(row[0]) for row in self._conn.execute("SELECT id FROM records"))
+        out: dict[str, str] = {}
+        for record_id in ids:
+            low = _ascii_lower(record_id)
+            at = bisect.bisect_left(every, low)
+            shared = 0
+            for neighbour in (every[at - 1] if at > 0 else None, every[at + 1] if at + 1 < len(every) else None,
+                              every[at] if at < len(every) and every[at] != low else None):
+                if neighbour is not None:
+                    shared = max(shared, _common_length(low, neighbour))
+            length = shared + 1
+            stamp = _STAMPED.match(record_id)
+            if stamp is not None:
+                length = max(length, stamp.end(1)) if length <= stamp.end(1) else max(length, stamp.end(1) + 5)
+            out[record_id] = record_id[:length] if length < len(record_id) else record_id
+        return out
+
+    @_guarded
     def find(
         self,
         *,
@@ -375,6 +400,24 @@ def _record(row: tuple, path: Path) -> Record:
         raise InputError(f"ledger {path}: record {row[0]} is not an execsys record (its body is not a JSON "
                          "object)")
     return Record(row[0], row[1], row[2], row[3], row[4], row[5], body)
+
+
+_STAMPED = re.compile(r"^(.+-\d{8}T\d{6})-")  # new_id's <kind>-<UTC time>- before its random part
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(text: str) -> str:
+    """As SQLite's LIKE compares: ASCII letters without case, every other character as it is."""
+    return text.translate(_ASCII_LOWER)
+
+
+def _common_length(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _like_prefix(prefix: str) -> str:

@@ -4,8 +4,8 @@ When an evaluation is split into N shards (a Slurm job array, a Kubernetes Index
 run --shard K/N``), the merged score is read as one evaluation, yet nothing else checks that every
 shard ran, nor that every shard ran the same system: one node with another engine build, one task
 under a stale declaration, and the merged number mixes two systems. Each ``execsys run`` records
-the shard it is (:mod:`execsys.run.shard`); given the shards' run records (sidecars, ledger ids, or
-the ledger's runs since a time), this answers:
+the shard it is (:mod:`execsys.run.shard`); given the shards' run records (sidecars, receipts, ledger
+ids, or the ledger's runs since a time), this answers:
 
 - **presence**: k/N shards present, each missing index named. N is the shards' own count (Slurm's
   ``SLURM_ARRAY_TASK_COUNT``, the ``N`` of ``--shard K/N``), or ``--expect N``, which must agree with
@@ -16,7 +16,9 @@ the ledger's runs since a time), this answers:
   Each outlier is named with the components that differ, and the fields within them. A shard whose
   identity the ledger (or its lock) does not hold in full is compared by identity id alone;
 - **verdicts**: every shard whose run was not clean (drifted, failed, interrupted, overridden,
-  refused) is named.
+  refused) is named; and a shard given by its receipt (``<result>.execsys.intoto.json``, whose
+  predicate is the run record) whose subjects no longer match the files on disk is never counted
+  clean (``receipt-mismatch``): its score would be read from bytes the run did not produce.
 
 It answers for one job: runs of several jobs given together are refused (exit 2) unless ``--job``
 picks one. ``exit_code`` is 0 only when every shard is present, clean and of one system; else 1.
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["ShardRun", "ShardsOptions", "ShardsReport", "run"]
 
 SCHEMA = "execsys.shards/1"
+RECEIPT_MISMATCH = "receipt-mismatch"  # a shard whose result files are not the ones its receipt names
 FIELDS_SHOWN = 5  # per differing component, in the one-line outlier; --json has them all
 
 
@@ -107,11 +110,23 @@ class ShardRun:
     labels: dict[str, str] = field(default_factory=dict)  # component -> short value
     fleet_view: dict[str, Any] | None = None  # the fleet components, for field-level differences
     identity_note: str | None = None  # why only the id is known
+    # each receipt given for this run, checked against its result files: {receipt, verified, mismatch, signature}
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def receipt_mismatch(self) -> str | None:
+        """The first receipt's mismatch: a result that is no longer the file the run recorded."""
+        return next((r["mismatch"] for r in self.receipts if r.get("mismatch")), None)
+
+    @property
+    def counted_verdict(self) -> str:
+        """The run's verdict, unless its results no longer match its receipt: then never clean."""
+        return RECEIPT_MISMATCH if self.receipt_mismatch else self.verdict
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "run": self.run_id, "source": self.source, "verdict": self.verdict,
                 "identity": self.identity_id, "system": self.system, "job": self.job, "count": self.count,
-                "shard_source": self.shard_source, "finished_at": self.finished_at}
+                "shard_source": self.shard_source, "finished_at": self.finished_at, "receipts": self.receipts}
 
 
 @dataclass
@@ -143,7 +158,7 @@ class ShardsReport:
         return sum(1 for s in self.shards if s.system == self.modal_system)
 
     def outliers(self) -> list[dict[str, Any]]:
-        from execsys.identity import describe_change, field_changes
+        from execsys.identity import describe_changes, field_changes
 
         modal = next((s for s in self.shards if s.system == self.modal_system), None)
         out = []
@@ -163,12 +178,12 @@ class ShardsReport:
                     entry["components"].append(name)
                     entry["changes"].append({"component": name, "modal": modal.labels.get(name, ""),
                                              "this": shard.labels.get(name, ""),
-                                             "fields": [describe_change(c) for c in fields]})
+                                             "fields": describe_changes(fields, arrow="->")})
             out.append(entry)
         return out
 
     def not_clean(self) -> list[ShardRun]:
-        return [s for s in self.shards if s.verdict != "clean"]
+        return [s for s in self.shards if s.counted_verdict != "clean"]
 
     def reasons(self) -> list[str]:
         """Why this is not one evaluation, one sentence each; empty when it is."""
@@ -186,7 +201,11 @@ class ShardsReport:
             what = ", ".join(outlier["components"]) or outlier.get("note") or "its identity"
             reasons.append(f"shard {outlier['index']} ran another system: {what}")
         for shard in self.not_clean():
-            reasons.append(f"shard {shard.index} is {shard.verdict}")
+            if shard.receipt_mismatch:
+                reasons.append(f"shard {shard.index}'s results are not the files its receipt names: "
+                               f"{shard.receipt_mismatch}")
+            else:
+                reasons.append(f"shard {shard.index} is {shard.verdict}")
         return reasons
 
     @property
@@ -208,9 +227,10 @@ class ShardsReport:
             "identity_agreement": {"k": self.agreeing, "n": n, "system": self.modal_system,
                                    "rule": "fleet components: the facts naming one machine set aside"},
             "outliers": self.outliers(),
-            "verdicts": {s.verdict: sum(1 for x in self.shards if x.verdict == s.verdict) for s in self.shards},
-            "not_clean": [{"index": s.index, "run": s.run_id, "verdict": s.verdict, "detail": s.verdict_detail}
-                          for s in self.not_clean()],
+            "verdicts": {s.counted_verdict: sum(1 for x in self.shards if x.counted_verdict == s.counted_verdict)
+                         for s in self.shards},
+            "not_clean": [{"index": s.index, "run": s.run_id, "verdict": s.counted_verdict,
+                           "detail": s.receipt_mismatch or s.verdict_detail} for s in self.not_clean()],
             "superseded": [s.to_json() for s in self.superseded],
             "out_of_range": [s.to_json() for s in self.out_of_range],
             "counts_disagree": self.counts_disagree,
@@ -231,30 +251,51 @@ def _is_run(body: dict[str, Any] | None) -> bool:
     return isinstance(body, dict) and str(body.get("schema") or "").startswith("execsys.run/")
 
 
-def _given_records(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any], str]]:
-    """(where, run body, when the ledger recorded it) for each run given: a sidecar file, else a ledger record id (or prefix)."""
+def _given_records(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any], str, dict[str, Any] | None]]:
+    """(where, run body, when the ledger recorded it, the receipt's check) for each run given: a sidecar
+    file, a receipt (``<result>.execsys.intoto.json``: its predicate is the run record, and its subjects
+    are checked against the files on disk now), else a ledger record id (or prefix)."""
     from execsys.fsutil import read_json_object
 
-    out = []
+    out: list[tuple[str, dict[str, Any], str, dict[str, Any] | None]] = []
     for ref in options.runs:
         if os.path.exists(ref):
             body = read_json_object(ref, "run sidecar")
+            if isinstance(body, dict) and "payloadType" in body and "payload" in body:
+                out.append(_receipt_record(ref))
+                continue
             if not _is_run(body):
                 raise InputError(f"{ref}: not an execsys run sidecar (a <result>.execsys.json that execsys run "
-                                 "wrote)")
+                                 "wrote) nor its receipt (<result>.execsys.intoto.json)")
             assert body is not None
-            out.append((ref, body, ""))
+            out.append((ref, body, "", None))
             continue
         record = ledger.get(ref)  # InputError naming it when the ledger has no such record
         if record.kind != "run" or not _is_run(record.body):
             raise InputError(f"ledger record {record.id} is a {record.kind} record, not a run")
-        out.append(("ledger", record.body, record.created_at))
+        out.append(("ledger", record.body, record.created_at, None))
     return out
 
 
-def _ledger_runs(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any], str]]:
+def _receipt_record(path: str) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
+    """A receipt as a shard's input: the run record its predicate holds, and whether every subject still
+    matches its file (signatures are reported, not checked: ``execsys receipt verify --key`` does that)."""
+    from execsys.receipt import read_receipt, verify_receipt
+
+    _envelope, statement = read_receipt(path)  # InputError (exit 2) for what is not a receipt
+    predicate = statement.get("predicate")
+    if not _is_run(predicate):
+        raise InputError(f"{path}: a receipt of {str((predicate or {}).get('schema') or 'no run')!r}, not of an "
+                         "execsys run (an attach records no shard's run)")
+    check = verify_receipt(path)
+    assert isinstance(predicate, dict)
+    return path, predicate, "", {"receipt": path, "verified": check.verified, "mismatch": check.mismatch,
+                                 "signature": check.signature, "subjects": len(check.subjects)}
+
+
+def _ledger_runs(options: ShardsOptions, ledger: Any) -> list[tuple[str, dict[str, Any], str, dict[str, Any] | None]]:
     since = options.ledger_since or ""
-    return [("ledger", r.body, r.created_at) for r in ledger.iter(kind="run") if r.created_at >= since
+    return [("ledger", r.body, r.created_at, None) for r in ledger.iter(kind="run") if r.created_at >= since
             and _is_run(r.body) and isinstance(r.body.get("shard"), dict)]
 
 
@@ -322,15 +363,19 @@ def run(options: ShardsOptions) -> ShardsReport:
 
     with Ledger.open(options.ledger_path) as ledger:
         given = _given_records(options, ledger) if options.runs else _ledger_runs(options, ledger)
-        seen: set[str] = set()
+        seen: dict[str, ShardRun] = {}
         runs: list[ShardRun] = []
         locks: dict[str, str | None] = {}
-        for where, body, recorded_at in given:
+        for where, body, recorded_at, receipt in given:
             run_id = str(body.get("id") or "")
-            if run_id and run_id in seen:  # two sidecars of one run (it wrote two results): one shard
+            if run_id and run_id in seen:  # two sidecars or receipts of one run (it wrote two results): one shard
+                if receipt is not None:
+                    seen[run_id].receipts.append(receipt)
                 continue
-            seen.add(run_id)
             shard = _shard_run(where, body, recorded_at)
+            if receipt is not None:
+                shard.receipts.append(receipt)
+            seen[run_id] = shard
             locks[shard.run_id] = _identity_of(body).get("lock")
             runs.append(shard)
         if not runs:

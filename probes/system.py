@@ -24,9 +24,9 @@ so, and the event is unverified rather than assumed.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
+from execsys.delta import brief, value_change
 from execsys.ledger import now_iso
 
 MATCHES, DIFFERS, UNVERIFIED = "matches-lock", "differs", "unverified"
@@ -83,34 +83,15 @@ def compare(pinned: dict[str, Any], observed: dict[str, Any]) -> tuple[list[dict
 
 
 def describe(difference: dict[str, Any]) -> str:
-    """One difference in words: ``runtime argv +--n_batch 7``, ``runtime engine version 0.3.1 -> 0.3.2``."""
+    """One difference in words: ``runtime argv +--n_batch 7``, ``runtime engine version 0.3.1 -> 0.3.2``
+    (:func:`execsys.delta.value_change`: only what moved; ASCII arrows, as records are read anywhere)."""
     key = str(difference["component"])
     label = "runtime " + key.removeprefix("runtime.").replace("process.", "").replace("endpoint.", "") \
         .replace(".", " ").replace("_", " ")
     old, new = difference.get("pinned"), difference.get("observed")
-    if isinstance(old, list) and isinstance(new, list) and key != "runtime.endpoint.models":
-        return f"{label} {list_change(old, new)}"
-    if isinstance(old, dict) and isinstance(new, dict):
-        moved = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        return f"{label} " + ", ".join(f"{k}: {_brief(old.get(k))} -> {_brief(new.get(k))}" for k in moved)
-    return f"{label} {_brief(old)} -> {_brief(new)}"
-
-
-def list_change(old: list[Any], new: list[Any]) -> str:
-    """``+--n_batch 7 -x``: the runs inserted and removed between two lists, in order."""
-    a, b = [str(x) for x in old], [str(x) for x in new]
-    parts = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if tag in ("delete", "replace"):
-            parts.append("-" + " ".join(a[i1:i2]))
-        if tag in ("insert", "replace"):
-            parts.append("+" + " ".join(b[j1:j2]))
-    return " ".join(parts) or "reordered"
-
-
-def _brief(value: Any) -> str:
-    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+    if key == "runtime.endpoint.models" and (isinstance(old, list) or isinstance(new, list)):
+        return f"{label} {brief(old)} -> {brief(new)}"  # which models are listed, not an edit of a list
+    return f"{label} {value_change(old, new, arrow='->')}"
 
 
 def sentence(differences: list[dict[str, Any]], *, subject: str = SUBJECT) -> str:

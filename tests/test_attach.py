@@ -76,3 +76,48 @@ def test_attach_over_a_result_execsys_run_recorded_refuses_and_writes_nothing(tm
     other = tmp_path / "other.jsonl"
     other.write_text("[1]")
     assert run_cli("attach", str(other), cwd=tmp_path).returncode == 0
+
+
+NO_SCHEDULER = {"SLURM_ARRAY_TASK_ID": "", "SLURM_ARRAY_TASK_MIN": "", "SLURM_ARRAY_TASK_COUNT": "",
+                "SLURM_ARRAY_TASK_STEP": "", "SLURM_ARRAY_JOB_ID": "", "JOB_COMPLETION_INDEX": ""}
+
+
+def test_attach_records_the_shard_as_run_does_from_slurm_kubernetes_or_the_flag(tmp_path, ledger_path):
+    """A results-only step of a Slurm array (or an Indexed Job) is its shard, in the record, the sidecar and
+    the receipt's predicate, read from the same variables execsys run reads."""
+    from execsys.receipt import read_receipt
+
+    assert run_cli("pin", cwd=tmp_path).returncode == 0
+    cases = [  # (environment, flags, the shard recorded)
+        (dict(NO_SCHEDULER, SLURM_ARRAY_TASK_ID="5", SLURM_ARRAY_TASK_MIN="4", SLURM_ARRAY_TASK_COUNT="4",
+              SLURM_ARRAY_JOB_ID="777"), [],
+         {"index": 1, "count": 4, "source": "slurm", "job": "777", "task_id": "5"}),
+        (dict(NO_SCHEDULER, JOB_COMPLETION_INDEX="2"), ["--shard", "2/3@indexed"],
+         {"index": 2, "count": 3, "source": "kubernetes", "job": "indexed"}),
+        (NO_SCHEDULER, ["--shard", "0/2@ev"], {"index": 0, "count": 2, "source": "flag", "job": "ev"}),
+        (NO_SCHEDULER, [], None),
+    ]
+    for n, (env, flags, shard) in enumerate(cases):
+        result = tmp_path / f"scores-{n}.json"
+        result.write_text(json.dumps({"score": n}))
+        attached = run_cli("attach", str(result), *flags, "--json", cwd=tmp_path, env=env)
+        assert attached.returncode == 0, attached.stderr
+        assert attached.json()["shard"] == shard
+        assert json.loads(result.with_name(result.name + ".execsys.json").read_text())["shard"] == shard
+        _envelope, statement = read_receipt(result.with_name(result.name + ".execsys.intoto.json"))
+        assert statement["predicate"]["shard"] == shard
+    listed = run_cli("ledger", "export", "--json", cwd=tmp_path).stdout
+    assert '"task_id": "5"' in listed or '"task_id":"5"' in listed
+
+
+def test_attach_refuses_a_shard_that_contradicts_the_scheduler_and_writes_nothing(tmp_path, ledger_path):
+    assert run_cli("pin", cwd=tmp_path).returncode == 0
+    result = tmp_path / "scores.json"
+    result.write_text("{}")
+    env = dict(NO_SCHEDULER, SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="4")
+    for flags, words in ((["--shard", "1/4"], "this is Slurm array task 3"), (["--shard", "4/4"], "K must be 0 to 3")):
+        refused = run_cli("attach", str(result), *flags, cwd=tmp_path, env=env)
+        assert refused.returncode == 2, refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert words in line and "Traceback" not in refused.stderr
+    assert not list(tmp_path.glob("scores.json.*"))

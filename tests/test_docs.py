@@ -31,6 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"
 
 # a small real harness: a score file and a per-case file, as lm-eval's results and samples are
+# a real grader command that flips its verdict on case b from one grading to the next (a count file per case)
+GRADER = ("import json, os, sys\n"
+          "case = json.loads(sys.stdin.read())\n"
+          "count = 'count-' + case['id']\n"
+          "calls = int(open(count).read()) + 1 if os.path.exists(count) else 1\n"
+          "open(count, 'w').write(str(calls))\n"
+          "print('1' if case['id'] != 'b' or calls % 2 else '0')\n")
+
 HARNESS = ("import json, sys\n"
            "open(sys.argv[1], 'w').write(json.dumps({'score': 0.5}) + '\\n')\n"
            "open(sys.argv[2], 'w').write(''.join(json.dumps({'case': i, 'ok': i % 2 == 0}) + '\\n' "
@@ -52,6 +60,28 @@ def _keypair(where: Path) -> tuple[Path, Path]:
     public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
     return private, public
+
+
+def _signed_model_project(project: Path) -> Path:
+    """A declaration whose artifact directory holds an OpenSSF model-signing bundle (model.sig), signed
+    with an EC key by model-signing itself, and whose [artifact] signature_key names the public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from model_signing import hashing, signing
+
+    model = project / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}\n')
+    (model / "weights.bin").write_bytes(bytes(range(256)))
+    key = ec.generate_private_key(ec.SECP256R1())
+    (project / "signer.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption()))
+    (project / "signer.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
+    signing.Config().use_elliptic_key_signer(private_key=project / "signer.pem").set_hashing_config(
+        hashing.Config().set_ignored_paths(paths=["model.sig"])).sign(model, model / "model.sig")
+    (project / "execsys.toml").write_text('[artifact]\npath = "model"\nsignature_key = "signer.pub"\n')
+    return project
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +134,13 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     record("attach-1", "attach", "later.txt")
     record("receipt-verify", "receipt", "verify", "res/scores.json.execsys.intoto.json", "--key", str(public))
     record("shards-1", "shards", runs[1]["id"], runs[2]["id"])
+    record("shards-1", "shards", "s0/scores.json.execsys.intoto.json", "s1/scores.json.execsys.intoto.json")
+
+    signed = _signed_model_project(base / "signed")  # a model shipping a model-signing bundle, and its key
+    record("identity-2", "pin", cwd=signed)
+    record("verify-1", "verify", cwd=signed)
+    (signed / "model" / "weights.bin").write_bytes(b"edited")
+    record("verify-1", "verify", codes=(1,), cwd=signed)
 
     (base / "doctor.json").write_text(json.dumps(found["doctor-1"][0]))
     (base / "pin.json").write_text(json.dumps(found["identity-2"][0]))
@@ -134,6 +171,22 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
         record("plan-check-1", "plan", "check", "plan.json", codes=(0, 1))
     finally:
         endpoint.stop()
+
+    grading = base / "grader"
+    grading.mkdir()
+    (grading / "grade.py").write_text(GRADER)
+    (grading / "execsys.toml").write_text(f'[grader]\ncommand = "{sys.executable} grade.py"\n')
+    trusted = run_cli("trust", cwd=grading, env=env)  # the test's own grader command: its author trusts it
+    assert trusted.returncode == 0, trusted.stderr
+    (grading / "graded.jsonl").write_text("".join(json.dumps({"id": cid, "prompt": f"question {cid}", "output": "4",
+                                                              "expected": "4"}) + "\n" for cid in ("a", "b", "c")))
+    graded = record("probe-grader-2", "probe", "grader", "--cases", "graded.jsonl", codes=(1,), cwd=grading)
+    assert [case["id"] for case in graded["flipped"]] == ["b"] and (graded["m"], graded["n"]) == (2, 3)
+    # the probe-run rows the session probe and the grader probe opened, as the ledger holds them
+    exported = run_cli("ledger", "export", "--kind", "probe-run", "--json", cwd=project, env=env)
+    assert exported.returncode == 0, exported.stderr
+    found["probe-run-1"] = [row["body"] for row in exported.json()]
+    assert sorted(body["parameters"]["axis"] for body in found["probe-run-1"]) == ["grader", "session"]
     return found
 
 
@@ -178,6 +231,16 @@ def test_a_changed_record_fails_its_schema(outputs: dict[str, list[dict]]) -> No
     assert not validator.is_valid({**run, "doctor": {**{k: v for k, v in run["doctor"].items() if k != "gate_mode"},
                                                      "gate": run["doctor"]["gate_mode"]}})  # the /2 spelling
     assert not validator.is_valid({**run, "exit_code": "0"})
+    grader = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "probe-grader-2.schema.json").read_text()))
+    graded = outputs["probe-grader-2"][0]
+    assert grader.is_valid(graded)
+    assert not grader.is_valid({**graded, "schema": "execsys.probe-grader/1"})
+    assert not grader.is_valid({**graded, "flipped": [{k: v for k, v in graded["flipped"][0].items() if k != "verdicts"}]})
+    assert not grader.is_valid({**graded, "agreement": "most"})
+    probe_run = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "probe-run-1.schema.json").read_text()))
+    opened = outputs["probe-run-1"][0]
+    assert probe_run.is_valid(opened) and not probe_run.is_valid({**opened, "match": "not a digest"})
+    assert not probe_run.is_valid({key: value for key, value in opened.items() if key != "parameters"})
     identity = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "identity-2.schema.json").read_text()))
     lock = outputs["identity-2"][0]
     components = {key: value for key, value in lock["components"].items() if key != "grader"}
@@ -246,9 +309,6 @@ def test_the_site_builds_strictly_and_offline(tmp_path: Path) -> None:
 
 # -- one schema file per record schema, at its current version ---------------------------------------
 
-# records whose schema file is still to be written (docs/reference/schemas.md says so)
-NOT_YET_DESCRIBED = {"probe-grader", "probe-run"}
-
 
 def test_every_current_record_schema_in_the_code_has_its_file() -> None:
     """Each ``"execsys.NAME/N"`` the package writes, at its newest N, has docs/schemas/NAME-N.schema.json:
@@ -265,7 +325,7 @@ def test_every_current_record_schema_in_the_code_has_its_file() -> None:
 
     name, version = SCHEMA.removeprefix("execsys.").split("/")
     newest[name] = max(newest.get(name, 0), int(version))
-    assert {"run", "probe", "identity", "doctor", "scope"} <= set(newest), newest
+    assert {"run", "probe", "probe-grader", "probe-run", "identity", "doctor", "scope"} <= set(newest), newest
     missing = sorted(f"{name}-{version}.schema.json" for name, version in newest.items()
-                     if name not in NOT_YET_DESCRIBED and not (SCHEMAS / f"{name}-{version}.schema.json").is_file())
+                     if not (SCHEMAS / f"{name}-{version}.schema.json").is_file())
     assert not missing, f"no schema file for the current record version: {missing}"

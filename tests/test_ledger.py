@@ -162,3 +162,67 @@ def test_recorded_text_that_looks_like_markup_is_printed_as_is(cli, ledger_path:
     result = cli("ledger", "list")
     assert result.returncode == 0, result.stderr
     assert "[/x].json" in result.stdout and "[bold]b.json" in result.stdout
+
+
+# -- ledger list at 80 columns: ids that paste into `ledger show` ---------------------------------------
+
+def _listed_ids(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    assert lines and lines[0].split()[0] == "id", stdout
+    return [line.split()[0] for line in lines[1:] if line.strip()]
+
+
+def test_ledger_list_at_80_columns_shows_id_prefixes_that_ledger_show_accepts(cli, ledger_path: Path,
+                                                                             tmp_path: Path) -> None:
+    # records made in one second share their <kind>-<time>: only the random part tells them apart
+    same_second = ["run-20261203T101500-aaaa1111", "run-20261203T101500-aaaa2222", "run-20261203T101500-bbbb0000"]
+    with Ledger.open(ledger_path) as ledger:
+        for record_id in same_second:
+            ledger.append("run", {"verdict": "clean", "summary": "s"}, record_id=record_id)
+        ledger.append("doctor", {"summary": "x" * 300}, record_id="doctor-20261203T101501-cccc3333")
+        ledger.append("identity", {"summary": "i"}, identity="e" * 64, record_id="identity-20261203T101502-dddd4444")
+        # a lone record of another minute: its id is cut after its time, where the random part starts
+        ledger.append("identity", {"summary": "j"}, identity="f" * 64, record_id="identity-20261203T111111-eeee5555")
+    for columns in ("80", "60", "30"):
+        listed = cli("ledger", "list", env={"COLUMNS": columns})
+        assert listed.returncode == 0, listed.stderr
+        if columns != "30":
+            assert all(len(line) <= int(columns) for line in listed.stdout.splitlines()), listed.stdout
+            assert listed.stdout.split()[:3] == ["id", "identity", "summary"], listed.stdout
+        else:  # too narrow for the ids: the identity column goes, and the ids are still whole
+            assert listed.stdout.split()[:2] == ["id", "summary"], listed.stdout
+        shown = _listed_ids(listed.stdout)
+        assert "…" not in "".join(shown) and len(set(shown)) == len(shown) == 6, listed.stdout
+        assert shown[:3] == ["identity-20261203T111111", "identity-20261203T101502", "doctor-20261203T101501"]
+        assert shown[3:] == ["run-20261203T101500-bbbb", "run-20261203T101500-aaaa2", "run-20261203T101500-aaaa1"]
+        by_listing = {}
+        for prefix in shown:
+            got = cli("ledger", "show", prefix, "--json")
+            assert got.returncode == 0, (prefix, got.stderr)
+            by_listing[prefix] = got.json()["id"]
+        assert sorted(by_listing.values()) == sorted([*same_second, "doctor-20261203T101501-cccc3333",
+                                                      "identity-20261203T101502-dddd4444",
+                                                      "identity-20261203T111111-eeee5555"])
+        assert all(record_id.startswith(prefix) for prefix, record_id in by_listing.items())
+    # the prefix is unique over the whole ledger, not only the rows shown (--kind, --limit)
+    listed = cli("ledger", "list", "--kind", "run", "--limit", "1", env={"COLUMNS": "80"})
+    [only] = _listed_ids(listed.stdout)
+    assert only == "run-20261203T101500-bbbb"
+    assert cli("ledger", "show", only, "--json").json()["id"] == "run-20261203T101500-bbbb0000"
+
+
+def test_ledger_list_run_rows_name_their_task(cli, ledger_path: Path, tmp_path: Path) -> None:
+    lm_eval = tmp_path / "bin" / "lm_eval"  # a real program named as lm-eval is, that evaluates nothing
+    lm_eval.parent.mkdir()
+    lm_eval.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(0)\n")
+    lm_eval.chmod(0o755)
+    (tmp_path / "eval_tiny.py").write_text("print('scored')\n")
+    for command in ([str(lm_eval), "--model", "local-completions", "--model_args",
+                     "base_url=http://127.0.0.1:9/v1/completions," + "x" * 80, "--tasks", "tiny_qa"],
+                    [sys.executable, "eval_tiny.py", "--out", "scores.json"]):
+        done = cli("run", "--gate", "off", "--watch", "0", "--", *command, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    listed = cli("ledger", "list", "--kind", "run", env={"COLUMNS": "80"})
+    rows = listed.stdout.splitlines()[1:]
+    assert "clean: eval_tiny.py (other, 0 results)" in rows[0], listed.stdout
+    assert "clean: tiny_qa (lm-eval, 0 results)" in rows[1], listed.stdout

@@ -117,3 +117,36 @@ def test_init_names_a_relative_model_by_the_serving_process_s_directory(tmp_path
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_watch_tick_reads_the_socket_table_once(monkeypatch):
+    """A serving observer's tick (the run watch, each probe pass) finds the listener with one scan, on the
+    first tick of a process too; a tick after the process closed its socket scans again and sees it gone."""
+    from execsys.identity.serving import ServingObserver
+    from execsys.observe import listener as listener_module
+    from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+
+    class Handler(JsonHandler):
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self.send_json({"object": "list", "data": [{"id": "m", "object": "model"}]})
+            else:
+                self.send_json({"detail": "Not Found"}, 404)
+
+    scans: list[int] = []
+    real_scan = listener_module._scan
+
+    def counted(port: int):
+        scans.append(port)
+        return real_scan(port)
+
+    monkeypatch.setattr(listener_module, "_scan", counted)
+    observer = ServingObserver(completions=False)
+    with LoopbackServer(Handler) as server:
+        declared = {"endpoint": server.url()}
+        first = observer(declared)
+        assert first["runtime.process.pid"] == os.getpid() and first["runtime.endpoint.models"] == ["m"]
+        assert len(scans) == 1, scans
+        assert observer(declared)["runtime.process.pid"] == os.getpid()
+        assert len(scans) == 2, scans
+    assert "runtime.process.pid" not in observer(declared) and len(scans) == 3

@@ -804,3 +804,28 @@ def test_plan_run_sends_the_declared_budget_as_probes_do(cli, tmp_path, ledger_p
     assert locked.returncode in (0, 1), locked.stderr
     assert {(x["max_tokens"], x["seed"], x["temperature"]) for x in a.bodies + b.bodies} == {(9, 5, 0.5)}
     assert locked.json()["arms"]["A"]["params"] == {"temperature": 0.5, "max_tokens": 9, "seed": 5}
+
+
+def test_plan_run_progress_names_its_columns_once(cli, tmp_path, ledger_path) -> None:
+    from tests.fixtures.llama import FlipEndpoint
+
+    cases = write_cases(tmp_path / "cases.jsonl", 3)
+    assert cli("plan", "new", "--arms", "A", "B", "--cases", str(cases), "--out", str(tmp_path / "plan.json"),
+               cwd=tmp_path).returncode == 0
+    endpoint = FlipEndpoint().start()
+    try:
+        ran = cli("plan", "run", "plan.json", "--arm", f"A={endpoint.base_url}", "--arm", f"B={endpoint.base_url}",
+                  cwd=tmp_path)
+    finally:
+        endpoint.stop()
+    assert ran.returncode in (0, 1), ran.stderr
+    lines = ran.stderr.splitlines()
+    answers = [i for i, line in enumerate(lines) if line.rstrip().endswith(("✓", "·"))]
+    assert len(answers) == 6, ran.stderr  # 3 cases, both arms
+    header = lines[answers[0] - 1]
+    assert header.split() == ["case", "arm", "order", "correct", "(✓", "yes,", "·", "no)"], ran.stderr
+    assert sum(line == header for line in lines) == 1
+    # each column under its name: the mark where "correct" starts
+    for i in answers:
+        assert lines[i].index(lines[i].split()[0]) == header.index("case")
+        assert len(lines[i].rstrip()) - 1 == header.index("correct"), (lines[i], header)

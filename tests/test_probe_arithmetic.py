@@ -147,6 +147,20 @@ def test_repeats_counts_distinct_outputs(cli, tmp_path, flip_endpoint):
     assert orders == ["file", "shuffled", "shuffled", "shuffled"]
 
 
+def test_repeats_say_how_many_distinct_outputs_each_case_gave(cli, tmp_path, flip_endpoint):
+    # one output per case over three passes: one distinct output per case, not "20 distinct outputs"
+    steady = write_cases(tmp_path / "steady.jsonl", n=20)
+    human = cli("probe", "session", "--endpoint", flip_endpoint.base_url, "--cases", str(steady), "--repeats", "3")
+    assert human.returncode == 0, human.stderr
+    assert "3 passes: 1 distinct output per case (20 cases)" in human.stdout, human.stdout
+    assert "distinct outputs over" not in human.stdout
+    # two cases that flip from their second call on: two distinct outputs each, the rest one
+    mixed = write_cases(tmp_path / "mixed.jsonl", {"c00": " [flip]", "c03": " [flip]"}, n=5)
+    human = cli("probe", "session", "--endpoint", flip_endpoint.base_url, "--cases", str(mixed), "--repeats", "3")
+    assert human.returncode == 1, human.stderr
+    assert "3 passes: 1-2 distinct outputs per case (5 cases: 3 with 1, 2 with 2)" in human.stdout, human.stdout
+
+
 def test_ledger_rows_and_identity_from_lock(cli, tmp_path, flip_endpoint, ledger_path):
     cases = write_cases(tmp_path / "cases.jsonl", {c: " [flip]" for c in FLIPPED}, chat={"c02", "c03"})
     identity = write_lock(tmp_path / "execsys.lock.json", {"temperature": 0.0, "seed": 7, "max_tokens": 9})

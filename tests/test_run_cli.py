@@ -191,8 +191,8 @@ time.sleep(float(sys.argv[3]))
 
 
 def test_an_engine_restarted_into_other_flags_mid_run_is_drifted_with_the_time(tmp_path, ledger_path,
-                                                                               restart_script):
-    server = restart_script(restart_extra_args=["--n_batch", "64"])
+                                                                               restart_script, tiny_gguf):
+    server = restart_script(extra_args=["--n_threads", "2"], restart_extra_args=["--n_threads", "1", "--n_batch", "64"])
     (tmp_path / "execsys.toml").write_text(
         f'[runtime]\nengine = "llama-cpp-python"\nendpoint = "{server.base_url}"\n')
     script = tmp_path / "drift_harness.py"
@@ -210,6 +210,20 @@ def test_an_engine_restarted_into_other_flags_mid_run_is_drifted_with_the_time(t
     for event in record["drift"]:
         assert record["started_at"] <= event["at"] <= record["finished_at"]
     assert "! drift" in result.stderr and "runtime.process.argv" in result.stderr
+
+    # what the user reads: each change once, as a delta, with its count; never the whole argv again
+    delta = "runtime.process.argv: --n_threads 2 → 1 +--n_batch 64"
+    drift_lines = [line for line in result.stderr.splitlines() if line.startswith("! drift")]
+    assert len(drift_lines) < len(record["drift"]), result.stderr  # one line per look, not per event
+    assert sum(delta in line for line in drift_lines) == 1, result.stderr
+    watch = result.stderr[result.stderr.index("! watch"):result.stderr.index("! verify")]
+    assert f"{len(record['drift'])} drift event(s)" in watch
+    assert f"{delta} (2 events, " in watch, watch
+    assert watch.count("runtime.process.argv") == 1, watch
+    assert str(tiny_gguf) not in "\n".join(drift_lines) + watch, result.stderr
+    # the verdict names what the restart changed, not the endpoint's error while it was down
+    assert "(runtime.process.argv at " in record["verdict_detail"], record["verdict_detail"]
+    assert ": --n_threads 2 -> 1 +--n_batch 64; " in record["verdict_detail"], record["verdict_detail"]
 
 
 def _wait_for(predicate, timeout: float = 60.0) -> None:

@@ -247,12 +247,14 @@ def test_the_watch_compares_each_tick_with_the_last_and_records_failed_looks() -
             raise value
         return value
 
-    watcher = Watcher({"process": "p"}, 0.001, on_drift=heard.append, observe=observe)
+    looks: list[list[dict]] = []
+    watcher = Watcher({"process": "p"}, 0.001, on_drift=heard.append, observe=observe, on_look=looks.append)
     watcher.start()
     assert done.wait(10)
     watcher.stop()
     assert [(e["before"], e["after"]) for e in watcher.drift] == [(1, 2), (2, 3)]
     assert heard == watcher.drift
+    assert looks == [[watcher.drift[0]], [watcher.drift[1]]]  # one call per look that found drift
     assert watcher.errors == ["RuntimeError: refused"]
     assert watcher.observations >= 6
 

@@ -230,3 +230,77 @@ def test_the_command_reads_sidecars_and_says_bad_input_in_one_line(tmp_path, sys
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     missing = run_cli("shards", "run-no-such", cwd=tmp_path)
     assert missing.returncode == 2 and "no ledger record" in missing.stderr
+
+
+SHARD_HARNESS = "import sys; open(sys.argv[1], 'w').write('{\"score\": %s}' % sys.argv[2])"
+NO_SCHEDULER = {"SLURM_ARRAY_TASK_ID": "", "JOB_COMPLETION_INDEX": ""}
+
+
+def _sharded_runs(tmp_path: Path, n: int = 2) -> list[Path]:
+    """``n`` real runs of one job, each a shard (--shard K/N@J), each leaving a result and its receipt."""
+    import sys
+
+    (tmp_path / "execsys.toml").write_text('[model]\nname = "tiny"\n')
+    results = []
+    for i in range(n):
+        result = tmp_path / f"scores-{i}.json"
+        ran = run_cli("run", "--json", "--shard", f"{i}/{n}@J", "--gate", "off", "--watch", "0", "--result",
+                      result.name, "--", sys.executable, "-c", SHARD_HARNESS, str(result), str(i), cwd=tmp_path,
+                      env=NO_SCHEDULER)
+        assert ran.returncode == 0, ran.stderr
+        results.append(result)
+    return results
+
+
+def _receipt(result: Path) -> Path:
+    return result.with_name(result.name + ".execsys.intoto.json")
+
+
+def test_receipts_are_read_as_shards_and_a_result_that_no_longer_matches_its_receipt_is_never_clean(
+        tmp_path, ledger_path):
+    results = _sharded_runs(tmp_path)
+    receipts = [str(_receipt(r)) for r in results]
+    clean = run_cli("shards", "--json", *receipts, cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    body = json.loads(clean.stdout)
+    assert body["verdict"] == "one evaluation" and body["verdicts"] == {"clean": 2}
+    assert [r["receipts"][0]["verified"] for r in body["runs"]] == [True, True]
+    assert [r["source"] for r in body["runs"]] == receipts
+    human = run_cli("shards", *receipts, cwd=tmp_path)
+    assert human.returncode == 0 and "receipts   2/2 match the result files on disk" in human.stdout
+
+    results[1].write_text('{"score": 99}')  # shard 1's score edited after its run
+    edited = run_cli("shards", "--json", *receipts, cwd=tmp_path)
+    assert edited.returncode == 1, edited.stderr
+    body = json.loads(edited.stdout)
+    assert body["verdicts"] == {"clean": 1, "receipt-mismatch": 1}
+    assert [(e["index"], e["verdict"]) for e in body["not_clean"]] == [(1, "receipt-mismatch")]
+    [reason] = body["reasons"]
+    assert reason.startswith(f"shard 1's results are not the files its receipt names: {results[1]}: sha256 differs")
+    assert body["runs"][1]["verdict"] == "clean"  # the run's own verdict is kept; it is not counted clean
+    human = run_cli("shards", *receipts, cwd=tmp_path)
+    assert human.returncode == 1 and "receipts   1/2 match the result files on disk" in human.stdout
+    assert "receipt-mismatch shard 1" in human.stdout
+
+    # a sidecar given beside the receipt of the same run is one shard, and the receipt still counts
+    sidecar = str(results[1].with_name(results[1].name + ".execsys.json"))
+    mixed = run_cli("shards", "--json", str(_receipt(results[0])), sidecar, receipts[1], cwd=tmp_path)
+    assert mixed.returncode == 1 and json.loads(mixed.stdout)["shards"]["indices"] == [0, 1]
+    assert json.loads(mixed.stdout)["verdicts"] == {"clean": 1, "receipt-mismatch": 1}
+    # the sidecars alone do not check the files (nothing to check them by): as before
+    sidecars = [str(r.with_name(r.name + ".execsys.json")) for r in results]
+    assert run_cli("shards", *sidecars, cwd=tmp_path).returncode == 0
+
+
+def test_a_receipt_that_is_not_a_runs_is_bad_input_in_one_line(tmp_path, ledger_path):
+    assert run_cli("pin", cwd=tmp_path).returncode == 0
+    later = tmp_path / "later.json"
+    later.write_text("{}")
+    assert run_cli("attach", str(later), "--shard", "0/1", cwd=tmp_path, env=NO_SCHEDULER).returncode == 0
+    (tmp_path / "forged.json").write_text(json.dumps({"payloadType": "application/vnd.in-toto+json",
+                                                      "payload": "bm90IGpzb24=", "signatures": []}))
+    for given, words in ((_receipt(later), "not of an execsys run"), (tmp_path / "forged.json", "not an in-toto")):
+        bad = run_cli("shards", str(given), cwd=tmp_path)
+        assert bad.returncode == 2, bad.stderr
+        [line] = bad.stderr.strip().splitlines()
+        assert words in line and "Traceback" not in bad.stderr

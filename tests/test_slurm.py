@@ -224,3 +224,46 @@ def test_a_clean_slurm_array_is_one_evaluation_and_a_missing_shard_is_named(clus
     assert from_ledger.returncode == 0, from_ledger.stdout + from_ledger.stderr
     lost = _shards(*map(str, sidecars[:1] + sidecars[2:]), ledger=ledger)
     assert lost.returncode == 1 and "missing  1" in lost.stdout and "1 of 4 shards missing: 1" in lost.stdout
+    # each task's receipt stands for its shard, and its result is checked against it as it is read
+    receipts = [sidecar.with_name("scores.json.execsys.intoto.json") for sidecar in sidecars]
+    by_receipt = _shards(*map(str, receipts), ledger=ledger)
+    assert by_receipt.returncode == 0, by_receipt.stdout + by_receipt.stderr
+    assert "receipts   4/4 match the result files on disk" in by_receipt.stdout
+    (sidecars[3].parent / "scores.json").write_text('{"shard": 3, "correct": [true, true]}')
+    edited = _shards(*map(str, receipts), ledger=ledger)
+    assert edited.returncode == 1 and "receipt-mismatch shard 3" in edited.stdout, edited.stdout + edited.stderr
+    assert "shard 3's results are not the files its receipt names" in edited.stdout
+
+
+def test_attach_in_each_task_of_a_slurm_array_records_its_shard(cluster, tmp_path):
+    """Results made inside an array's tasks by a harness run without execsys, attached there: each record
+    is the task's shard of the array's job, as execsys run's would be."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "execsys.toml").write_text('[model]\nname = "tiny"\n')
+    ledger = tmp_path / "ledger.sqlite3"
+    pinned = subprocess.run([EXECSYS, "pin", "--config", str(project / "execsys.toml")], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "EXECSYS_LEDGER": str(ledger)})
+    assert pinned.returncode == 0, pinned.stderr
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    script = tmp_path / "attach.sh"
+    script.write_text(f"""#!/bin/bash
+set -eu
+mkdir -p {shlex.quote(str(tasks))}/$SLURM_ARRAY_TASK_ID && cd {shlex.quote(str(tasks))}/$SLURM_ARRAY_TASK_ID
+{shlex.quote(sys.executable)} -c {shlex.quote(SHARD_HARNESS)}
+exec {shlex.quote(EXECSYS)} attach --config {shlex.quote(str(project / "execsys.toml"))} scores.json
+""")
+    cluster.run("sbatch", "--wait", "--array=1-4", "-t", "5", f"--export=ALL,EXECSYS_LEDGER={ledger}",
+                "-o", str(tmp_path / "task-%a.out"), str(script), timeout=240)
+    sidecars = [tasks / str(task) / "scores.json.execsys.json" for task in range(1, 5)]
+    logs = {t: (tmp_path / f"task-{t}.out").read_text(errors="replace")[-800:] for t in range(1, 5)
+            if (tmp_path / f"task-{t}.out").exists()}
+    assert all(s.exists() for s in sidecars), logs
+    records = [json.loads(s.read_text()) for s in sidecars]
+    assert all(r["schema"] == "execsys.attach/1" and r["attached_after"] is True for r in records)
+    shards = [r["shard"] for r in records]
+    # --array=1-4 counts from SLURM_ARRAY_TASK_MIN: tasks 1-4 are shards 0-3 of one job
+    assert [(s["index"], s["count"], s["source"], s["task_id"]) for s in shards] == \
+        [(i, 4, "slurm", str(i + 1)) for i in range(4)]
+    assert len({s["job"] for s in shards}) == 1 and shards[0]["job"]

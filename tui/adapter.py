@@ -547,3 +547,21 @@ def run_body(paths: Paths, run_id: str) -> dict[str, Any]:
 
     with Ledger.open(paths.ledger) as ledger:
         return dict(ledger.get(run_id).body)
+
+
+# -- explain -------------------------------------------------------------------------------
+
+
+def explain_runs(paths: Paths, a: str, b: str) -> Any:
+    """`execsys explain A B` in this session's ledger: why the two results' scores differ (the
+    ``ExplainReport``). ``a`` and ``b`` are anything explain accepts (here: two run ids)."""
+    from execsys.explain import ExplainOptions, run_explain
+
+    return run_explain(ExplainOptions.from_sources(None, None, a=a, b=b, ledger=paths.ledger))
+
+
+def explain_lines(report: Any) -> list[tuple[str, str]]:
+    """The report's lines as the CLI prints them, ``(kind, text)``: the TUI draws the same wording."""
+    from execsys.explain import report_lines
+
+    return report_lines(report)

@@ -18,6 +18,9 @@ examples:
   execsys attach out/tiny/results_2026-12-01T10-00-00.json out/tiny/samples_gsm8k_*.jsonl
   execsys attach logs/*.eval --lock eval/execsys.lock.json --json
 
+Inside a Slurm job array or a Kubernetes Indexed Job (or with --shard K/N[@JOB]) the record says which
+shard it is, {index, count, source, job}, as execsys run's does.
+
 A result that 'execsys run' recorded already has its identity pinned before the run: attach
 refuses it (exit 2, naming the run and its verdict) and writes nothing.
 
@@ -31,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sources(parser)
     parser.add_argument("--sidecar-dir", metavar="DIR", help="write the sidecars here instead of beside each result")
     add_sign_key(parser)
+    parser.add_argument("--shard", metavar="K/N[@JOB]",
+                        help="these are the results of shard K of N (from 0) of one evaluation, JOB naming it; read "
+                             "from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT inside a Slurm job array and "
+                             "JOB_COMPLETION_INDEX in a Kubernetes Indexed Job (which gives no N: say it here), as "
+                             "execsys run reads it")
     add_json(parser)
 
 
@@ -44,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     sources = load_sources(args.config, args.lock)
     options = AttachOptions.from_sources(sources.declaration, sources.lock, results=args.results,
                                          lock_path=sources.lock_path, sidecar_dir=args.sidecar_dir,
-                                         sign_key=args.sign_key)
+                                         sign_key=args.sign_key, shard=args.shard)
     report = attach_results(options)
     if args.json:
         console.print_json(report.to_json())

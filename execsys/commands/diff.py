@@ -43,15 +43,17 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.OK
     from rich.markup import escape
 
-    from execsys.identity import describe_change
+    from execsys.identity import describe_changes
+    from execsys.termsafe import shown
 
     console.out().print(f"A {a.id[:16]}  {a.recorded_at}  ({a.source})", markup=False)
     console.out().print(f"B {b.id[:16]}  {b.recorded_at}  ({b.source})", markup=False)
     for name in report.moved:
-        console.out().print(f"[bold]{name}[/]: {len(report.changes[name])} field(s)")
-        for change in report.changes[name][:12]:
-            console.out().print(f"    {escape(describe_change(change))}")
-        if len(report.changes[name]) > 12:
-            console.out().print(f"    ... and {len(report.changes[name]) - 12} more (--json lists all)")
+        said = describe_changes(report.changes[name])  # only what moved in each field, on both sides
+        console.out().print(f"[bold]{name}[/]: {len(said)} field(s)")
+        for words in said[:12]:
+            console.out().print(f"    {escape(shown(words))}")
+        if len(said) > 12:
+            console.out().print(f"    ... and {len(said) - 12} more (--json lists all)")
     console.out().print(report.sentence, markup=False)
     return ExitCode.OK

@@ -95,34 +95,12 @@ def _render(report) -> None:
     from rich.markup import escape
 
     from execsys import console
+    from execsys.explain import WITHIN, report_lines
 
     out = console.out()
-    moved = (", ".join(report.moved) or "nothing") if report.moved is not None else f"unknown ({report.moved_reason})"
-    out.print(f"moved: {escape(moved)}")
-    flips = report.flips
-    line = f"flips: {flips['flips']} of {flips['n']} paired cases"
-    if flips["scored"]:
-        line += f" ({flips['right_to_wrong']} right\u2192wrong, {flips['wrong_to_right']} wrong\u2192right)"
-    out.print(escape(line))
-    for axis in report.axes:
-        entry = report.noise[axis]
-        if entry["status"] == "measured":
-            low, high = entry["interval"]
-            out.print(escape(f"noise, {axis}: agreement {entry['agreement']:.2f} ({entry['m']}/{entry['n']}) "
-                             f"predicts {entry['expected_flips']:.1f} flips ({low}\u2013{high})"))
+    for kind, line in report_lines(report):
+        if kind == "verdict":
+            status = "ok" if report.verdict == WITHIN else "warn"
+            out.print(f"[{console.STYLES[status]}]{report.verdict}[/]: {escape(report.sentence)}")
         else:
-            out.print(escape(f"noise, {axis}: {entry['status']}"))
-    if report.margins:
-        margins = report.margins
-        out.print(escape(f"margins: {margins['near_ties']} near-tie, {margins['decisive']} decisive, "
-                         f"{margins['unknown']} without logprobs"))
-    for caveat in report.caveats:
-        out.print(escape(f"caveat: {caveat}"))
-    status = "ok" if report.verdict == "within-measured-noise" else "warn"
-    out.print(f"[{console.STYLES[status]}]{report.verdict}[/]: {escape(report.sentence)}")
-    if report.rerun:
-        out.print(escape(report.rerun["sentence"]))
-    if report.proposal and report.proposal.get("kind") == "plan":
-        for plan in report.proposal["plans"]:
-            cases = f" (about {plan['cases']} cases)" if plan.get("cases") else ""
-            out.print(escape(f"  varies {plan['varies']}: {plan['command']}{cases}"))
+            out.print(escape(line))

@@ -45,7 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.ledger import Ledger
-    from execsys.redact import redact_text
 
     with Ledger.open() as ledger:
         if args.action == "list":
@@ -56,20 +55,7 @@ def run(args: argparse.Namespace) -> int:
             if not records:
                 console.out().print(f"no records in {ledger.path}", markup=False)
                 return ExitCode.OK
-            from rich.table import Table
-
-            table = Table(box=None, pad_edge=False)
-            for column in ("id", "kind", "identity", "created_at", "summary"):
-                table.add_column(column)
-            from rich.text import Text
-
-            from execsys.termsafe import shown
-
-            for r in records:
-                # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
-                cells = (r.id, r.kind, (r.identity or "")[:12], r.created_at, _summary(r)["summary"])
-                table.add_row(*(Text(shown(redact_text(cell))) for cell in cells))
-            console.out().print(table)
+            _print_list(ledger, records)
             return ExitCode.OK
         if args.action == "show":
             record = ledger.get(args.id)
@@ -86,6 +72,72 @@ def run(args: argparse.Namespace) -> int:
             for r in records:
                 sys.stdout.write(json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n")
         return ExitCode.OK
+
+
+SUMMARY_MIN = 12  # the summary column is cut to no fewer characters than this
+
+
+def _print_list(ledger, records: list) -> None:
+    """The table of ``ledger list``. Its id column is the prefix 'ledger show' resolves to that record
+    alone and is never cut (a narrow terminal loses the identity column first, then wraps the line);
+    the kind and the time are in the id, so there is no kind column (unless an id does not start with
+    its kind) and no created_at; the summary is one line, cut at the terminal's edge."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    from execsys import console
+    from execsys.redact import redact_text
+    from execsys.termsafe import shown
+
+    prefixes = ledger.shortest_prefixes([r.id for r in records])
+    names = ["id", "identity", "summary"]
+    cells = [[prefixes[r.id], (r.identity or "")[:12], _row_summary(r)] for r in records]
+    if not all(r.id.startswith(f"{r.kind}-") for r in records):
+        names.insert(1, "kind")
+        for r, row in zip(records, cells, strict=True):
+            row.insert(1, r.kind)
+    rows = [[shown(redact_text(cell)) for cell in row] for row in cells]
+    widths = [max(len(name), *(cell_len(row[i]) for row in rows)) for i, name in enumerate(names)]
+
+    def fixed() -> int:  # the columns before the summary, and the two spaces after each
+        return sum(widths[:-1]) + 2 * (len(names) - 1)
+
+    width = console.out().width
+    if fixed() + SUMMARY_MIN > width:
+        at = names.index("identity")
+        for seq in (names, widths, *rows):
+            del seq[at]
+    widths[-1] = max(SUMMARY_MIN, min(width - fixed(), widths[-1]))
+    out = console.out()
+    for row in [names, *rows]:
+        line = Text()
+        for i, (cell, column) in enumerate(zip(row, widths, strict=True)):
+            last = i == len(row) - 1
+            # Text, not markup: a summary may quote '[/x]' or '[1]' from what was recorded
+            text = Text(cell, style="bold" if row is names else "")
+            text.truncate(column, overflow="ellipsis", pad=not last)
+            line.append_text(text)
+            if not last:
+                line.append("  ")
+        # never cropped at the terminal's edge: an id too long for it wraps, whole
+        out.print(line, no_wrap=True, crop=False, overflow="ignore")
+
+
+def _row_summary(record) -> str:
+    """A run's row says its verdict and the task it evaluated first (``clean: arc_easy (lm_eval, 2
+    results)``); any other record its summary."""
+    body = record.body
+    command = body.get("command")
+    if record.kind != "run" or not isinstance(command, dict):
+        return _summary(record)["summary"]
+    from execsys.harnesses.registry import by_name
+
+    argv = [str(a) for a in command.get("argv") or []]
+    harness = str(command.get("harness") or "other")
+    results = len(body.get("results") or [])
+    text = (f"{body.get('verdict')}: {by_name(harness).task(argv)} ({harness}, {results} result"
+            f"{'s' if results != 1 else ''})")
+    return f"{text}; {body['refused']}" if body.get("refused") else text
 
 
 def _summary(record) -> dict:

@@ -111,8 +111,15 @@ def component_summary(name: str, component: dict) -> str:
         if not observed.get("digest"):
             return observed.get("note", "not declared")
         quant = observed.get("quantization") or "?"
-        return (f"{observed['digest'][:16]}  {observed.get('format')} {quant}  {observed.get('files')} files, "
+        text = (f"{observed['digest'][:16]}  {observed.get('format')} {quant}  {observed.get('files')} files, "
                 f"{observed.get('size_bytes', 0) / 2**30:.2f} GiB")
+        signature = observed.get("signature") if isinstance(observed.get("signature"), dict) else None
+        if signature and signature.get("signed_by"):
+            text += (f"  model.sig: {signature.get('files')} files signed by {signature['signed_by']} "
+                     "(as the bundle states; verify checks it)")
+        elif signature and signature.get("error"):
+            text += f"  {signature['error']}"
+        return text
     if name == "runtime":
         engine = observed.get("engine") or {}
         text = f"{engine.get('name') or 'engine not declared'} {engine.get('version') or ''}".strip()

@@ -216,8 +216,14 @@ def _run(args: argparse.Namespace) -> int:
         extract=args.extract, cases=args.cases, artifact=args.artifact, log=args.log, plan_path=args.plan,
         timeout=args.timeout, api_key_env=args.api_key_env, lock_path=sources.lock_path, arm_locks=arm_locks)
 
+    headed = []
+
     def progress(event: object) -> None:
         if isinstance(event, ArmAnswered) and not args.json:
+            if not headed:  # the columns named once, above the first answer
+                headed.append(True)
+                console.err().print(f"  {'case':<16} {'arm':<8} {'order':<6} correct (✓ yes, · no)",
+                                    highlight=False, markup=False)
             mark = "✓" if event.correct else "·"
             # case ids come from the user's file: never markup ('[/x]' would stop the run half-way)
             console.err().print(f"  {event.case_id:<16} {event.arm:<8} {event.position:<6} {mark}",

@@ -147,13 +147,28 @@ def render_record(record: ProbeRecord, console: Console) -> None:
     if record.stopped:
         console.print(escape(stopped_line(record)))
     if record.repeats > 2 and record.n:
-        distinct_total = repeats = 0
-        for c in record.cases:
-            repeats += bool(c.distinct and c.distinct > 2)
-            distinct_total += (c.distinct or 0) if c.agree is not None else 0
-        console.print(f"{record.repeats} passes: {distinct_total} distinct outputs over {record.n} cases"
-                      + (f" ({repeats} cases with more than two)" if repeats else ""))
+        line = distinct_line(record)
+        if line:
+            console.print(line)
     console.print(f"[dim]ledger: {escape(record.id or '')} (run {escape(record.run or '')})[/]")
+
+
+def distinct_line(record: ProbeRecord) -> str | None:
+    """How many distinct outputs each case gave over the passes: ``3 passes: 1 distinct output per case
+    (20 cases)``, or when cases differ ``3 passes: 1-3 distinct outputs per case (20 cases: 17 with 1, 2
+    with 2, 1 with 3)``. Cases that errored are not counted (None when every case did)."""
+    from collections import Counter
+
+    per_case = Counter(c.distinct for c in record.cases if c.agree is not None and c.distinct)
+    if not per_case:
+        return None
+    cases = sum(per_case.values())
+    low, high = min(per_case), max(per_case)
+    counted = f"{cases} case{'s' if cases != 1 else ''}"
+    if low == high:
+        return f"{record.repeats} passes: {low} distinct output{'s' if low != 1 else ''} per case ({counted})"
+    spread = ", ".join(f"{per_case[k]} with {k}" for k in sorted(per_case))
+    return f"{record.repeats} passes: {low}-{high} distinct outputs per case ({counted}: {spread})"
 
 
 def top_k_text(top: list[Any] | None, limit: int = 5) -> str:

@@ -128,8 +128,11 @@ class StepPrinter:
 
     def __init__(self) -> None:
         from execsys import console
+        from execsys.run.drift import LookNarrator
 
         self.rich = console.stderr_is_terminal()
+        self.narrator = LookNarrator()  # each look's drift worded against what was seen before it
+        self.drift: list[dict] = []  # every drift event heard, for the summary when the watch ends
 
     def __call__(self, event: object) -> None:
         from execsys import console
@@ -137,31 +140,38 @@ class StepPrinter:
         from execsys.run import events
         from execsys.termsafe import shown
 
-        status, text = None, None
+        status, text, more = None, None, []
         if isinstance(event, events.StepFinished):
             status, text = event.status, f"{event.step:<8} {event.text}"
+            if event.step == "watch" and self.drift:
+                from execsys.run.drift import summary_lines
+
+                # each change once, as a delta, with its count: one restart is many events
+                more = summary_lines(self.drift)
         elif isinstance(event, events.StepStarted) and event.step == "run":
             status, text = "start", f"run      {event.text}"
         elif isinstance(event, events.DriftDetected):
-            e = event.event
-            status, text = "warn", (f"drift    {e.get('at')} {e.get('component')}: {e.get('before')} -> "
-                                    f"{e.get('after')}")
+            look = list(event.events) or [event.event]
+            self.drift.extend(look)
+            status, text = "warn", f"drift    {look[0].get('at')} {self.narrator.line(look)}"
         elif isinstance(event, events.SignalForwarded):
             status, text = "warn", f"signal   {event.signal} sent to the harness (process group {event.pid})"
         elif isinstance(event, events.ResultFound):
             status, text = "result", f"result   {event.path} {event.blake3[:16]} ({event.harness})"
         if status is None or text is None:
             return
-        text = shown(redact_text(text))  # argv, paths and drift values are the harness's and the engine's
         symbol = {"start": "→", "result": " "}.get(status) or console.symbol(status)
+        lines = [(symbol, text)] + [(" ", f"         {line}") for line in more]
         # a line that cannot be shown (the terminal closed under a SIGHUP: EIO) must not stop the run
         # from being recorded
         with contextlib.suppress(OSError):
-            if not self.rich:
-                sys.stderr.write(f"{symbol} {text}\n")
-                sys.stderr.flush()
-                return
-            from rich.markup import escape
+            for mark, line in lines:
+                line = shown(redact_text(line))  # argv, paths and drift values are the harness's and the engine's
+                if not self.rich:
+                    sys.stderr.write(f"{mark} {line}\n")
+                    sys.stderr.flush()
+                    continue
+                from rich.markup import escape
 
-            style = console.STYLES.get(status, "dim")
-            console.err().print(f"[{style}]{symbol}[/] {escape(text)}", highlight=False)
+                style = console.STYLES.get(status, "dim")
+                console.err().print(f"[{style}]{mark}[/] {escape(line)}", highlight=False)

@@ -10,7 +10,8 @@ from execsys.errors import ExitCode
 HELP = "is a sharded run one evaluation? every shard present, clean, and of one system"
 DESCRIPTION = """\
 Read the run records of a sharded evaluation's shards -- their sidecars (<result>.execsys.json),
-their ledger run ids, or the ledger's sharded runs since a time -- and answer for it as one:
+their receipts (<result>.execsys.intoto.json), their ledger run ids, or the ledger's sharded runs
+since a time -- and answer for it as one:
 
   shards     k/N present, each missing index named. Each run records the shard it is: a Slurm
              job array's SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT, a Kubernetes Indexed
@@ -19,7 +20,9 @@ their ledger run ids, or the ledger's sharded runs since a time -- and answer fo
   identity   k/n shards share one system, compared as fleet compares hosts: the pinned components
              less the facts that name one machine (hostname, machine id, GPU UUIDs); each outlier
              with the components, and the fields in them, that differ
-  verdicts   every shard whose run was not clean (drifted, failed, interrupted, ...) named
+  verdicts   every shard whose run was not clean (drifted, failed, interrupted, ...) named; a
+             shard given by its receipt whose result files no longer match the receipt's digests
+             is receipt-mismatch, never clean (the file and its digest named)
 
 One job at a time: the shards of a Slurm array share its SLURM_ARRAY_JOB_ID, others the JOB of
 --shard K/N@JOB; runs of several jobs are refused unless --job picks one. A shard run twice counts
@@ -27,6 +30,7 @@ by its newest run.
 
 examples:
   execsys shards out/shard-*/scores.json.execsys.json
+  execsys shards out/shard-*/scores.json.execsys.intoto.json      the receipts: files checked too
   execsys shards --ledger-since 6h --job 4242 --json | jq .reasons
 
 exit codes: 0 every shard is present, clean and of one system; 1 one is missing, not clean, or
@@ -36,7 +40,8 @@ another system (each reason named); 2 usage or input error (a run with no shard,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN-OR-SIDECAR",
-                        help="a shard's run sidecar (<result>.execsys.json) or its ledger run id")
+                        help="a shard's run sidecar (<result>.execsys.json), its receipt (<result>.execsys.intoto.json: "
+                             "its results are checked against it) or its ledger run id")
     parser.add_argument("--ledger-since", metavar="T",
                         help="the ledger's sharded runs since T (ISO date/time, or an age: 90m, 24h, 7d)")
     parser.add_argument("--expect", metavar="N", help="how many shards there must be")
@@ -100,6 +105,10 @@ def render(report) -> None:
         else:
             changes = outlier.get("note") or "no component differs"
         line(f"  outlier  shard {outlier['index']}{named}: {changes}")
+    receipts = [r for run in body["runs"] for r in run.get("receipts") or []]
+    if receipts:
+        matching = sum(1 for r in receipts if r["verified"])
+        line(f"receipts   {matching}/{len(receipts)} match the result files on disk")
     counts = ", ".join(f"{n} {verdict}" for verdict, n in body["verdicts"].items())
     line(f"verdicts   {counts or 'none'}")
     for entry in body["not_clean"]:

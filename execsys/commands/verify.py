@@ -73,7 +73,7 @@ def render(report) -> None:
 
     from execsys import console
     from execsys.commands.pin import observer_line
-    from execsys.identity import describe_change
+    from execsys.identity import describe_changes
     from execsys.termsafe import shown
 
     if report.schema_outdated:
@@ -87,10 +87,16 @@ def render(report) -> None:
         if check.reason:
             line += f" ({escape(shown(check.reason))})"
         console.out().print(line)
-        for change in check.changes[:12]:
-            console.out().print(f"    {escape(shown(describe_change(change)))}")
-        if len(check.changes) > 12:
-            console.out().print(f"    ... and {len(check.changes) - 12} more (--json lists all)")
+        if check.signature is not None and check.signature.get("status") != "not-verified":
+            # whose signature covers the bytes: said when it holds too (a failure is the reason above)
+            sign_key = "ok" if check.signature.get("status") == "verified" else "skip"
+            console.out().print(f"    [{console.STYLES[sign_key]}]{console.symbol(sign_key)}[/] "
+                                f"{escape(shown(str(check.signature.get('sentence'))))}")
+        said = describe_changes(check.changes)  # only what moved in each field, on both sides
+        for words in said[:12]:
+            console.out().print(f"    {escape(shown(words))}")
+        if len(said) > 12:
+            console.out().print(f"    ... and {len(said) - 12} more (--json lists all)")
     console.out().print(f"pinned by   {shown(observer_line(report.pinned_observer))}", markup=False)
     console.out().print(f"checked by  {shown(observer_line(report.observer))}  (observers are never compared)",
                         markup=False)

@@ -66,6 +66,10 @@ class HarnessAdapter(Protocol):
         """Whether this command line runs this harness."""
         ...
 
+    def task(self, argv: Sequence[str]) -> str:
+        """The task this command line evaluates, as a list of runs names it (``arc_easy``, ``gsm8k.py``)."""
+        ...
+
     def prepare(self, argv: Sequence[str], identity_id: str, run_id: str) -> list[str]:
         """The command line to start instead: the identity added where the harness keeps metadata."""
         ...
@@ -97,6 +101,18 @@ def flag_value(argv: Sequence[str], *names: str) -> str | None:
             elif arg.startswith(name + "="):
                 value = arg[len(name) + 1:]
     return value
+
+
+_INTERPRETER = re.compile(r"^(python|pypy|bash|sh|zsh)[0-9.]*$")
+
+
+def script_name(argv: Sequence[str]) -> str:
+    """What a plain command runs, by name: ``python eval.py out.json`` -> ``eval.py``, ``python -m pkg``
+    -> ``pkg``, ``./run.sh`` -> ``run.sh`` (``?`` for an empty command)."""
+    words = program_words(argv)
+    if len(words) > 1 and _INTERPRETER.match(os.path.basename(str(argv[0]))):
+        return words[1]
+    return words[0] if words else "?"
 
 
 def program_words(argv: Sequence[str]) -> list[str]:

@@ -35,6 +35,14 @@ class InspectHarness:
         return any(w == "inspect" or w.startswith("inspect_ai") for w in words) and \
             any(w in ("eval", "eval-set", "eval-retry") for w in (*words, *argv))
 
+    def task(self, argv: Sequence[str]) -> str:
+        """``inspect eval TASK ...``: the argument after the subcommand (a file, ``file@task`` or a name)."""
+        words = list(argv)
+        for i, word in enumerate(words[:-1]):
+            if word in ("eval", "eval-set", "eval-retry") and not words[i + 1].startswith("-"):
+                return words[i + 1]
+        return "(no task named)"
+
     def prepare(self, argv: Sequence[str], identity_id: str, run_id: str) -> list[str]:
         return list(argv)  # the hook reads EXECSYS_LOCK and EXECSYS_RUN_ID from the environment
 

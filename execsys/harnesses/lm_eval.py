@@ -35,6 +35,9 @@ class LmEvalHarness:
     def matches(self, argv: Sequence[str]) -> bool:
         return any(word in PROGRAMS for word in program_words(argv))
 
+    def task(self, argv: Sequence[str]) -> str:
+        return flag_value(argv, "--tasks", "-t") or "(no --tasks)"
+
     def prepare(self, argv: Sequence[str], identity_id: str, run_id: str) -> list[str]:
         metadata = json.dumps({"execsys": {"identity": identity_id, "run": run_id}}, sort_keys=True)
         return [*argv, "--metadata", metadata]

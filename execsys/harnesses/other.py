@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from execsys.errors import InputError
-from execsys.harnesses.base import HarnessResult
+from execsys.harnesses.base import HarnessResult, script_name
 
 NAME = "other"
 
@@ -20,6 +20,9 @@ class OtherHarness:
 
     def matches(self, argv: Sequence[str]) -> bool:
         return True
+
+    def task(self, argv: Sequence[str]) -> str:
+        return script_name(argv)
 
     def prepare(self, argv: Sequence[str], identity_id: str, run_id: str) -> list[str]:
         return list(argv)

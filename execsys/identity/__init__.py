@@ -29,6 +29,7 @@ from __future__ import annotations
 from execsys.identity.diff import (
     DiffReport,
     describe_change,
+    describe_changes,
     diff_identities,
     diff_sentence,
     field_changes,
@@ -79,7 +80,7 @@ from execsys.identity.verify import (
 __all__ = [
     "DEFAULT_LOCK", "DIFF_SCHEMA", "READABLE_SCHEMAS", "SCHEMA", "SCHEMA_VERSION", "VERIFY_SCHEMA",
     "ArtifactHashed", "ComponentChecked", "ComponentObserved", "Identity", "IdentityRecorded",
-    "DiffReport", "describe_change", "diff_identities", "diff_sentence", "field_changes", "flatten",
+    "DiffReport", "describe_change", "describe_changes", "diff_identities", "diff_sentence", "field_changes", "flatten",
     "Cancelled", "observe_components", "observe_observer", "observe_runtime", "sanitize_declared",
     "load_identity_ref", "load_lock", "record_identity", "write_lock", "ComponentCheck", "VerifyOptions",
     "VerifyReport", "run_verify", "schema_outdated_sentence", "verify", "PinOptions", "PinReport",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from execsys import COMPONENTS
+from execsys.delta import ARROW, value_change
 from execsys.identity.model import DIFF_SCHEMA, Identity
 
 
@@ -28,27 +29,72 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+class FieldChange(dict):  # type: ignore[type-arg]
+    """One field that moved, as records hold it: ``{"field", "old", "new"}``. ``absent`` ("old" or
+    "new") says which side did not have the field at all -- JSON's ``null`` cannot tell a key gained
+    from a value that became null, and the rendering must (``+key: value``). It is never serialized."""
+
+    absent: str | None = None
+
+
 def field_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     a, b = flatten(old), flatten(new)
-    changes = []
+    changes: list[dict[str, Any]] = []
     for key in sorted(set(a) | set(b)):
         if a.get(key, _MISSING) != b.get(key, _MISSING):
-            changes.append({"field": key, "old": a.get(key), "new": b.get(key)})
+            change = FieldChange(field=key, old=a.get(key), new=b.get(key))
+            change.absent = "old" if key not in a else "new" if key not in b else None
+            changes.append(change)
     return changes
+
+
+def renamed(change: dict[str, Any], field: str) -> dict[str, Any]:
+    """``change`` under another field path (``observed.<path>``), still knowing which side was absent."""
+    out = FieldChange(change, field=field)
+    out.absent = getattr(change, "absent", None)
+    return out
 
 
 _MISSING = object()
 
 
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 def _render_value(value: Any) -> str:
-    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+    if _is_digest(value):
         return value[:16] + "…"
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def describe_change(change: dict[str, Any]) -> str:
-    return f"{change['field']}: {_render_value(change['old'])} -> {_render_value(change['new'])}"
+def describe_change(change: dict[str, Any], *, arrow: str = ARROW, under: str = "") -> str:
+    """One field's change in one line, showing only what moved: ``argv: --n_threads 2 → 1``,
+    ``+variables.B: 2`` (a key gained), ``-seed: 7`` (a key lost), ``env: A: 1 → 2``; ``arrow="->"``
+    where the words go into a record; ``under`` goes before the field's path (``budget.``)."""
+    field, old, new = under + str(change["field"]), change["old"], change["new"]
+    absent = getattr(change, "absent", None)
+    if absent == "old":
+        return f"+{field}: {_render_value(new)}"
+    if absent == "new":
+        return f"-{field}: {_render_value(old)}"
+    if _is_digest(old) or _is_digest(new):
+        return f"{field}: {_render_value(old)} {arrow} {_render_value(new)}"
+    return f"{field}: {value_change(old, new, render=_render_value, arrow=arrow)}"
+
+
+def describe_changes(changes: list[dict[str, Any]], *, arrow: str = ARROW, under: str = "") -> list[str]:
+    """Each change in one line (:func:`describe_change`), leaving out an empty table that gained or lost
+    its keys (``{} → null`` beside them): the keys' own lines say what moved."""
+    fields = [str(c["field"]) for c in changes]
+
+    def parent_of_others(change: dict[str, Any]) -> bool:
+        field = str(change["field"])
+        emptied = {} in (change["old"], change["new"]) and None in (change["old"], change["new"])
+        return emptied and any(f.startswith((field + ".", field + "[")) for f in fields)
+
+    return [describe_change(c, arrow=arrow, under=under) for c in changes if not parent_of_others(c)]
 
 
 @dataclass

@@ -32,6 +32,16 @@ def _notes(decl: Declaration, components: dict[str, dict[str, Any]], variables_w
     if artifact.get("quantization_matches_declared") is False:
         notes.append(f"declared quantization {components['artifact']['declared'].get('quantization')!r} but the files "
                      f"say {artifact.get('quantization')!r} ({artifact.get('quantization_source')})")
+    signature = artifact.get("signature") if isinstance(artifact.get("signature"), dict) else {}
+    if signature.get("error"):
+        notes.append(f"the artifact's {signature['error']}: its signature cannot be read")
+    elif signature and not signature.get("present") and (signature.get("key") or {}).get("path"):
+        notes.append("[artifact] signature_key is declared but the artifact holds no model.sig: verify will say "
+                     "its signature is not verified")
+    elif (signature.get("key") or {}).get("matches_bundle") is False:
+        notes.append(f"model.sig names key {str((signature.get('signer') or {}).get('key_sha256'))[:16]}, not the "
+                     f"declared [artifact] signature_key {str(signature['key'].get('sha256'))[:16]}: verify will "
+                     "not verify it")
     missing = components["environment"]["observed"].get("variables_not_holding") or []
     if missing:
         from execsys.observe.environment import OWN_ENVIRONMENT
@@ -78,6 +88,7 @@ def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | 
     """Observe the declared system and return its identity (not yet written anywhere)."""
     from execsys.clock import now_iso
 
+    _refuse_unusable_signature_key(decl)
     checked: dict[str, Any] = {}
     components = observe_components(decl, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,
                                     exclude=exclude, live=checked)
@@ -90,6 +101,20 @@ def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | 
                     declaration=declaration, notes=_normalise(_notes(decl, components, where) +
                                                               _served_notes(components, live)),
                     observer=observe_observer(), live=_normalise(live))
+
+
+def _refuse_unusable_signature_key(decl: Declaration) -> None:
+    """A declared ``[artifact] signature_key`` that cannot check a signature (missing, a private key, not
+    an ECDSA key or certificates) is bad input, said before minutes of hashing: nothing is pinned."""
+    key = decl.get("artifact", "signature_key")
+    if not key:
+        return
+    from execsys.observe.artifact import resolve
+    from execsys.observe.model_signature import observe_key
+
+    error = observe_key(resolve(str(key), _base_dir(decl))).get("error")
+    if error:
+        raise InputError(f"{error}: nothing pinned")
 
 
 def _live_facts(runtime_observed: dict[str, Any], declared_runtime: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from execsys import COMPONENTS
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError
-from execsys.identity.diff import field_changes
+from execsys.identity.diff import field_changes, renamed
 from execsys.identity.model import SCHEMA, SCHEMA_VERSION, VERIFY_SCHEMA, ComponentChecked, Identity
 from execsys.identity.observe import _normalise, _observe_all, observe_observer, sanitize_declared
 from execsys.operation import Cancel, OnEvent, emit
@@ -25,9 +25,14 @@ class ComponentCheck:
     status: str  # same | changed | unverifiable
     changes: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
+    # the artifact's model-signing bundle checked (execsys.observe.model_signature.SignatureCheck.to_json)
+    signature: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "changes": self.changes, "reason": self.reason}
+        body = {"status": self.status, "changes": self.changes, "reason": self.reason}
+        if self.signature is not None:
+            body["signature"] = self.signature
+        return body
 
 
 def schema_outdated_sentence(identity: Identity) -> str:
@@ -86,10 +91,14 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
     declared = {name: identity.declared(name) for name in COMPONENTS}
     reasons: dict[str, str] = {}
     checked: dict[str, Any] = {}
+    # model-signing re-reads every file of a signed artifact (SHA-256) while the artifact is re-hashed
+    # (BLAKE3) for the id: side by side, verify takes the longer of the two, not their sum
+    signature_check = _SignatureCheckInBackground.start(declared["artifact"], base)
     fresh = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=False,
                          exclude=exclude, reasons=reasons, live=checked)
     fresh["runtime"].pop("engine_live", None)
     served = _served_defect(fresh["runtime"])
+    signature = signature_check.result() if signature_check is not None and "artifact" not in reasons else None
 
     checks: dict[str, ComponentCheck] = {}
     for name in COMPONENTS:
@@ -108,10 +117,17 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             checks[name] = ComponentCheck("unverifiable", changes, reasons[name])
         elif name == "runtime" and served is not None:
             checks[name] = ComponentCheck("changed", changes, served)
+        elif name == "artifact" and signature is not None and signature.failed:
+            # whose signature covers these bytes is an integrity check: a file that is not the one signed,
+            # or a key that is not the signer's, is a finding; a check that could not be made is unknown
+            checks[name] = ComponentCheck("changed" if signature.checkable else "unverifiable", changes,
+                                          signature.sentence())
         elif changes:
             checks[name] = ComponentCheck("changed", changes, _change_summary(name, changes, fresh[name], checked))
         else:
             checks[name] = ComponentCheck("same")
+        if name == "artifact" and signature is not None:
+            checks[name].signature = signature.to_json()
         emit(on_event, ComponentChecked(name, checks[name].status, len(checks[name].changes), checks[name].reason))
 
     observed_id = None
@@ -132,6 +148,8 @@ def verify(identity: Identity, *, on_event: OnEvent | None = None, cancel: Cance
             parts.append(f"{len(unverifiable)} unverifiable ({', '.join(unverifiable)})")
         if served is not None:
             parts.append(served)
+        if signature is not None and signature.failed:
+            parts.append(signature.sentence())
         sentence = (f"{'; '.join(parts)} since {identity.id[:12]} was pinned; "
                     "re-measure before comparing results across this change")
     return VerifyReport(identity.id, observed_id, verdict, checks, sentence, observer, identity.observer,
@@ -143,13 +161,51 @@ def component_changes(name: str, pinned: dict[str, Any], observed: dict[str, Any
     """What moved in one component: its fresh observation against the pinned one (``observed.<path>``)
     and, when the current declaration's table is given, that against the pinned declaration
     (``declared.<path>``). The one comparison verify and the grader probe's system check make."""
-    changes = [dict(c, field=f"observed.{c['field']}")
-               for c in field_changes(pinned.get("observed") or {}, observed)]
+    changes = [renamed(c, f"observed.{c['field']}") for c in field_changes(pinned.get("observed") or {}, observed)]
     if declared is not None:
         now_declared = _normalise(sanitize_declared(name, declared))
-        changes += [dict(c, field=f"declared.{c['field']}")
+        changes += [renamed(c, f"declared.{c['field']}")
                     for c in field_changes(pinned.get("declared") or {}, now_declared)]
     return changes
+
+
+class _SignatureCheckInBackground:
+    """model-signing's verdict on the artifact's bundle, computed on a daemon thread (a cancelled verify
+    never waits for it: model-signing's hashing cannot be interrupted)."""
+
+    def __init__(self, artifact: Path, observed: dict[str, Any]) -> None:
+        import threading
+
+        self._answer: list[Any] = []
+        self._thread = threading.Thread(target=self._check, args=(artifact, observed), daemon=True,
+                                        name="execsys-model-signing")
+        self._thread.start()
+
+    @classmethod
+    def start(cls, declared_artifact: dict[str, Any], base: Path) -> _SignatureCheckInBackground | None:
+        """None when the artifact ships no model.sig and no signature_key is declared (nothing to check)."""
+        if not declared_artifact.get("path"):
+            return None
+        from execsys.observe.artifact import resolve
+        from execsys.observe.model_signature import observe_signature
+
+        artifact = resolve(str(declared_artifact["path"]), base)
+        observed = observe_signature(artifact, declared_artifact, base)
+        return cls(artifact, observed) if observed is not None else None
+
+    def _check(self, artifact: Path, observed: dict[str, Any]) -> None:
+        from execsys.observe.model_signature import NOT_VERIFIED, SignatureCheck, check_signature
+
+        try:
+            self._answer.append(check_signature(artifact, observed))
+        except Exception as exc:  # noqa: BLE001 - a crash in the check is its answer, never verify's
+            self._answer.append(SignatureCheck(NOT_VERIFIED, str(observed.get("signed_by") or "?"),
+                                               int(observed.get("files") or 0),
+                                               f"the check failed ({type(exc).__name__}: {exc})", checkable=False))
+
+    def result(self) -> Any:
+        self._thread.join()
+        return self._answer[0]
 
 
 def _served_defect(runtime_observed: dict[str, Any]) -> str | None:

@@ -209,4 +209,11 @@ def observe_artifact(declared: dict[str, Any], *, base_dir: Path | None = None,
             raise InputError(f"adapter {exc}") from exc
         observed["adapter"] = {"path": str(adapter_path), "kind": adapter.kind, "digest": adapter.digest,
                                "size_bytes": adapter.size_bytes, "files": adapter.files}
+    from execsys.observe.model_signature import observe_signature
+
+    # what a shipped model-signing bundle (model.sig) states, and the key [artifact] signature_key names;
+    # absent when neither is there, so an artifact without one is recorded as it always was
+    signature = observe_signature(path, declared, base_dir)
+    if signature is not None:
+        observed["signature"] = signature
     return observed, quant.get("model", {})

@@ -43,15 +43,10 @@ def engine_version(engine: str | None, process_hint: str | None = None) -> dict[
     name = canonical_engine(engine)
     spec = ENGINES.get(name or "", {"modules": [], "packages": [name] if name else [],
                                     "binaries": [name] if name else []})
-    if spec["modules"] or spec["packages"]:
-        from importlib import metadata  # here: email, csv and zipfile with it, and most pins name no engine
-
-        provided = metadata.packages_distributions() if spec["modules"] else {}
-        for module in spec["modules"]:
-            for dist_name in provided.get(module, []):
-                with contextlib.suppress(metadata.PackageNotFoundError):
-                    return {"name": name, "version": metadata.version(dist_name),
-                            "source": f"package metadata ({dist_name})"}
+    for module in spec["modules"]:
+        found = _module_distribution(module)
+        if found is not None:
+            return {"name": name, "version": found[1], "source": f"package metadata ({found[0]})"}
     for package in spec["packages"]:
         from importlib import metadata
 
@@ -71,6 +66,35 @@ def engine_version(engine: str | None, process_hint: str | None = None) -> dict[
     if name is None:
         return {"name": None, "version": None, "source": None}
     return {"name": name, "version": None, "source": "not found installed here (no package metadata, no binary on PATH)"}
+
+
+def _module_distribution(module: str) -> tuple[str, str] | None:
+    """(name, version) of the first distribution on this interpreter's ``sys.path`` that provides top-level
+    ``module``, read from the ``*.dist-info`` files (execsys.observe.harness.module_distributions): what
+    ``importlib.metadata.packages_distributions()`` says, without building a path object for every file of
+    every installed distribution (0.2 s of CPU, a third of a pin's, on a test venv of 125 distributions).
+    That walk is kept for a module that is importable here and that no ``.dist-info`` claims (an
+    ``.egg-info`` install)."""
+    import importlib.util
+    import sys
+
+    from execsys.observe.harness import module_distributions
+
+    found = module_distributions([entry or "." for entry in sys.path], module)
+    if found:
+        return found[0]
+    try:
+        importable = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        importable = False
+    if not importable:
+        return None
+    from importlib import metadata  # here: email, csv and zipfile with it
+
+    for dist_name in metadata.packages_distributions().get(module, []):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return dist_name, metadata.version(dist_name)
+    return None
 
 
 def _version_in(text: str) -> str | None:

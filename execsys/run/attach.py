@@ -13,6 +13,7 @@ this digest) already has the identity pinned *before* it was made. Attaching to 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from execsys.sources import no_identity_reason
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
     from execsys.identity import Identity
+    from execsys.run.shard import Shard
 
 SCHEMA = "execsys.attach/1"
 ATTACHED_SENTENCE = "identity recorded after the run: the system may have moved in between; descriptive only"
@@ -44,6 +46,8 @@ class AttachOptions:
     sidecar_dir: Path | None = None
     sign_key: Path | None = None  # --sign-key / [receipts] key
     signer: Any = None  # its securesystemslib CryptoSigner; None: the receipts are unsigned
+    # the shard these results are of a sharded evaluation, read as execsys run reads it (execsys.run.shard)
+    shard: Shard | None = None
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> AttachOptions:
@@ -67,6 +71,11 @@ class AttachOptions:
         from execsys.run.options import signing_key
 
         sign_key, signer = signing_key(overrides.pop("sign_key", None), declaration)
+        from execsys.run.shard import shard_from
+
+        # a results-only job step of a Slurm array or an Indexed Job is its shard as a run there would be
+        environ = overrides.pop("environ", None)
+        shard = shard_from(overrides.pop("shard", None), os.environ if environ is None else environ)
         if overrides:
             raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
         for path in paths:
@@ -74,7 +83,7 @@ class AttachOptions:
                 body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
                 if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
                     raise InputError(_recorded_by_run(path, body))
-        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer)
+        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard)
 
 
 RUN_SCHEMA_PREFIX = "execsys.run/"
@@ -107,6 +116,7 @@ class AttachReport:
     sidecars: list[str] = field(default_factory=list)
     receipts: list[str] = field(default_factory=list)
     recorded_at: str = ""
+    shard: dict[str, Any] | None = None  # {index, count, source, job[, task_id]}, as a run records it
 
     @property
     def exit_code(self) -> int:
@@ -118,7 +128,7 @@ class AttachReport:
                                                   f"verify now {self.verify_now.get('verdict')}",
                 "identity": {"id": self.identity_id, "lock": self.lock_path}, "verify_now": self.verify_now,
                 "recorded_at": self.recorded_at, "results": self.results, "sidecars": self.sidecars,
-                "receipts": self.receipts}
+                "receipts": self.receipts, "shard": self.shard}
 
 
 def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
@@ -133,7 +143,8 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     changed = [name for name, check in report.components.items() if check.status != "same"]
     attached = AttachReport(new_id("attach"), options.lock.id, str(options.lock_path),
                             {"verdict": report.verdict, "changed": changed, "sentence": report.sentence},
-                            recorded_at=now_iso())
+                            recorded_at=now_iso(),
+                            shard=options.shard.to_json() if options.shard is not None else None)
     for path in options.results:
         if cancel.is_set():
             break

@@ -41,9 +41,11 @@ class SignalForwarded(Event):
 
 @dataclass(frozen=True)
 class DriftDetected(Event):
-    """The serving runtime changed while the harness ran: ``event`` is ``{at, component, before, after}``."""
+    """The serving runtime changed while the harness ran, as one look at it found: ``events`` is every
+    ``{at, component, before, after}`` that look found (one ``at``), ``event`` the first of them."""
 
     event: dict[str, Any] = field(default_factory=dict)
+    events: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

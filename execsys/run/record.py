@@ -198,9 +198,16 @@ class RunRecord:
         counted = (f"{mismatches} model call(s) answered by another model or fingerprint than the pinned one"
                    if mismatches else None)
         if self.drift:
+            from execsys.run.drift import fold
+
+            # the first field that ended other than it began (a restart's argv, not the endpoint's
+            # error while it was down), as a delta; else the first event
+            moved = [f for f in fold(self.drift) if not f.as_before and None not in (f.before, f.after)]
             first = self.drift[0]
-            text = (f"the runtime changed during the run ({first.get('component')} at {first.get('at')}: "
-                    f"{_brief(first.get('before'))} -> {_brief(first.get('after'))}"
+            component, at, before, after = ((moved[0].component, moved[0].last_at, moved[0].before, moved[0].after)
+                                            if moved else (first.get("component"), first.get("at"),
+                                                           first.get("before"), first.get("after")))
+            text = (f"the runtime changed during the run ({component} at {at}: {_change(before, after)}"
                     + (f"; {len(self.drift)} drift events" if len(self.drift) > 1 else "") + ")")
             return f"{text}; {counted}" if counted else text
         if counted:
@@ -238,6 +245,16 @@ def _reason_only(path: str, error: str) -> str:
 def _brief(value: Any) -> str:
     text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
     return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _change(before: Any, after: Any) -> str:
+    """Two lists (an argv) or two dicts as what moved between them (``+--n_batch 64``), anything else
+    as both values cut short; ASCII, as the record is read anywhere."""
+    from execsys.delta import value_change
+
+    if (isinstance(before, list) and isinstance(after, list)) or (isinstance(before, dict) and isinstance(after, dict)):
+        return value_change(before, after, render=_brief, arrow="->")
+    return f"{_brief(before)} -> {_brief(after)}"
 
 
 def sidecar_path(result: Path, sidecar_dir: Path | None, name: Callable[[str], str] = sidecar_name) -> Path:

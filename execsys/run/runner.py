@@ -86,7 +86,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
         finder.before()
         declared_runtime = options.declaration.component("runtime") or identity.declared("runtime")
         watcher = Watcher(declared_runtime, options.watch_s,
-                          on_drift=lambda event: emit(on_event, DriftDetected(event)))
+                          on_look=lambda found: emit(on_event, DriftDetected(found[0], tuple(found))))
         argv = adapter.prepare(options.command, identity.id, record.id)
         hook_dir = Path(tempfile.mkdtemp(prefix="execsys-run-hook-")) if adapter.name == "inspect" else None
         try:

@@ -23,14 +23,17 @@ __all__ = ["ServingObserver", "Watcher", "changes", "observe_serving"]
 
 
 class Watcher:
-    """A daemon thread observing every ``interval_s``; ``drift`` collects the events, ``on_drift`` hears each."""
+    """A daemon thread observing every ``interval_s``; ``drift`` collects the events, ``on_drift`` hears
+    each, ``on_look`` hears the events of one look together (a restart is many fields in one look)."""
 
     def __init__(self, declared_runtime: dict[str, Any], interval_s: float,
                  on_drift: Callable[[dict[str, Any]], None] | None = None,
-                 observe: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+                 observe: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 on_look: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.declared_runtime = declared_runtime
         self.interval_s = interval_s
         self.on_drift = on_drift
+        self.on_look = on_look
         self.observe = observe if observe is not None else ServingObserver()
         self.drift: list[dict[str, Any]] = []
         self.observations = 0
@@ -70,8 +73,11 @@ class Watcher:
                 continue
             if self._stop.is_set():
                 return  # the harness ended while we looked: verify-after speaks for that moment
-            for event in changes(self._last or {}, now, now_iso()):
+            found = changes(self._last or {}, now, now_iso())
+            for event in found:
                 self.drift.append(event)
                 if self.on_drift is not None:
                     self.on_drift(event)
+            if found and self.on_look is not None:
+                self.on_look(found)
             self._last = now

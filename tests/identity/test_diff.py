@@ -10,6 +10,7 @@ from execsys.identity import (
     SCHEMA,
     Identity,
     describe_change,
+    describe_changes,
     diff_identities,
     diff_sentence,
     field_changes,
@@ -68,11 +69,42 @@ def test_a_field_that_was_null_and_is_now_absent_is_a_change() -> None:
 def test_a_change_is_described_in_one_readable_line() -> None:
     digest_a, digest_b = "a" * 64, "b" * 64
     assert describe_change({"field": "observed.digest", "old": digest_a, "new": digest_b}) == (
+        "observed.digest: aaaaaaaaaaaaaaaa… → bbbbbbbbbbbbbbbb…")
+    assert describe_change({"field": "observed.digest", "old": digest_a, "new": digest_b}, arrow="->") == (
         "observed.digest: aaaaaaaaaaaaaaaa… -> bbbbbbbbbbbbbbbb…")
-    assert describe_change({"field": "seed", "old": 7, "new": None}) == "seed: 7 -> null"
-    assert describe_change({"field": "f", "old": ["-x"], "new": "é"}) == 'f: ["-x"] -> é'
-    long = "x" * 100
-    assert describe_change({"field": "f", "old": long, "new": "x" * 80}) == f"f: {'x' * 77}... -> {'x' * 80}"
-    assert describe_change({"field": "f", "old": "A" * 64, "new": "g" * 64}) == f"f: {'A' * 64} -> {'g' * 64}"
-    assert describe_change({"field": "f", "old": "X" * 64, "new": ["é"]}) == f'f: {"X" * 64} -> ["é"]'
-    assert describe_change({"field": "f", "old": "y" * 81, "new": "z" * 80}) == f"f: {'y' * 77}... -> {'z' * 80}"
+    # a record read back from JSON cannot tell a key lost from a value that became null
+    assert describe_change({"field": "seed", "old": 7, "new": None}) == "seed: 7 → null"
+    assert describe_change({"field": "f", "old": ["-x"], "new": "é"}) == 'f: ["-x"] → é'
+    assert describe_change({"field": "f", "old": "x" * 100, "new": "x" * 80}) == f"f: {'x' * 100} → {'x' * 80}"
+    assert describe_change({"field": "f", "old": "A" * 64, "new": "g" * 64}) == f"f: {'A' * 64} → {'g' * 64}"
+    assert describe_change({"field": "f", "old": "X" * 64, "new": ["é"]}) == f'f: {"X" * 64} → ["é"]'
+    assert describe_change({"field": "f", "old": {"a": 1}, "new": 2}) == 'f: {"a": 1} → 2'
+    assert describe_change({"field": "f", "old": 1, "new": 2}, under="budget.") == "budget.f: 1 → 2"
+
+
+def test_a_long_value_shows_only_what_differs_on_both_sides() -> None:
+    argv = ["/venv/bin/python", "-m", "llama_cpp.server", "--model", "/models/tiny.gguf", "--n_threads", "2"]
+    [change] = field_changes({"argv": argv}, {"argv": [*argv[:-1], "1"]})
+    assert describe_change(change) == "argv: --n_threads 2 → 1"
+    [change] = field_changes({"argv": argv}, {"argv": [*argv, "--n_batch", "64"]})
+    assert describe_change(change) == "argv: +--n_batch 64"
+    old, new = "v" * 130 + "abc" + "w" * 20, "v" * 130 + "abd" + "w" * 20
+    assert describe_change({"field": "f", "old": old, "new": new}) == (
+        f"f: …{'v' * 10}abc{'w' * 12}… → …{'v' * 10}abd{'w' * 12}…")
+    assert describe_change({"field": "f", "old": "x" * 130, "new": "x" * 130 + "y"}) == (
+        f"f: …{'x' * 12} → …{'x' * 12}y")
+
+
+def test_a_table_that_gained_or_lost_a_key_says_plus_or_minus_key_never_null() -> None:
+    # an empty table flattens to itself: its key appearing used to read "env: {} -> null"
+    gained = field_changes({"env": {}, "seed": 7}, {"env": {"A": "1"}})
+    assert [c["field"] for c in gained] == ["env", "env.A", "seed"]  # the record keeps every field
+    assert describe_changes(gained) == ["+env.A: 1", "-seed: 7"]
+    lost = field_changes({"env": {"A": "1", "B": "2"}}, {"env": {"A": "1"}, "kernels": None})
+    assert describe_changes(lost) == ["-env.B: 2", "+kernels: null"]
+    emptied = field_changes({"env": {"A": "1"}}, {"env": {}})
+    assert describe_changes(emptied) == ["-env.A: 1"]
+    # an empty table that went away whole is said, with nothing else to say it
+    assert describe_changes(field_changes({"env": {}}, {})) == ["-env: {}"]
+    assert describe_changes(field_changes({"gpus": [{"u": 1}]}, {"gpus": [{"u": 1}, {"u": 2}]})) == [
+        "gpus.length: 1 → 2", "+gpus[1].u: 2"]

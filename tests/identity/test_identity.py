@@ -215,7 +215,7 @@ def test_verify_catches_swapped_artifact_and_upgraded_engine(cli, project: Path,
     assert report["components"]["hardware"]["status"] == "same"
     human = cli("verify", cwd=project, env=ENV)
     assert human.returncode == 1
-    assert "0.6.3 -> 0.6.4" in human.stdout and "new-identity" in human.stdout
+    assert "server_version: 0.6.3 → 0.6.4" in human.stdout and "new-identity" in human.stdout
 
 
 def test_verify_sees_dirty_harness_and_changed_declaration(cli, project: Path) -> None:

@@ -37,7 +37,9 @@ PURPOSE: dict[str, str] = {
         "Step 4, Scope & plan: which comparisons the probes license for the pinned identity, which axes were "
         "never probed (unlicensed), which are unstable (a causal claim must cross them with a paired control), "
         "and a pre-registered paired plan for such a control: register it (ctrl+g), then run it here (ctrl+n, "
-        "each arm's endpoint given; Esc stops after the case in hand) or with the `execsys plan run` shown."
+        "each arm's endpoint given; Esc stops after the case in hand) or with the `execsys plan run` shown. "
+        "In Recent runs, space marks a run A, then another B: the step explains their score difference as "
+        "`execsys explain A B` does (the verdict in one sentence, what moved, the flips, the noise floor)."
     ),
 }
 

@@ -334,10 +334,10 @@ CHANGED_SHOWN = 4
 
 def changed_fields(diff: Any) -> str:
     """The fields that moved against the previous lock, as ``execsys diff`` words them (the first few)."""
-    from execsys.identity import describe_change
+    from execsys.identity import describe_changes
 
-    changes = [f"{name}.{describe_change(change)}" for name, found in (getattr(diff, "changes", None) or {}).items()
-               for change in found]
+    changes = [words for name, found in (getattr(diff, "changes", None) or {}).items()
+               for words in describe_changes(found, under=f"{name}.")]
     more = f" (+{len(changes) - CHANGED_SHOWN} more: execsys diff)" if len(changes) > CHANGED_SHOWN else ""
     return "; ".join(changes[:CHANGED_SHOWN]) + more
 

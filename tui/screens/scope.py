@@ -8,6 +8,12 @@ counterbalanced) is registered in the ledger -- behind the same doctor gate as t
 then run here (ctrl+n) through the engine ``execsys plan run`` uses: a bar over the registered
 sequence, each arm's answer as it comes, Esc to stop after the case in hand (the run is then
 recorded as cancelled and descriptive), and the checks and the paired difference at the end.
+
+Recent runs (``execsys run`` records) are listed with their verdicts. Space on the list marks the
+highlighted run as A, then another as B (space again unmarks; a third mark makes the last B the new A);
+with two marked, the step shows ``execsys explain A B`` for them -- the one-sentence verdict, what
+moved, the flips, the noise floor of each separating axis -- from the engine call the CLI makes
+(ctrl+r explains them again, after new probes).
 """
 
 from __future__ import annotations
@@ -30,8 +36,30 @@ from textual.widgets import Button, Collapsible, Input, Label, OptionList, Progr
 from textual.widgets.option_list import Option
 from textual.worker import Worker, get_current_worker
 
+from execsys.errors import ExecsysError
+
 if TYPE_CHECKING:
     from execsys.plan import PlanRun
+
+
+MARKS = ("A", "B")
+"""The two marked runs, in the order they were marked: explain's A and B."""
+
+
+class RunList(MarkedOptionList):
+    """The recent runs; space marks the highlighted one (A, then B) for explain, or unmarks it."""
+
+    BINDINGS = [Binding("space", "mark_run", "Mark A/B")]
+
+    class MarkToggled(Message):
+        def __init__(self, run_id: str) -> None:
+            super().__init__()
+            self.run_id = run_id
+
+    def action_mark_run(self) -> None:
+        option = self.highlighted_option
+        if option is not None and option.id and not option.disabled:
+            self.post_message(self.MarkToggled(option.id))
 
 
 class ScopeScreen(GatedStep):
@@ -59,6 +87,13 @@ class ScopeScreen(GatedStep):
             super().__init__()
             self.run_id, self.body = run_id, body
 
+    class Explained(Message):
+        """``execsys explain A B`` for the two marked runs: the report, or the one line why it could not be made."""
+
+        def __init__(self, pair: tuple[str, str], report: Any, problem: str | None) -> None:
+            super().__init__()
+            self.pair, self.report, self.problem = pair, report, problem
+
     class PlanRegistered(Message):
         def __init__(self, plan: dict[str, Any], record_id: str, out: str | None) -> None:
             super().__init__()
@@ -82,6 +117,9 @@ class ScopeScreen(GatedStep):
         self._registered: tuple[str, list[str]] | None = None  # (plan file, arms) of the plan to run
         self._plan_run = 0  # which run the events belong to (a stopped run's late events are dropped)
         self.plan_running = False
+        self._runs: list[Any] = []  # the listed runs (RunSummary), newest first
+        self._runs_identity: str | None = None  # the identity they were listed against
+        self._marked: list[str] = []  # run ids, in the order marked: [A] or [A, B]
 
     def compose_body(self) -> ComposeResult:
         yield GateBanner(self.GATE_WHAT, id="gate")
@@ -91,8 +129,9 @@ class ScopeScreen(GatedStep):
             yield Label("Measured boundaries (agreement m/n, 95% CI)", classes="section-title")
             yield RateChart(id="chart")
             with Collapsible(title="Recent runs (execsys run)", id="runs-box", collapsed=False):
-                yield MarkedOptionList(id="runs")
+                yield RunList(id="runs")
                 yield Static("", id="run-detail")
+                yield Static("", id="explain")
             with Collapsible(title="Contract snippet (Markdown)", id="contract-box", collapsed=True):
                 yield Static("", id="contract")
                 with Horizontal(classes="row"):
@@ -141,6 +180,8 @@ class ScopeScreen(GatedStep):
     # -- scope ---------------------------------------------------------------------
     def action_refresh_scope(self) -> None:
         self.compute(self.app.identity_id)
+        if len(self._marked) == 2:
+            self._explain_marked()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scope")
     def compute(self, identity_id: str | None) -> None:
@@ -183,18 +224,87 @@ class ScopeScreen(GatedStep):
     def _show_runs(self, runs: list[Any], identity_id: str | None) -> None:
         options = self.query_one("#runs", OptionList)
         selected = options.highlighted_option.id if options.highlighted_option is not None else None
+        self._runs, self._runs_identity = list(runs), identity_id
+        ids = [run.id for run in runs]
+        self._marked = [run_id for run_id in self._marked if run_id in ids]  # a run no longer listed: unmarked
         options.clear_options()
+        explain = self.query_one("#explain", Static)
         if not runs:
             options.add_option(Option("– no run recorded yet: execsys run -- <your harness command>", disabled=True))
             self.query_one("#run-detail", Static).update("")
+            explain.display = False
             return
         for run in runs:
-            other = "" if identity_id is None or run.identity == identity_id else \
-                f" · identity {str(run.identity or 'none')[:12]} (not this one)"
-            options.add_option(Option(f"{VERDICT_SYMBOLS.get(run.verdict, '?')} {run.verdict:<11} {run.id} · "
-                                      f"{run.results} result{'s' if run.results != 1 else ''}{other}", id=run.id))
-        ids = [run.id for run in runs]
+            options.add_option(Option(self._run_prompt(run), id=run.id))
         options.highlighted = ids.index(selected) if selected in ids else 0
+        explain.display = True
+        if len(self._marked) < 2:  # two marked: their explanation stays (ctrl+r explains them again)
+            self._show_explain_hint()
+
+    def _run_prompt(self, run: Any) -> Text:
+        """One run's line: its mark (A or B) when marked, its verdict with a symbol, id, result count."""
+        identity_id = self._runs_identity
+        other = "" if identity_id is None or run.identity == identity_id else \
+            f" · identity {str(run.identity or 'none')[:12]} (not this one)"
+        line = Text()
+        if run.id in self._marked:
+            line.append(f"{MARKS[self._marked.index(run.id)]}: ", style="bold reverse")
+        line.append(f"{VERDICT_SYMBOLS.get(run.verdict, '?')} {run.verdict:<11} {run.id} · "
+                    f"{run.results} result{'s' if run.results != 1 else ''}{other}")
+        return line
+
+    @on(RunList.MarkToggled)
+    def _mark_toggled(self, message: RunList.MarkToggled) -> None:
+        run_id = message.run_id
+        if run_id in self._marked:
+            self._marked.remove(run_id)
+        else:
+            self._marked = [*self._marked, run_id][-2:]  # a third mark: the last B becomes the new A
+        options = self.query_one("#runs", OptionList)
+        for run in self._runs:
+            options.replace_option_prompt(run.id, self._run_prompt(run))
+        if len(self._marked) == 2:
+            self._explain_marked()
+        else:
+            self._show_explain_hint()
+
+    def _show_explain_hint(self) -> None:
+        self.workers.cancel_group(self, "explain")
+        text = Text()
+        if self._marked:
+            text.append(f"A: {self._marked[0]}", style="bold")
+            text.append(" · space on another run marks it B: explain says why their scores differ")
+        else:
+            text.append("space marks a run A, then another B: explain says why their scores differ", style="dim")
+        self.query_one("#explain", Static).update(text)
+
+    def _explain_marked(self) -> None:
+        a, b = self._marked
+        self.query_one("#explain", Static).update(Text(f"… explaining A {a} against B {b}"))
+        self.explain_pair(a, b)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="explain")
+    def explain_pair(self, a: str, b: str) -> None:
+        try:
+            report, problem = adapter.explain_runs(self.app.paths, a, b), None
+        except ExecsysError as error:  # two runs explain cannot pair (no result, no shared case): said, not a crash
+            report, problem = None, error_line(error)
+        self.post_message(self.Explained((a, b), report, problem))
+
+    @on(Explained)
+    def explained(self, message: Explained) -> None:
+        if list(message.pair) != self._marked:  # the marks changed since: a newer explanation follows
+            return
+        explain = self.query_one("#explain", Static)
+        a, b = message.pair
+        if message.report is None:
+            explain.update(Text(f"✗ explain A {a} B {b}: {message.problem}"))
+        else:
+            explain.update(explain_text(a, b, adapter.explain_lines(message.report), message.report.verdict))
+        body = self.query_one("#scope-body", VerticalScroll)
+        # the verdict in view (below the fold at 80x24), after the layout that sized it
+        self.call_after_refresh(lambda: body.call_after_refresh(body.scroll_to_widget, explain, top=True,
+                                                                animate=False))
 
     @on(OptionList.OptionHighlighted, "#runs")
     def _run_highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -389,6 +499,8 @@ class ScopeScreen(GatedStep):
             self._set_run_status(f"✗ the plan run stopped: {error_line(worker.error)}")
         elif worker.group == "plan":
             self.query_one("#plan-result", Static).update(Text(f"✗ not registered: {error_line(worker.error)}"))
+        elif worker.group == "explain":
+            self.query_one("#explain", Static).update(Text(f"✗ explain stopped: {error_line(worker.error)}"))
         elif worker.group == "scope":
             self.query_one("#statement", Static).update(Text(f"? the scope could not be read: "
                                                              f"{error_line(worker.error)}; ctrl+r tries again"))
@@ -405,6 +517,27 @@ class ScopeScreen(GatedStep):
 
 VERDICT_SYMBOLS = {"clean": "✓", "drifted": "≠", "overridden": "!", "failed": "✗", "interrupted": "–", "refused": "✗"}
 """A symbol beside each run's verdict word (never colour alone)."""
+
+
+EXPLAIN_SYMBOLS = {"within-measured-noise": "✓", "attributable": "≠", "not-attributable": "!", "unmeasured": "?"}
+"""A symbol beside explain's verdict word (never colour alone)."""
+
+
+def explain_text(a: str, b: str, lines: list[tuple[str, str]], verdict: str) -> Text:
+    """``execsys explain A B`` for two marked runs: the one-sentence verdict first, then what moved, the
+    flips, each axis's noise floor, the margins, the caveats and the plans that would separate the causes,
+    in the CLI's words (``lines``: :func:`execsys.explain.report_lines`)."""
+    text = Text()
+    text.append(f"explain A {a} · B {b}", style="bold")
+    for kind, line in lines:
+        if kind == "verdict":
+            text.append(f"\n{EXPLAIN_SYMBOLS.get(verdict, '?')} ", style="bold")
+            text.append(verdict, style="bold")
+            text.append(line[len(verdict):])
+    for kind, line in lines:
+        if kind != "verdict":
+            text.append(f"\n  {line}", style="dim" if kind == "caveat" else "")
+    return text
 
 
 def plan_run_text(report: PlanRun) -> Text:
@@ -426,16 +559,18 @@ def plan_run_text(report: PlanRun) -> Text:
 
 
 def run_detail_text(run_id: str, body: dict[str, Any]) -> Text:
-    """The selected run: its verdict sentence, each drift event with its time, each result file with its digest."""
+    """The selected run: its verdict sentence, each field that drifted once (what moved, how many events,
+    when), each result file with its digest."""
     text = Text()
     verdict = str(body.get("verdict") or "?")
     text.append(f"{VERDICT_SYMBOLS.get(verdict, '?')} {run_id}: ", style="bold")
     text.append(str(body.get("verdict_detail") or verdict))
+    from execsys.run.drift import summary_lines
+
     drift = list(body.get("drift") or [])
-    text.append(f"\nDrift during the run: {len(drift) or 'none'}", style="bold")
-    for event in drift:
-        text.append(f"\n  ≠ {event.get('at', '?')} {event.get('component', '?')}: "
-                    f"{event.get('before')!s} → {event.get('after')!s}")
+    text.append(f"\nDrift during the run: {f'{len(drift)} event(s)' if drift else 'none'}", style="bold")
+    for line in summary_lines(drift):  # each change once, as a delta: one restart is many events
+        text.append(f"\n  ≠ {line}")
     results = list(body.get("results") or [])
     text.append(f"\nResult files: {len(results) or 'none'}", style="bold")
     for result in results:
