@@ -319,8 +319,9 @@ def test_a_log_that_cannot_be_read_is_one_clear_line(monkeypatch: pytest.MonkeyP
         adapter._read_log(tmp_path / "missing.eval")
     assert str(raised.value) == f"{tmp_path / 'missing.eval'}: not found" and reader.asked == []
     os.mkfifo(tmp_path / "fifo.eval")
-    with pytest.raises(InputError, match="Inspect log") as raised:
+    with pytest.raises(InputError) as raised:
         adapter._read_log(tmp_path / "fifo.eval")
+    assert str(raised.value).startswith(f"Inspect log {tmp_path / 'fifo.eval'}: is a FIFO")
     assert reader.asked == []
     bad = _write(tmp_path / "bad.eval", "x")
     with pytest.raises(InputError) as raised:
