@@ -63,6 +63,8 @@ modules=(
   "tui.state|execsys/tui/state.py|tests/test_tui_gate_decisions.py tests/test_tui_state.py|30"
   "probes.store|execsys/probes/store.py|tests/test_probe_store_keys.py|30"
   "harnesses.inspect|execsys/harnesses/inspect.py execsys/harnesses/inspect_names.py|tests/test_inspect_adapter_decisions.py|30"
+  "observe.vocabulary|execsys/observe/vocabulary.py|tests/test_observe_served_decisions.py|30"
+  "observe.served|execsys/observe/served.py|tests/test_observe_served_decisions.py|30"
 )
 
 report() {
