@@ -201,7 +201,6 @@ def test_graded_samples_skip_errored_and_unanswered_samples(monkeypatch: pytest.
 
 
 def test_reading_without_inspect_installed_says_how_to_get_it(tmp_path: Path) -> None:
-    pytest.importorskip("sys")
     try:
         import inspect_ai  # noqa: F401  # pyright: ignore[reportMissingImports]
     except ImportError:
