@@ -25,7 +25,7 @@ PY=${PYTHON:-python3}
 [[ "$PY" == */* ]] && PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
 work=${MUTATION_DIR:-${TMPDIR:-/tmp}/execsys-mutation}
 
-# module name | file mutated (staged layout) | the fast tests that kill its mutants [| per-test timeout, s]
+# module name | file(s) mutated (staged layout, space-separated) | the fast tests that kill its mutants [| per-test timeout, s]
 # (the timeout defaults to 120 s; a mutant that makes a test hang costs that long, so a module whose
 # tests each finish in seconds says so)
 modules=(
@@ -61,6 +61,11 @@ modules=(
   "plan.paired|execsys/plan/paired.py|tests/test_plan_decisions.py|30"
   "probes.margin|execsys/probes/margin.py|tests/test_margin_decisions.py|30"
   "ledger|execsys/ledger.py|tests/test_ledger_decisions.py tests/test_ledger.py|60"
+  "tui.state|execsys/tui/state.py|tests/test_tui_gate_decisions.py tests/test_tui_state.py|30"
+  "probes.store|execsys/probes/store.py|tests/test_probe_store_keys.py|30"
+  "harnesses.inspect|execsys/harnesses/inspect.py execsys/harnesses/inspect_names.py|tests/test_inspect_adapter_decisions.py|30"
+  "observe.vocabulary|execsys/observe/vocabulary.py|tests/test_observe_served_decisions.py|30"
+  "observe.served|execsys/observe/served.py|tests/test_observe_served_decisions.py|30"
 )
 
 report() {
@@ -92,7 +97,10 @@ run_module() {
     echo
     echo "[tool.mutmut]"
     echo 'source_paths = ["execsys"]'
-    echo "only_mutate = [\"$file\"]"
+    # one or more files (or globs, left for mutmut to match), separated by spaces
+    local patterns
+    read -r -a patterns <<<"$file"
+    echo "only_mutate = [$(printf '"%s", ' "${patterns[@]}")]"
     # the SSH paths need the staged tree on the remote side, and "nobody" cannot read the staged copy.
     # -k matches substrings of test names: a test named "... host ..." is left out too, so the tests
     # written for mutants avoid those words
