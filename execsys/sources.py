@@ -7,6 +7,12 @@ So ``execsys pin --config eval/execsys.toml`` writes ``eval/execsys.lock.json``,
 
 An operation that ties results to an identity (probe, plan, run, scope) and finds no lock says so
 in one line (:func:`no_identity_reason`) and records ``identity: null`` with that reason.
+
+:class:`Sources` carries what was read and where from: the declaration and its path, the lock and
+its path, the directory every declared path resolves against (:func:`declared_base`), and the
+ledger named with ``--ledger`` (None: ``$EXECSYS_LEDGER``, else the user data dir, decided by
+:meth:`execsys.ledger.Ledger.open`). An operation's options are built from it, so no caller names
+a path twice.
 """
 
 from __future__ import annotations
@@ -72,15 +78,27 @@ def read_lock(path: str | os.PathLike[str]) -> Identity:
     return load_lock(lock_path(path))
 
 
-@dataclass
+def declared_base(declaration: Declaration) -> Path:
+    """The directory a declared relative path (``[artifact] path``, a harness file) resolves against:
+    the declaration's own directory, else the working directory (no declaration file)."""
+    return Path(os.path.abspath(declaration.path)).parent if declaration.path else Path.cwd()
+
+
+@dataclass(frozen=True)
 class Sources:
-    """The declaration and the lock an operation's options are built from."""
+    """The declaration and the lock an operation's options are built from, with their paths and the ledger's."""
 
     declaration: Declaration
     config_path: Path
     lock: Identity | None
     lock_path: Path
     lock_explicit: bool
+    ledger_path: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
+
+    @property
+    def base_dir(self) -> Path:
+        """Where the declaration's relative paths point from (:func:`declared_base`)."""
+        return declared_base(self.declaration)
 
     @property
     def identity_id(self) -> str | None:
@@ -92,23 +110,31 @@ class Sources:
 
 
 def load_sources(config: str | os.PathLike[str] | None = None, lock: str | os.PathLike[str] | None = None,
-                 *, need_lock: bool = False) -> Sources:
+                 *, need_lock: bool = False, read_lock: bool = True, default_declaration: bool = True,
+                 ledger: str | os.PathLike[str] | None = None) -> Sources:
     """Read the declaration and the lock the way every command does.
 
     A declaration that was named must exist; the default one may be absent (an empty declaration).
     A lock named with ``--lock`` must exist and parse; the default lock may be absent (``lock=None``)
     unless ``need_lock``; a default lock that exists but does not parse is an error, never ignored.
+    ``read_lock=False`` only locates the lock (``pin`` replaces it whatever it holds);
+    ``default_declaration=False`` reads a declaration only when one was named (``verify`` compares
+    the pinned one otherwise), else the declaration is an empty one. ``ledger`` is ``--ledger``.
     """
     from execsys import declaration as declaration_module
 
     path = config_path(config)
-    decl = declaration_module.load(path if config_given(config) or path.exists() else None,
-                                   required=config_given(config))
+    named = config_given(config)
+    if named or (default_declaration and path.exists()):
+        decl = declaration_module.load(path, required=named)
+    else:
+        decl = declaration_module.empty()
     target = lock_path(lock, config)
     explicit = lock is not None
     identity = None
-    if explicit or need_lock or target.exists():
+    if read_lock and (explicit or need_lock or target.exists()):
         from execsys.identity import load_lock  # only with a lock to read: importing it is costly
 
         identity = load_lock(target)
-    return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit)
+    return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit,
+                   ledger_path=Path(ledger).expanduser() if ledger else None)

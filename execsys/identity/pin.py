@@ -14,7 +14,6 @@ from execsys.errors import InputError
 from execsys.identity.diff import DiffReport, diff_identities
 from execsys.identity.model import Identity, IdentityRecorded
 from execsys.identity.observe import (
-    _base_dir,
     _check_cancel,
     _normalise,
     observe_components,
@@ -23,7 +22,7 @@ from execsys.identity.observe import (
 from execsys.identity.store import record_identity
 from execsys.operation import Cancel, OnEvent, emit, first_given
 from execsys.redact import scrub
-from execsys.sources import LOCK_NAME
+from execsys.sources import LOCK_NAME, declared_base
 
 
 def _notes(decl: Declaration, components: dict[str, dict[str, Any]], variables_where: str | None = None) -> list[str]:
@@ -95,7 +94,7 @@ def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | 
     live = _live_facts(components["runtime"]["observed"], decl.component("runtime"))
     if checked.get("variables_checked"):
         live["environment"] = {"variables_checked": checked["variables_checked"]}
-    declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(_base_dir(decl))}
+    declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(declared_base(decl))}
     where = (checked.get("variables_checked") or {}).get("where")
     return Identity(id=content_id(components), recorded_at=now_iso(), components=components,
                     declaration=declaration, notes=_normalise(_notes(decl, components, where) +
@@ -112,7 +111,7 @@ def _refuse_unusable_signature_key(decl: Declaration) -> None:
     from execsys.observe.artifact import resolve
     from execsys.observe.model_signature import observe_key
 
-    error = observe_key(resolve(str(key), _base_dir(decl))).get("error")
+    error = observe_key(resolve(str(key), declared_base(decl))).get("error")
     if error:
         raise InputError(f"{error}: nothing pinned")
 
