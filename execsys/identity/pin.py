@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from execsys import sources
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError
@@ -22,7 +23,7 @@ from execsys.identity.observe import (
 from execsys.identity.store import record_identity
 from execsys.operation import Cancel, OnEvent, emit, first_given
 from execsys.redact import scrub
-from execsys.sources import LOCK_NAME, declared_base
+from execsys.sources import declared_base
 
 
 def _notes(decl: Declaration, components: dict[str, dict[str, Any]], variables_where: str | None = None) -> list[str]:
@@ -149,11 +150,6 @@ def _served_notes(components: dict[str, dict[str, Any]], live: dict[str, Any]) -
     return notes
 
 
-def lock_beside(decl: Declaration) -> Path:
-    """The lock that belongs to a declaration (see :mod:`execsys.sources`): beside it, else ./execsys.lock.json."""
-    return Path(decl.path).with_name(LOCK_NAME) if decl.path else Path(LOCK_NAME)
-
-
 @dataclass(frozen=True)
 class PinOptions:
     """What ``pin`` observes and where it records it."""
@@ -172,9 +168,7 @@ class PinOptions:
                      engine_log: str | os.PathLike[str] | None = None) -> PinOptions:
         """``lock_path`` (``--lock``/``--out``) over the lock beside the declaration; ``lock`` is the
         identity currently pinned there, if any; ``engine_log`` (``--engine-log``) over ``[runtime] log``."""
-        if lock_path is not None and not str(lock_path).strip():
-            raise InputError("the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration")
-        target = Path(os.path.expanduser(lock_path)) if lock_path is not None else lock_beside(declaration)
+        target = sources.lock_path(lock_path, declaration.path)  # the one rule: --lock, else beside the declaration
         if target.is_dir():
             raise InputError(f"{target}: cannot write the lock (is a directory)")
         record_value = first_given(record, True)
