@@ -49,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from execsys.run.attach import ATTACHED_SENTENCE, AttachOptions, attach_results
     from execsys.sources import load_sources
 
-    sources = load_sources(args.config, args.lock)
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
     options = AttachOptions.from_sources(sources.declaration, sources.lock, results=args.results,
                                          lock_path=sources.lock_path, sidecar_dir=args.sidecar_dir,
-                                         sign_key=args.sign_key, shard=args.shard)
+                                         sign_key=args.sign_key, shard=args.shard, ledger=sources.ledger_path)
     report = attach_results(options)
     if args.json:
         console.print_json(report.to_json())

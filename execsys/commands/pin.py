@@ -53,12 +53,12 @@ def run(args: argparse.Namespace) -> int:
     from execsys.sources import load_sources
 
     # the lock is only located: pin replaces it whatever it holds (a broken one included)
-    sources = load_sources(args.config, first_given(args.out, args.lock), read_lock=False)
+    sources = load_sources(args.config, first_given(args.out, args.lock), read_lock=False, ledger=args.ledger)
     decl = sources.declaration
     for warning in decl.warnings:
         console.warn(warning)
     options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock),
-                                      engine_log=args.engine_log)
+                                      ledger=sources.ledger_path, engine_log=args.engine_log)
     if args.task_prolog:
         from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
         from execsys.errors import InputError

@@ -391,7 +391,7 @@ def _merge(args: argparse.Namespace) -> int:
 
     if len(args.records) < 2:
         raise UsageError("probe merge needs two or more probe record ids (one per host)")
-    with Ledger.open() as ledger:
+    with Ledger.open(args.ledger) as ledger:
         record = merge(ledger, list(args.records))
     if args.json:
         print_json(record.to_json())

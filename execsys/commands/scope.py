@@ -49,12 +49,12 @@ def options_from_args(args: argparse.Namespace):
     if args.identity is not None and args.lock is not None:
         raise UsageError("give --lock or --identity, not both")
     if args.identity is not None:  # names the identity outright: no lock is read
-        return ScopeOptions.from_sources(None, None, identity=args.identity, audit=args.audit)
+        return ScopeOptions.from_sources(None, None, identity=args.identity, audit=args.audit, ledger=args.ledger)
     if args.audit and args.lock is None:  # the audit covers every recorded comparison unless told one identity
-        return ScopeOptions.from_sources(None, None, audit=True)
-    sources = load_sources(args.config, args.lock)
+        return ScopeOptions.from_sources(None, None, audit=True, ledger=args.ledger)
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
     return ScopeOptions.from_sources(sources.declaration, sources.lock, audit=args.audit,
-                                     lock_path=lock_path(args.lock, args.config))
+                                     lock_path=lock_path(args.lock, args.config), ledger=sources.ledger_path)
 
 
 def run(args: argparse.Namespace) -> int:

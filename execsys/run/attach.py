@@ -48,6 +48,7 @@ class AttachOptions:
     signer: Any = None  # its securesystemslib CryptoSigner; None: the receipts are unsigned
     # the shard these results are of a sharded evaluation, read as execsys run reads it (execsys.run.shard)
     shard: Shard | None = None
+    ledger: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
     @classmethod
     def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> AttachOptions:
@@ -76,6 +77,7 @@ class AttachOptions:
         # a results-only job step of a Slurm array or an Indexed Job is its shard as a run there would be
         environ = overrides.pop("environ", None)
         shard = shard_from(overrides.pop("shard", None), os.environ if environ is None else environ)
+        ledger = overrides.pop("ledger", None)
         if overrides:
             raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
         for path in paths:
@@ -83,7 +85,8 @@ class AttachOptions:
                 body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
                 if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
                     raise InputError(_recorded_by_run(path, body))
-        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard)
+        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard,
+                   Path(ledger).expanduser() if ledger else None)
 
 
 RUN_SCHEMA_PREFIX = "execsys.run/"
@@ -154,7 +157,7 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     for result in attached.results:
         target = sidecar_path(Path(result["path"]), options.sidecar_dir)
         attached.sidecars.append(str(target))
-    with Ledger.open() as ledger:
+    with Ledger.open(options.ledger) as ledger:
         _refuse_if_a_run_recorded(ledger, attached.results)
     # each receipt (marked attached_after) is made before anything is recorded: one that cannot be
     # made or written is said, and nothing is written
@@ -168,7 +171,7 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     body = attached.to_json()
     # the ledger first: one that cannot be opened or written (exit 2) leaves no sidecar behind
     try:
-        with Ledger.open() as ledger:
+        with Ledger.open(options.ledger) as ledger:
             ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
     except BaseException:
         receipts.discard()
@@ -178,7 +181,7 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     failed = receipts.commit()
     if failed:
         raise InputError(f"receipt {failed[0]['receipt']}: not written ({failed[0]['error']})")
-    with Ledger.open() as ledger:
+    with Ledger.open(options.ledger) as ledger:
         keep_receipts(ledger, attached.id, options.lock.id, receipts)
     emit(on_event, RunRecorded(attached.id, "attached", tuple(attached.sidecars)))
     return attached
