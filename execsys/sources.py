@@ -138,3 +138,28 @@ def load_sources(config: str | os.PathLike[str] | None = None, lock: str | os.Pa
         identity = load_lock(target)
     return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit,
                    ledger_path=Path(ledger).expanduser() if ledger else None)
+
+
+def declaration_at(path: Path) -> Declaration:
+    """The declaration at a path already resolved (:func:`config_path`), or an empty one while none is there."""
+    from execsys import declaration as declaration_module
+
+    return declaration_module.load(path) if path.exists() else declaration_module.empty()
+
+
+def lock_at(path: Path) -> Identity | None:
+    """The lock at a path already resolved (:func:`lock_path`), or None while none is there; one that is
+    there must parse."""
+    if not path.exists():
+        return None
+    from execsys.identity import load_lock  # only with a lock to read: importing it is costly
+
+    return load_lock(path)
+
+
+def sources_at(config: Path, lock: Path, *, ledger: str | os.PathLike[str] | None = None) -> Sources:
+    """The sources at paths already resolved, for a session that writes them there (the TUI): a
+    declaration not written yet is an empty one, a lock not pinned yet is None."""
+    return Sources(declaration=declaration_at(config), config_path=config, lock=lock_at(lock), lock_path=lock,
+                   lock_explicit=lock != default_lock(config),
+                   ledger_path=Path(ledger).expanduser() if ledger else None)
