@@ -454,8 +454,7 @@ def test_a_sighup_before_the_harness_starts_records_it_never_started(tmp_path, l
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "ran"
     sources = load_sources(None, None)
-    options = RunOptions.from_sources(sources.declaration, sources.lock, lock_path=sources.lock_path,
-                                      command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+    options = RunOptions.from_sources(sources, command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                                       gate="off", watch_s=0)
 
     def hang_up_during_identity(event) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from execsys.declaration import Declaration
     from execsys.identity import Identity
     from execsys.run.shard import Shard
+    from execsys.sources import Sources
 
 SCHEMA = "execsys.attach/1"
 ATTACHED_SENTENCE = "identity recorded after the run: the system may have moved in between; descriptive only"
@@ -51,8 +52,9 @@ class AttachOptions:
     ledger: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
     @classmethod
-    def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> AttachOptions:
-        """Needs ``results`` (paths that exist) and ``lock_path``; the lock must exist (nothing to attach else)."""
+    def from_sources(cls, sources: Sources, **overrides: Any) -> AttachOptions:
+        """Needs ``results`` (paths that exist); the sources' lock must exist (nothing to attach else)."""
+        declaration, lock = sources.declaration, sources.lock
         paths = [Path(p).expanduser().absolute() for p in overrides.pop("results", None) or []]
         if not paths:
             raise UsageError("name at least one result file: execsys attach RESULT... [--lock L]")
@@ -61,7 +63,7 @@ class AttachOptions:
                 raise InputError(f"{path}: no such result file")
             if registry.is_sidecar(path):
                 raise InputError(f"{path}: that is a sidecar or a receipt; attach the result file beside it")
-        lock_path = Path(overrides.pop("lock_path")).absolute()
+        lock_path = sources.lock_path.absolute()
         if lock is None:
             raise InputError(no_identity_reason(lock_path, "nothing can be attached") + "; run 'execsys pin' first")
         sidecar_dir = overrides.pop("sidecar_dir", None)
@@ -77,7 +79,6 @@ class AttachOptions:
         # a results-only job step of a Slurm array or an Indexed Job is its shard as a run there would be
         environ = overrides.pop("environ", None)
         shard = shard_from(overrides.pop("shard", None), os.environ if environ is None else environ)
-        ledger = overrides.pop("ledger", None)
         if overrides:
             raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
         for path in paths:
@@ -85,8 +86,7 @@ class AttachOptions:
                 body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
                 if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
                     raise InputError(_recorded_by_run(path, body))
-        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard,
-                   Path(ledger).expanduser() if ledger else None)
+        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard, sources.ledger_path)
 
 
 RUN_SCHEMA_PREFIX = "execsys.run/"

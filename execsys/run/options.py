@@ -89,11 +89,13 @@ class RunOptions:
     ledger: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
     @classmethod
-    def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> RunOptions:
-        """Options from the declaration and the lock, then the overrides (None = not given).
+    def from_sources(cls, sources: Sources, **overrides: Any) -> RunOptions:
+        """Options from the sources (the declaration, the lock, its path, the ledger), then the overrides
+        (None = not given).
 
-        Needs ``command`` and ``lock_path`` among the overrides. Raises UsageError / InputError
-        for what cannot work, before anything runs."""
+        Needs ``command`` among the overrides. Raises UsageError / InputError for what cannot work,
+        before anything runs."""
+        declaration, lock, lock_path = sources.declaration, sources.lock, sources.lock_path
         command = list(overrides.pop("command", None) or [])
         if not command:
             raise UsageError("no harness command: give it after '--', e.g. execsys run -- lm_eval --model ...")
@@ -103,9 +105,6 @@ class RunOptions:
             (program if os.access(cwd / program, os.X_OK) else None)
         if not found:
             raise InputError(f"harness command not found: {program!r} (not on PATH, or not executable)")
-        lock_path = overrides.pop("lock_path", None)
-        if lock_path is None:
-            raise UsageError("lock_path is required (the lock to verify, or to write when pinning)")
         if lock is None:  # the run will pin and write it: a lock path that cannot take it is said now
             from execsys.fsutil import check_output
 
@@ -137,8 +136,7 @@ class RunOptions:
         if grace is not None:
             options.grace_s = float(grace)
         options.job = overrides.pop("job", None)
-        ledger = overrides.pop("ledger", None)
-        options.ledger = Path(ledger).expanduser() if ledger else None
+        options.ledger = sources.ledger_path
         options.sign_key, options.signer = signing_key(overrides.pop("sign_key", None), declaration)
         from execsys.run.shard import shard_from
 
