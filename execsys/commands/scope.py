@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """Flags -> ScopeOptions: ``--identity`` > ``--lock`` > the lock beside the declaration."""
     from execsys.scope import ScopeOptions
-    from execsys.sources import load_sources, lock_path
+    from execsys.sources import load_sources
 
     if args.identity is not None and args.lock is not None:
         raise UsageError("give --lock or --identity, not both")
@@ -54,7 +54,7 @@ def options_from_args(args: argparse.Namespace):
         return ScopeOptions.from_sources(None, None, audit=True, ledger=args.ledger)
     sources = load_sources(args.config, args.lock, ledger=args.ledger)
     return ScopeOptions.from_sources(sources.declaration, sources.lock, audit=args.audit,
-                                     lock_path=lock_path(args.lock, args.config), ledger=sources.ledger_path)
+                                     lock_path=sources.lock_path, ledger=sources.ledger_path)
 
 
 def run(args: argparse.Namespace) -> int:
