@@ -95,6 +95,16 @@ class Sources:
     lock_explicit: bool
     ledger_path: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
+    @classmethod
+    def of(cls, declaration: Declaration, lock: Identity | None = None, *,
+           lock_file: str | os.PathLike[str] | None = None, ledger: str | os.PathLike[str] | None = None) -> Sources:
+        """Sources already read (a library caller, a test): the lock's path is ``lock_file``, else the
+        lock beside the declaration, by the one rule (:func:`lock_path`)."""
+        return cls(declaration=declaration,
+                   config_path=Path(declaration.path) if declaration.path else config_path(None),
+                   lock=lock, lock_path=lock_path(lock_file, declaration.path), lock_explicit=lock_file is not None,
+                   ledger_path=Path(ledger).expanduser() if ledger else None)
+
     @property
     def base_dir(self) -> Path:
         """Where the declaration's relative paths point from (:func:`declared_base`)."""

@@ -418,11 +418,11 @@ def probe_options(paths: Paths, form: dict[str, Any]):
 
     endpoints = [e.strip() for e in (form.get("endpoint") or "").split(",") if e.strip()]
     return ProbeOptions.from_sources(
-        load_declaration(paths), last_lock(paths), lock_path=paths.lock,
+        session_sources(paths),
         axis=form["axis"], endpoints=endpoints, command=form.get("command") or None,
         cases=form.get("cases") or None, n=form.get("n"), restart=form.get("restart") or None,
         ready=form.get("ready") or None, load=form.get("load"), baseline=form.get("baseline") or None,
-        resume=True if form.get("resume") else None, ledger=paths.ledger,
+        resume=True if form.get("resume") else None,
     )
 
 
