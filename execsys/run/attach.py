@@ -14,6 +14,7 @@ this digest) already has the identity pinned *before* it was made. Attaching to 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ SCHEMA = "execsys.attach/1"
 ATTACHED_SENTENCE = "identity recorded after the run: the system may have moved in between; descriptive only"
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttachOptions:
     results: list[Path]
     declaration: Declaration
@@ -52,10 +53,13 @@ class AttachOptions:
     ledger: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
     @classmethod
-    def from_sources(cls, sources: Sources, **overrides: Any) -> AttachOptions:
+    def from_sources(cls, sources: Sources, *, results: Sequence[str | os.PathLike[str]] | None = None,
+                     sidecar_dir: str | os.PathLike[str] | None = None,
+                     sign_key: str | os.PathLike[str] | None = None, shard: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> AttachOptions:
         """Needs ``results`` (paths that exist); the sources' lock must exist (nothing to attach else)."""
         declaration, lock = sources.declaration, sources.lock
-        paths = [Path(p).expanduser().absolute() for p in overrides.pop("results", None) or []]
+        paths = [Path(p).expanduser().absolute() for p in results or []]
         if not paths:
             raise UsageError("name at least one result file: execsys attach RESULT... [--lock L]")
         for path in paths:
@@ -66,27 +70,22 @@ class AttachOptions:
         lock_path = sources.lock_path.absolute()
         if lock is None:
             raise InputError(no_identity_reason(lock_path, "nothing can be attached") + "; run 'execsys pin' first")
-        sidecar_dir = overrides.pop("sidecar_dir", None)
-        if sidecar_dir is not None:
-            sidecar_dir = Path(sidecar_dir).expanduser().absolute()
-            if not sidecar_dir.is_dir():
-                raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
+        sidecars = Path(sidecar_dir).expanduser().absolute() if sidecar_dir is not None else None
+        if sidecars is not None and not sidecars.is_dir():
+            raise InputError(f"--sidecar-dir {sidecars}: no such directory")
         from execsys.run.options import signing_key
 
-        sign_key, signer = signing_key(overrides.pop("sign_key", None), declaration)
+        key, signer = signing_key(sign_key, declaration)
         from execsys.run.shard import shard_from
 
         # a results-only job step of a Slurm array or an Indexed Job is its shard as a run there would be
-        environ = overrides.pop("environ", None)
-        shard = shard_from(overrides.pop("shard", None), os.environ if environ is None else environ)
-        if overrides:
-            raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
+        this_shard = shard_from(shard, os.environ if environ is None else environ)
         for path in paths:
-            for sidecar in dict.fromkeys((sidecar_path(path, None), sidecar_path(path, sidecar_dir))):
+            for sidecar in dict.fromkeys((sidecar_path(path, None), sidecar_path(path, sidecars))):
                 body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
                 if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
                     raise InputError(_recorded_by_run(path, body))
-        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard, sources.ledger_path)
+        return cls(paths, declaration, lock, lock_path, sidecars, key, signer, this_shard, sources.ledger_path)
 
 
 RUN_SCHEMA_PREFIX = "execsys.run/"
