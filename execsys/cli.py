@@ -192,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return ExitCode.USAGE
-    if getattr(args, "ledger", None):
-        os.environ["EXECSYS_LEDGER"] = args.ledger
+    # --ledger reaches the operations through their options (None: $EXECSYS_LEDGER, else the user data dir)
+    args.ledger = getattr(args, "ledger", None) or None
     if getattr(args, "trust", False) is True:
         from execsys import trust
 

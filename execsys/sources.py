@@ -7,6 +7,12 @@ So ``execsys pin --config eval/execsys.toml`` writes ``eval/execsys.lock.json``,
 
 An operation that ties results to an identity (probe, plan, run, scope) and finds no lock says so
 in one line (:func:`no_identity_reason`) and records ``identity: null`` with that reason.
+
+:class:`Sources` carries what was read and where from: the declaration and its path, the lock and
+its path, the directory every declared path resolves against (:func:`declared_base`), and the
+ledger named with ``--ledger`` (None: ``$EXECSYS_LEDGER``, else the user data dir, decided by
+:meth:`execsys.ledger.Ledger.open`). An operation's options are built from it, so no caller names
+a path twice.
 """
 
 from __future__ import annotations
@@ -72,15 +78,37 @@ def read_lock(path: str | os.PathLike[str]) -> Identity:
     return load_lock(lock_path(path))
 
 
-@dataclass
+def declared_base(declaration: Declaration) -> Path:
+    """The directory a declared relative path (``[artifact] path``, a harness file) resolves against:
+    the declaration's own directory, else the working directory (no declaration file)."""
+    return Path(os.path.abspath(declaration.path)).parent if declaration.path else Path.cwd()
+
+
+@dataclass(frozen=True)
 class Sources:
-    """The declaration and the lock an operation's options are built from."""
+    """The declaration and the lock an operation's options are built from, with their paths and the ledger's."""
 
     declaration: Declaration
     config_path: Path
     lock: Identity | None
     lock_path: Path
     lock_explicit: bool
+    ledger_path: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
+
+    @classmethod
+    def of(cls, declaration: Declaration, lock: Identity | None = None, *,
+           lock_file: str | os.PathLike[str] | None = None, ledger: str | os.PathLike[str] | None = None) -> Sources:
+        """Sources already read (a library caller, a test): the lock's path is ``lock_file``, else the
+        lock beside the declaration, by the one rule (:func:`lock_path`)."""
+        return cls(declaration=declaration,
+                   config_path=Path(declaration.path) if declaration.path else config_path(None),
+                   lock=lock, lock_path=lock_path(lock_file, declaration.path), lock_explicit=lock_file is not None,
+                   ledger_path=Path(ledger).expanduser() if ledger else None)
+
+    @property
+    def base_dir(self) -> Path:
+        """Where the declaration's relative paths point from (:func:`declared_base`)."""
+        return declared_base(self.declaration)
 
     @property
     def identity_id(self) -> str | None:
@@ -92,23 +120,56 @@ class Sources:
 
 
 def load_sources(config: str | os.PathLike[str] | None = None, lock: str | os.PathLike[str] | None = None,
-                 *, need_lock: bool = False) -> Sources:
+                 *, need_lock: bool = False, read_lock: bool = True, default_declaration: bool = True,
+                 ledger: str | os.PathLike[str] | None = None) -> Sources:
     """Read the declaration and the lock the way every command does.
 
     A declaration that was named must exist; the default one may be absent (an empty declaration).
     A lock named with ``--lock`` must exist and parse; the default lock may be absent (``lock=None``)
     unless ``need_lock``; a default lock that exists but does not parse is an error, never ignored.
+    ``read_lock=False`` only locates the lock (``pin`` replaces it whatever it holds);
+    ``default_declaration=False`` reads a declaration only when one was named (``verify`` compares
+    the pinned one otherwise), else the declaration is an empty one. ``ledger`` is ``--ledger``.
     """
     from execsys import declaration as declaration_module
 
     path = config_path(config)
-    decl = declaration_module.load(path if config_given(config) or path.exists() else None,
-                                   required=config_given(config))
+    named = config_given(config)
+    if named or (default_declaration and path.exists()):
+        decl = declaration_module.load(path, required=named)
+    else:
+        decl = declaration_module.empty()
     target = lock_path(lock, config)
     explicit = lock is not None
     identity = None
-    if explicit or need_lock or target.exists():
+    if read_lock and (explicit or need_lock or target.exists()):
         from execsys.identity import load_lock  # only with a lock to read: importing it is costly
 
         identity = load_lock(target)
-    return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit)
+    return Sources(declaration=decl, config_path=path, lock=identity, lock_path=target, lock_explicit=explicit,
+                   ledger_path=Path(ledger).expanduser() if ledger else None)
+
+
+def declaration_at(path: Path) -> Declaration:
+    """The declaration at a path already resolved (:func:`config_path`), or an empty one while none is there."""
+    from execsys import declaration as declaration_module
+
+    return declaration_module.load(path) if path.exists() else declaration_module.empty()
+
+
+def lock_at(path: Path) -> Identity | None:
+    """The lock at a path already resolved (:func:`lock_path`), or None while none is there; one that is
+    there must parse."""
+    if not path.exists():
+        return None
+    from execsys.identity import load_lock  # only with a lock to read: importing it is costly
+
+    return load_lock(path)
+
+
+def sources_at(config: Path, lock: Path, *, ledger: str | os.PathLike[str] | None = None) -> Sources:
+    """The sources at paths already resolved, for a session that writes them there (the TUI): a
+    declaration not written yet is an empty one, a lock not pinned yet is None."""
+    return Sources(declaration=declaration_at(config), config_path=config, lock=lock_at(lock), lock_path=lock,
+                   lock_explicit=lock != default_lock(config),
+                   ledger_path=Path(ledger).expanduser() if ledger else None)

@@ -28,6 +28,7 @@ from .margin import DEFAULT_TIE_MARGIN, DEFAULT_TOP_K
 if TYPE_CHECKING:
     from execsys.declaration import Declaration
     from execsys.identity import Identity
+    from execsys.sources import Sources
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 120.0
@@ -163,14 +164,15 @@ class ProbeOptions:
     warnings: list[str] = field(default_factory=list)  # said as Note events when the probe starts
 
     @classmethod
-    def from_sources(cls, declaration: Declaration, lock: Identity | None, *, lock_path: Path | None = None,
-                     **overrides: Any) -> ProbeOptions:
+    def from_sources(cls, sources: Sources, **overrides: Any) -> ProbeOptions:
         """Options from what was given (``overrides``: the CLI's flags or the TUI's form, None = not
         given) over the declaration's ``[probe]`` and ``[runtime]`` tables over the lock (its identity,
         and its ``budget`` for decoding). Validates: bad input raises UsageError/InputError here.
 
-        ``lock_path`` is where the lock was looked for; with no lock the options carry the one line
-        that says the probe will not count toward any scope (``identity_reason``)."""
+        With no lock the options carry the one line that says the probe will not count toward any
+        scope, naming where the lock was looked for (``identity_reason``); the ledger is the
+        sources' unless ``ledger`` is given."""
+        declaration, lock = sources.declaration, sources.lock
         unknown = set(overrides) - {f for f in cls.__dataclass_fields__ if f not in ("identity", "identity_reason",
                                                                                     "decoding", "warnings",
                                                                                     "declared_runtime",
@@ -206,10 +208,7 @@ class ProbeOptions:
         api_key_env = first_given(given("api_key_env"), probe_t.get("api_key_env"), runtime_t.get("api_key_env"))
         warnings = check_api_key_env(api_key_env)
         _refuse_untrusted_commands(declaration, axis, given)
-        reason = None
-        if lock is None:
-            reason = no_identity_reason(lock_path, "this probe") if lock_path is not None else \
-                "no pinned identity: this probe will not count toward any scope"
+        reason = no_identity_reason(sources.lock_path, "this probe") if lock is None else None
         options = cls(
             axis=axis,
             endpoints=endpoints,
@@ -249,7 +248,7 @@ class ProbeOptions:
                                                                             "api_key_env", "endpoint")},
             pinned_runtime=dict(lock.observed("runtime")) if lock is not None else None,
             pinned_declared_runtime=dict(lock.declared("runtime")) if lock is not None else None,
-            ledger=given("ledger"),
+            ledger=first_given(given("ledger"), sources.ledger_path),
             warnings=warnings,
         )
         options.validate()

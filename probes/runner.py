@@ -5,7 +5,7 @@ One runner for every face: the CLI (``execsys probe``) and the TUI build options
 it reports through ``on_event``. Public API::
 
     from execsys.probes.runner import ProbeOptions, run_probe, ProbeInterrupted
-    options = ProbeOptions.from_sources(declaration, lock, axis="session",
+    options = ProbeOptions.from_sources(load_sources(), axis="session",  # execsys.sources.load_sources
                                         endpoints=["http://127.0.0.1:8000/v1"], cases="cases.jsonl")
     record = run_probe(options, on_event=print, cancel=threading.Event())
     record.to_json()        # execsys.probe/1

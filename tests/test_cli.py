@@ -211,6 +211,46 @@ def test_common_options_after_an_action(cli, tmp_path: Path, ledger_path: Path, 
     assert not ledger_path.exists(), "the default ledger was written although --ledger named another"
 
 
+@pytest.mark.parametrize(("args", "code"), [
+    (("pin",), 0), (("doctor", "--only", "clock-skew", "--json"), 0), (("scope", "--audit", "--json"), 0),
+    (("diff", "deadbeef", "cafe"), 2), (("compare", "a.json", "b.json"), 2),
+    (("probe", "merge", "probe-1", "probe-2"), 2), (("plan", "check", "plan.json"), 2), (("explain", "a", "b"), 2),
+], ids=["pin", "doctor", "scope", "diff", "compare", "probe-merge", "plan-check", "explain"])
+def test_every_command_opens_the_ledger_its_flag_names(cli, tmp_path: Path, ledger_path: Path,
+                                                       args: tuple[str, ...], code: int) -> None:
+    """--ledger X reaches each operation through its options: X is the ledger opened (and written, where
+    the command records), and the default ledger (EXECSYS_LEDGER here) is never created."""
+    from execsys.ledger import Ledger
+
+    named = tmp_path / "named.sqlite3"
+    result = cli(*args, "--ledger", str(named), cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    assert named.exists(), "the ledger --ledger named was not opened"
+    assert not ledger_path.exists(), "the default ledger was opened although --ledger named another"
+    with Ledger.open(named) as written:
+        kinds = [r.kind for r in written.find()]
+    assert kinds == {"pin": ["identity"], "doctor": ["doctor"]}.get(args[0], [])
+
+
+def test_the_ledger_flag_is_passed_along_not_written_into_the_environment(
+        tmp_path: Path, ledger_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In one process (the TUI, a test, a script calling main twice) a --ledger must not outlive its command."""
+    import os
+
+    from execsys.cli import main
+    from execsys.ledger import Ledger
+
+    named = tmp_path / "named.sqlite3"
+    with Ledger.open(named) as seeded:
+        seeded_id = seeded.append("comparison", {"seeded": "in the named ledger"})
+    assert main(["ledger", "list", "--json", "--ledger", str(named)]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [seeded_id]
+    assert os.environ["EXECSYS_LEDGER"] == str(ledger_path)
+    assert main(["ledger", "list", "--json"]) == 0  # the next command, unflagged, reads the default ledger
+    assert json.loads(capsys.readouterr().out) == []
+
+
 @pytest.mark.parametrize(
     ("args", "command"),
     [(("ledger", "list", "--limit", "-5"), "ledger list"),

@@ -786,8 +786,7 @@ def test_plan_run_sends_the_declared_budget_as_probes_do(cli, tmp_path, ledger_p
     assert arms["B"]["params"] == {"temperature": 0, "max_tokens": 16, "seed": 7}
     # the very parameters a probe under the same declaration would send
     sources = load_sources(config)
-    probe = ProbeOptions.from_sources(sources.declaration, sources.lock, axis="session", endpoints=[url],
-                                      cases=str(cases))
+    probe = ProbeOptions.from_sources(sources, axis="session", endpoints=[url], cases=str(cases))
     assert probe.decoding == arms["A"]["params"]
 
     # a lock that declares a budget: the lock's wins over the declaration's (what was pinned is sent)

@@ -16,6 +16,7 @@ import pytest
 from execsys.declaration import parse
 from execsys.errors import UsageError
 from execsys.ledger import Ledger
+from execsys.sources import Sources
 
 from .test_probe_arithmetic import write_lock
 
@@ -90,14 +91,14 @@ def test_flags_win_over_the_declaration_and_zero_is_a_value_not_a_default():
 
     decl = parse('[probe]\ncases = "declared.jsonl"\ntimeout = 30\n[runtime]\nendpoint = "http://127.0.0.1:9/v1"\n'
                  'restart = "systemctl restart vllm"\nready_timeout = 40\n')
-    options = ProbeOptions.from_sources(decl, None, axis="restart", timeout=5.0)
+    options = ProbeOptions.from_sources(Sources.of(decl), axis="restart", timeout=5.0)
     assert (options.cases, options.timeout, options.ready_timeout) == ("declared.jsonl", 5.0, 40.0)
     assert options.endpoints == ["http://127.0.0.1:9/v1"] and options.restart == "systemctl restart vllm"
     assert options.identity is None and options.identity_reason.startswith("no pinned identity")
     with pytest.raises(UsageError, match="--timeout must be a number of seconds greater than 0"):
-        ProbeOptions.from_sources(decl, None, axis="session", timeout=0.0)
+        ProbeOptions.from_sources(Sources.of(decl), axis="session", timeout=0.0)
     with pytest.raises(UsageError, match="unknown axis"):
-        ProbeOptions.from_sources(decl, None, axis="sideways")
+        ProbeOptions.from_sources(Sources.of(decl), axis="sideways")
 
 
 def test_declared_cases_resolve_beside_the_declaration_and_the_flag_where_it_was_typed(tmp_path, monkeypatch):
@@ -106,13 +107,13 @@ def test_declared_cases_resolve_beside_the_declaration_and_the_flag_where_it_was
 
     monkeypatch.chdir(tmp_path)
     decl = parse('[probe]\ncases = "declared.jsonl"\n', tmp_path / "eval" / "execsys.toml")
-    options = ProbeOptions.from_sources(decl, None, axis="session", endpoints=["http://127.0.0.1:9/v1"])
+    options = ProbeOptions.from_sources(Sources.of(decl), axis="session", endpoints=["http://127.0.0.1:9/v1"])
     assert options.cases == str(tmp_path / "eval" / "declared.jsonl")
-    typed = ProbeOptions.from_sources(decl, None, axis="session", endpoints=["http://127.0.0.1:9/v1"],
+    typed = ProbeOptions.from_sources(Sources.of(decl), axis="session", endpoints=["http://127.0.0.1:9/v1"],
                                       cases="mine.jsonl")
     assert typed.cases == "mine.jsonl"
     absolute = parse(f'[probe]\ncases = "{tmp_path}/abs.jsonl"\n', tmp_path / "eval" / "execsys.toml")
-    assert ProbeOptions.from_sources(absolute, None, axis="session",
+    assert ProbeOptions.from_sources(Sources.of(absolute), axis="session",
                                      endpoints=["http://127.0.0.1:9/v1"]).cases == f"{tmp_path}/abs.jsonl"
 
 
@@ -187,7 +188,7 @@ def test_events_carry_texts_agreement_and_the_run_id(tmp_path, llama_server, led
     cases = write_prompts(tmp_path / "cases.jsonl", n=3)
     events: list = []
     lock = tmp_path / "execsys.lock.json"
-    options = ProbeOptions.from_sources(parse(""), None, lock_path=lock, axis="session",
+    options = ProbeOptions.from_sources(Sources.of(parse(""), lock_file=lock), axis="session",
                                         endpoints=[llama_server.base_url], cases=str(cases), ledger=ledger_path)
     record = run_probe(options, on_event=events.append, cancel=threading.Event())
     kinds = [type(e) for e in events]
@@ -226,6 +227,6 @@ def test_numbers_that_cannot_be_a_probe_are_refused_before_anything_runs(flags, 
     decl = parse('[probe]\ncases = "c.jsonl"\n')
     given = {"axis": "session", "endpoints": ["http://127.0.0.1:9/v1"], **flags}
     with pytest.raises(UsageError, match=re.escape(message)):
-        ProbeOptions.from_sources(decl, None, **given)
+        ProbeOptions.from_sources(Sources.of(decl), **given)
     limit = {key: (0 if key == "retries" else 1024) for key in flags if key != "axis"}
-    ProbeOptions.from_sources(decl, None, **{**given, **limit})  # the boundary itself is fine
+    ProbeOptions.from_sources(Sources.of(decl), **{**given, **limit})  # the boundary itself is fine

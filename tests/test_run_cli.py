@@ -85,6 +85,25 @@ def test_clean_run_of_a_plain_harness_passes_the_identity_in_its_environment(tmp
     assert [r["verdict"] for r in _ledger_runs(tmp_path)] == ["clean", "clean"]
 
 
+def test_a_run_and_an_attach_record_in_the_ledger_the_flag_names_and_the_harness_sees_it(tmp_path, ledger_path):
+    harness = _harness(tmp_path)
+    out = tmp_path / "scores.jsonl"
+    named = tmp_path / "named.sqlite3"
+    result, record = _run_json("--gate", "off", "--watch", "0", "--ledger", str(named), "--",
+                               *harness, str(out), "1", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "env.json").read_text())["EXECSYS_LEDGER"] == str(named)
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"case": 0, "correct": true}\n')
+    attached = run_cli("attach", str(late), "--ledger", str(named), cwd=tmp_path)
+    assert attached.returncode == 0, attached.stderr
+    assert not ledger_path.exists(), "the default ledger was opened although --ledger named another"
+    listed = run_cli("ledger", "list", "--json", "--ledger", str(named), cwd=tmp_path)
+    kinds = sorted(r["kind"] for r in listed.json())
+    assert record["id"] in {r["id"] for r in listed.json()}
+    assert kinds == ["attach", "identity", "receipt", "run"]
+
+
 def test_bad_usage_is_one_line_and_exit_2(tmp_path, ledger_path):
     cases = [
         (["run", "true"], "after '--'"),
@@ -435,8 +454,7 @@ def test_a_sighup_before_the_harness_starts_records_it_never_started(tmp_path, l
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "ran"
     sources = load_sources(None, None)
-    options = RunOptions.from_sources(sources.declaration, sources.lock, lock_path=sources.lock_path,
-                                      command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
+    options = RunOptions.from_sources(sources, command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"],
                                       gate="off", watch_s=0)
 
     def hang_up_during_identity(event) -> None:

@@ -22,6 +22,7 @@ from execsys.probes.runner import ProbeOptions, run_probe
 
 from execsys.declaration import parse
 from execsys.observe.served import ANSWERS_ANY_NAME, UNLISTED_MODEL_NAME
+from execsys.sources import Sources
 from tests.fixtures.fake_http import JsonHandler, LoopbackServer
 
 
@@ -107,7 +108,7 @@ def test_a_probe_records_and_reports_responses_answered_as_another_model(cli, tm
 def test_the_event_says_it_once_per_pass_as_it_happens(tmp_path: Path) -> None:
     events: list[object] = []
     with ModelNameEndpoint(("tiny",), answer_as="resident") as endpoint:
-        options = ProbeOptions.from_sources(parse(""), None, lock_path=tmp_path / "none.lock.json", axis="session", endpoints=[endpoint.base_url],
+        options = ProbeOptions.from_sources(Sources.of(parse(""), lock_file=tmp_path / "none.lock.json"), axis="session", endpoints=[endpoint.base_url],
                                             cases=str(_cases(tmp_path / "c.jsonl")),
                                             ledger=str(tmp_path / "ledger.sqlite"))
         record = run_probe(options, on_event=events.append)
@@ -120,7 +121,7 @@ def test_the_event_says_it_once_per_pass_as_it_happens(tmp_path: Path) -> None:
 def test_responses_naming_the_requested_model_say_nothing(tmp_path: Path) -> None:
     events: list[object] = []
     with ModelNameEndpoint(("tiny",)) as endpoint:
-        options = ProbeOptions.from_sources(parse(""), None, lock_path=tmp_path / "none.lock.json", axis="session", endpoints=[endpoint.base_url],
+        options = ProbeOptions.from_sources(Sources.of(parse(""), lock_file=tmp_path / "none.lock.json"), axis="session", endpoints=[endpoint.base_url],
                                             cases=str(_cases(tmp_path / "c.jsonl")),
                                             ledger=str(tmp_path / "ledger.sqlite"))
         record = run_probe(options, on_event=events.append)

@@ -15,6 +15,7 @@ import pytest
 
 from execsys import declaration, trust
 from execsys.errors import InputError
+from execsys.sources import Sources
 from tests.tui_helpers import settle, text_of
 
 NOT_TRUSTED = "declaration not trusted: execsys trust"
@@ -222,12 +223,12 @@ def test_a_restart_given_on_the_command_line_still_refuses_a_declared_ready_comm
     cases = _cases(tmp_path / "cases.jsonl")
     decl = declaration.load(config)
     with pytest.raises(trust.UntrustedDeclaration, match="runtime.ready"):
-        ProbeOptions.from_sources(decl, None, axis="restart", cases=str(cases), restart="true")
-    options = ProbeOptions.from_sources(decl, None, axis="restart", cases=str(cases), restart="true",
+        ProbeOptions.from_sources(Sources.of(decl), axis="restart", cases=str(cases), restart="true")
+    options = ProbeOptions.from_sources(Sources.of(decl), axis="restart", cases=str(cases), restart="true",
                                         ready="http://127.0.0.1:9/v1/models")
     assert options.restart == "true"  # the flags are the user's own: not gated
     # a session probe never restarts: the declared restart is not refused there
-    assert ProbeOptions.from_sources(decl, None, axis="session", cases=str(cases)).axis == "session"
+    assert ProbeOptions.from_sources(Sources.of(decl), axis="session", cases=str(cases)).axis == "session"
 
 
 def test_a_declared_command_extractor_is_refused_until_trusted(cli, tmp_path: Path) -> None:

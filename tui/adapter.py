@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from execsys.plan import PlanRun
     from execsys.scope import ScopeOptions
+    from execsys.sources import Sources
 
 T = TypeVar("T")
 
@@ -122,10 +123,7 @@ def doctor_options(paths: Paths, hosts: list[str], only: list[str] | None = None
     """The options `execsys doctor --config ... --lock ... --host ... --only ...` would build."""
     from execsys.doctor.runner import DoctorOptions
 
-    from execsys.sources import load_sources
-
-    sources = load_sources(paths.config if paths.config.exists() else None,
-                           paths.lock if paths.lock.exists() else None)
+    sources = session_sources(paths)
     return DoctorOptions.from_sources(sources.declaration, sources.lock, hosts=list(hosts),
                                       only=list(only) if only else None)
 
@@ -242,10 +240,19 @@ def identity_id_of(identity: Any) -> str | None:
     return getattr(identity, "id", None)
 
 
-def load_declaration(paths: Paths):
-    from execsys import declaration
+def session_sources(paths: Paths) -> Sources:
+    """This session's declaration and lock, read at its paths (:func:`execsys.sources.sources_at`): a
+    declaration not saved yet is an empty one, a lock not pinned yet is None."""
+    from execsys.sources import sources_at
 
-    return declaration.load(paths.config if paths.config.exists() else None)
+    return sources_at(paths.config, paths.lock, ledger=paths.ledger)
+
+
+def load_declaration(paths: Paths):
+    """The declaration half of :func:`session_sources`, for a step that needs no lock."""
+    from execsys.sources import declaration_at
+
+    return declaration_at(paths.config)
 
 
 def declared_components(paths: Paths) -> tuple[dict[str, dict[str, Any]], str]:
@@ -288,12 +295,10 @@ def observe(paths: Paths, on_event: OnEvent | None = None) -> tuple[dict[str, di
 
 
 def last_lock(paths: Paths) -> Any:
-    """The lock beside the declaration (an Identity), or None when there is none."""
-    if not paths.lock.exists():
-        return None
-    from execsys.identity import load_lock
+    """The lock half of :func:`session_sources` (an Identity), or None when there is none."""
+    from execsys.sources import lock_at
 
-    return load_lock(paths.lock)
+    return lock_at(paths.lock)
 
 
 def save_declaration(paths: Paths, tables: dict[str, dict[str, Any]]) -> Path:
@@ -413,11 +418,11 @@ def probe_options(paths: Paths, form: dict[str, Any]):
 
     endpoints = [e.strip() for e in (form.get("endpoint") or "").split(",") if e.strip()]
     return ProbeOptions.from_sources(
-        load_declaration(paths), last_lock(paths), lock_path=paths.lock,
+        session_sources(paths),
         axis=form["axis"], endpoints=endpoints, command=form.get("command") or None,
         cases=form.get("cases") or None, n=form.get("n"), restart=form.get("restart") or None,
         ready=form.get("ready") or None, load=form.get("load"), baseline=form.get("baseline") or None,
-        resume=True if form.get("resume") else None, ledger=paths.ledger,
+        resume=True if form.get("resume") else None,
     )
 
 
@@ -514,10 +519,7 @@ def run_registered_plan(paths: Paths, plan_file: str, endpoints: dict[str, str],
     from execsys.ledger import Ledger
     from execsys.plan import PlanRunOptions, load_plan
     from execsys.plan import run_plan as engine_run_plan
-    from execsys.sources import load_sources
-
-    sources = load_sources(paths.config if paths.config.exists() else None,
-                           paths.lock if paths.lock.exists() else None)
+    sources = session_sources(paths)
     options = PlanRunOptions.from_sources(sources.declaration, sources.lock, plan=load_plan(plan_file),
                                           endpoints=endpoints, plan_path=plan_file, lock_path=sources.lock_path,
                                           ledger=paths.ledger)

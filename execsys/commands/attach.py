@@ -49,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from execsys.run.attach import ATTACHED_SENTENCE, AttachOptions, attach_results
     from execsys.sources import load_sources
 
-    sources = load_sources(args.config, args.lock)
-    options = AttachOptions.from_sources(sources.declaration, sources.lock, results=args.results,
-                                         lock_path=sources.lock_path, sidecar_dir=args.sidecar_dir,
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
+    options = AttachOptions.from_sources(sources, results=args.results, sidecar_dir=args.sidecar_dir,
                                          sign_key=args.sign_key, shard=args.shard)
     report = attach_results(options)
     if args.json:

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from execsys.compare import compare, load_result
     from execsys.ledger import Ledger
 
-    with Ledger.open() as ledger:
+    with Ledger.open(args.ledger) as ledger:
         a = load_result(args.a, ledger)
         b = load_result(args.b, ledger)
         result = compare(a, b, ledger, args.intervention, record=not args.no_record)

@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.identity import diff_identities, load_identity_ref
 
-    a = load_identity_ref(args.a)
-    b = load_identity_ref(args.b)
+    a = load_identity_ref(args.a, ledger_path=args.ledger)
+    b = load_identity_ref(args.b, ledger_path=args.ledger)
     report = diff_identities(a, b)
     if report.schema_note:
         console.warn(report.schema_note)

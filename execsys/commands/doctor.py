@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             status.stop()
     body = report.to_json()
     try:
-        with Ledger.open() as ledger:
+        with Ledger.open(args.ledger) as ledger:
             record_id = ledger.append("doctor", body)
     except Exception as exc:  # noqa: BLE001 - a ledger problem must not hide the findings
         record_id = None

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     rerun = parse_assignments(args.rerun, "--rerun", "URL", "A=http://127.0.0.1:8000/v1", once=True) \
         if args.rerun else None
     options = ExplainOptions.from_sources(None, None, a=args.a, b=args.b, tie_margin=args.tie_margin, rerun=rerun,
-                                          cases=args.cases, sample=args.sample, seed=args.seed)
+                                          cases=args.cases, sample=args.sample, seed=args.seed, ledger=args.ledger)
     report = run_explain(options, on_event=None if args.json else _progress())
     if args.json:
         console.print_json(report.to_json())

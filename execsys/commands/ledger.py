@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from execsys import console
     from execsys.ledger import Ledger
 
-    with Ledger.open() as ledger:
+    with Ledger.open(args.ledger) as ledger:
         if args.action == "list":
             records = ledger.find(kind=args.kind, limit=args.limit or None, newest_first=True)
             if args.json:

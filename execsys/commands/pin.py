@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from execsys import console, declaration, sources
+    from execsys import console
     from execsys.console import with_progress_bar
     from execsys.digest import artifact_size
     from execsys.identity import ArtifactHashed, PinOptions, run_pin
@@ -50,13 +50,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is not None and args.lock is not None and args.out != args.lock:
         raise UsageError("--out and --lock both name the lock to write: give one of them")
-    path = sources.config_path(args.config)
-    decl = declaration.load(path if sources.config_given(args.config) or path.exists() else None,
-                            required=sources.config_given(args.config))
+    from execsys.sources import load_sources
+
+    # the lock is only located: pin replaces it whatever it holds (a broken one included)
+    sources = load_sources(args.config, first_given(args.out, args.lock), read_lock=False, ledger=args.ledger)
+    decl = sources.declaration
     for warning in decl.warnings:
         console.warn(warning)
     options = PinOptions.from_sources(decl, None, lock_path=first_given(args.out, args.lock),
-                                      engine_log=args.engine_log)
+                                      ledger=sources.ledger_path, engine_log=args.engine_log)
     if args.task_prolog:
         from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
         from execsys.errors import InputError

@@ -142,16 +142,16 @@ def _new(args: argparse.Namespace) -> int:
     from execsys.sources import load_sources
 
     lock_file = args.lock if args.lock is None or _names_a_file(args.lock) else None
-    sources = load_sources(args.config, lock_file)
+    sources = load_sources(args.config, lock_file, ledger=args.ledger)
     lock = sources.lock
     if args.lock is not None and lock_file is None:
         from execsys.identity import load_identity_ref
 
-        lock = load_identity_ref(args.lock)
+        lock = load_identity_ref(args.lock, ledger_path=sources.ledger_path)
     placement = parse_assignments(args.placement, "--placement", "HOST", "A=gpu1", once=True)
     options = NewPlanOptions.from_sources(sources.declaration, lock, arms=args.arms, cases=args.cases,
                                           design=args.design, seed=_seed(args.seed), placement=placement,
-                                          lock_path=sources.lock_path)
+                                          lock_path=sources.lock_path, ledger=sources.ledger_path)
     made = make_plan(options)
     plan = made.plan
     data = made.to_json()
@@ -202,7 +202,7 @@ def _run(args: argparse.Namespace) -> int:
     from execsys.sources import load_sources
 
     plan = load_plan(args.plan)
-    sources = load_sources(args.config, args.lock)
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
     endpoints = parse_assignments(args.arm, "--arm", "URL", "A=http://127.0.0.1:8000/v1")
     arm_params = {arm: _json_arg(text, f"--arm-params {arm}")
                   for arm, text in parse_assignments(args.arm_params, "--arm-params", "JSON",
@@ -214,7 +214,8 @@ def _run(args: argparse.Namespace) -> int:
         sources.declaration, sources.lock, plan=plan, endpoints=endpoints,
         params=_json_arg(args.params, "--params") if args.params else None, arm_params=arm_params,
         extract=args.extract, cases=args.cases, artifact=args.artifact, log=args.log, plan_path=args.plan,
-        timeout=args.timeout, api_key_env=args.api_key_env, lock_path=sources.lock_path, arm_locks=arm_locks)
+        timeout=args.timeout, api_key_env=args.api_key_env, lock_path=sources.lock_path, arm_locks=arm_locks,
+        ledger=sources.ledger_path)
 
     headed = []
 
@@ -273,8 +274,8 @@ def _check(args: argparse.Namespace) -> int:
     from execsys.plan import check_plan
     from execsys.sources import load_sources
 
-    sources = load_sources(args.config, args.lock)
-    with Ledger.open() as ledger:
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
+    with Ledger.open(sources.ledger_path) as ledger:
         result = check_plan(args.plan, ledger, args.executed, lock_identity=sources.identity_id)
     if args.json:
         console.print_json(result.to_json())

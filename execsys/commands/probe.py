@@ -303,9 +303,9 @@ def build_options(args: argparse.Namespace):
 
     if args.axis not in AXES:
         raise UsageError(f"unknown axis {args.axis!r}: choose one of {', '.join(AXES)} or merge")
-    sources = load_sources(args.config, args.lock)
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
     return ProbeOptions.from_sources(
-        sources.declaration, sources.lock, lock_path=sources.lock_path,
+        sources,
         axis=args.axis,
         endpoints=list(args.endpoint),
         command=args.target_command,
@@ -333,7 +333,6 @@ def build_options(args: argparse.Namespace):
         max_n=args.max_n,
         retry_errored=args.retry_errored or None,
         resume=args.resume or None,
-        ledger=getattr(args, "ledger", None),
     )
 
 
@@ -391,7 +390,7 @@ def _merge(args: argparse.Namespace) -> int:
 
     if len(args.records) < 2:
         raise UsageError("probe merge needs two or more probe record ids (one per host)")
-    with Ledger.open() as ledger:
+    with Ledger.open(args.ledger) as ledger:
         record = merge(ledger, list(args.records))
     if args.json:
         print_json(record.to_json())

@@ -91,9 +91,9 @@ def options_from_args(args: argparse.Namespace):
     command = list(args.harness_command or [])
     if not command or command[0] != "--":
         raise UsageError("put the harness command after '--': execsys run [options] -- CMD [ARGS...]")
-    sources, job = run_sources(args.config, args.lock, os.environ)
+    sources, job = run_sources(args.config, args.lock, os.environ, ledger=args.ledger)
     return RunOptions.from_sources(
-        sources.declaration, sources.lock, command=command[1:], lock_path=sources.lock_path,
+        sources, command=command[1:],
         gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,
         results=args.results, sidecar_dir=args.sidecar_dir, child_stdout_to_stderr=args.json or None, job=job,
         sign_key=args.sign_key, shard=args.shard,

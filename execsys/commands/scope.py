@@ -44,17 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace):
     """Flags -> ScopeOptions: ``--identity`` > ``--lock`` > the lock beside the declaration."""
     from execsys.scope import ScopeOptions
-    from execsys.sources import load_sources, lock_path
+    from execsys.sources import load_sources
 
     if args.identity is not None and args.lock is not None:
         raise UsageError("give --lock or --identity, not both")
     if args.identity is not None:  # names the identity outright: no lock is read
-        return ScopeOptions.from_sources(None, None, identity=args.identity, audit=args.audit)
+        return ScopeOptions.from_sources(None, None, identity=args.identity, audit=args.audit, ledger=args.ledger)
     if args.audit and args.lock is None:  # the audit covers every recorded comparison unless told one identity
-        return ScopeOptions.from_sources(None, None, audit=True)
-    sources = load_sources(args.config, args.lock)
+        return ScopeOptions.from_sources(None, None, audit=True, ledger=args.ledger)
+    sources = load_sources(args.config, args.lock, ledger=args.ledger)
     return ScopeOptions.from_sources(sources.declaration, sources.lock, audit=args.audit,
-                                     lock_path=lock_path(args.lock, args.config))
+                                     lock_path=sources.lock_path, ledger=sources.ledger_path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,24 +33,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from execsys import console, declaration, sources
+    from execsys import console
     from execsys.console import with_progress_bar
     from execsys.digest import artifact_size
-    from execsys.identity import ArtifactHashed, VerifyOptions, load_lock, run_verify
+    from execsys.identity import ArtifactHashed, VerifyOptions, run_verify
+    from execsys.sources import config_given, load_sources
 
-    lock_path = sources.lock_path(args.lock, args.config)
-    identity = load_lock(lock_path)
-    decl = None
-    if sources.config_given(args.config):
-        # named: it must exist; otherwise the declaration pinned is compared, if it still exists
-        decl = declaration.load(sources.config_path(args.config), required=True)
-        for warning in decl.warnings:
-            console.warn(warning)
-    options = VerifyOptions.from_sources(decl, identity, lock_path=lock_path)
+    # a declaration only when named (it must exist); otherwise the pinned one is compared, if it still exists
+    sources = load_sources(args.config, args.lock, need_lock=True, default_declaration=False)
+    decl = sources.declaration if config_given(args.config) else None
+    for warning in decl.warnings if decl is not None else ():
+        console.warn(warning)
+    options = VerifyOptions.from_sources(decl, sources.lock, lock_path=sources.lock_path)
     if options.declaration is not None and decl is None:
         for warning in options.declaration.warnings:
             console.warn(warning)
-    artifact = identity.observed("artifact").get("path")
+    artifact = options.lock.observed("artifact").get("path")
 
     def verify_with(progress):
         def on_event(event) -> None:

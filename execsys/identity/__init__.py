@@ -59,7 +59,6 @@ from execsys.identity.pin import (
     PinOptions,
     PinReport,
     SupersededLicences,
-    lock_beside,
     pin,
     run_pin,
     superseded_licences,
@@ -84,5 +83,5 @@ __all__ = [
     "Cancelled", "observe_components", "observe_observer", "observe_runtime", "sanitize_declared",
     "load_identity_ref", "load_lock", "record_identity", "write_lock", "ComponentCheck", "VerifyOptions",
     "VerifyReport", "run_verify", "schema_outdated_sentence", "verify", "PinOptions", "PinReport",
-    "SupersededLicences", "lock_beside", "pin", "run_pin", "superseded_licences",
+    "SupersededLicences", "pin", "run_pin", "superseded_licences",
 ]

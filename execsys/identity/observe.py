@@ -15,6 +15,7 @@ from execsys.errors import InputError
 from execsys.identity.model import ArtifactHashed, ComponentObserved
 from execsys.operation import Cancel, OnEvent, emit
 from execsys.redact import redact_argv, redact_env, redact_text, redact_url, scrub
+from execsys.sources import declared_base
 
 
 def sanitize_declared(name: str, table: dict[str, Any]) -> dict[str, Any]:
@@ -115,11 +116,6 @@ def _non_finite_at(obj: Any, path: str = "") -> str | None:
         if found is not None:
             return found
     return None
-
-
-def _base_dir(decl: Declaration) -> Path:
-    # relative paths in a declaration mean "beside the declaration", from whichever directory it is pinned
-    return Path(os.path.abspath(decl.path)).parent if decl.path else Path.cwd()
 
 
 def _path_digest(path_text: str, base_dir: Path) -> dict[str, Any]:
@@ -401,7 +397,7 @@ def observe_components(decl: Declaration, *, on_event: OnEvent | None = None, ca
     An untrusted declaration (:mod:`execsys.trust`) whose observation would start a program it names is
     refused (UntrustedDeclaration): see :func:`_refuse_untrusted_programs`.
     """
-    base = base_dir or _base_dir(decl)
+    base = base_dir or declared_base(decl)
     _refuse_untrusted_programs(decl, base)
     declared = {name: decl.component(name) for name in COMPONENTS}
     observed = _observe_all(declared, base, on_event=on_event, cancel=cancel, require_endpoint=require_endpoint,

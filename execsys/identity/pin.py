@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from execsys import sources
 from execsys.canonical import content_id
 from execsys.declaration import Declaration
 from execsys.errors import InputError
 from execsys.identity.diff import DiffReport, diff_identities
 from execsys.identity.model import Identity, IdentityRecorded
 from execsys.identity.observe import (
-    _base_dir,
     _check_cancel,
     _normalise,
     observe_components,
@@ -23,7 +23,7 @@ from execsys.identity.observe import (
 from execsys.identity.store import record_identity
 from execsys.operation import Cancel, OnEvent, emit, first_given
 from execsys.redact import scrub
-from execsys.sources import LOCK_NAME
+from execsys.sources import declared_base
 
 
 def _notes(decl: Declaration, components: dict[str, dict[str, Any]], variables_where: str | None = None) -> list[str]:
@@ -95,7 +95,7 @@ def pin(decl: Declaration, *, on_event: OnEvent | None = None, cancel: Cancel | 
     live = _live_facts(components["runtime"]["observed"], decl.component("runtime"))
     if checked.get("variables_checked"):
         live["environment"] = {"variables_checked": checked["variables_checked"]}
-    declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(_base_dir(decl))}
+    declaration = {"path": os.path.abspath(decl.path) if decl.path else None, "base_dir": str(declared_base(decl))}
     where = (checked.get("variables_checked") or {}).get("where")
     return Identity(id=content_id(components), recorded_at=now_iso(), components=components,
                     declaration=declaration, notes=_normalise(_notes(decl, components, where) +
@@ -112,7 +112,7 @@ def _refuse_unusable_signature_key(decl: Declaration) -> None:
     from execsys.observe.artifact import resolve
     from execsys.observe.model_signature import observe_key
 
-    error = observe_key(resolve(str(key), _base_dir(decl))).get("error")
+    error = observe_key(resolve(str(key), declared_base(decl))).get("error")
     if error:
         raise InputError(f"{error}: nothing pinned")
 
@@ -150,11 +150,6 @@ def _served_notes(components: dict[str, dict[str, Any]], live: dict[str, Any]) -
     return notes
 
 
-def lock_beside(decl: Declaration) -> Path:
-    """The lock that belongs to a declaration (see :mod:`execsys.sources`): beside it, else ./execsys.lock.json."""
-    return Path(decl.path).with_name(LOCK_NAME) if decl.path else Path(LOCK_NAME)
-
-
 @dataclass(frozen=True)
 class PinOptions:
     """What ``pin`` observes and where it records it."""
@@ -173,9 +168,7 @@ class PinOptions:
                      engine_log: str | os.PathLike[str] | None = None) -> PinOptions:
         """``lock_path`` (``--lock``/``--out``) over the lock beside the declaration; ``lock`` is the
         identity currently pinned there, if any; ``engine_log`` (``--engine-log``) over ``[runtime] log``."""
-        if lock_path is not None and not str(lock_path).strip():
-            raise InputError("the lock path is empty: give --lock FILE, or omit it for the lock beside the declaration")
-        target = Path(os.path.expanduser(lock_path)) if lock_path is not None else lock_beside(declaration)
+        target = sources.lock_path(lock_path, declaration.path)  # the one rule: --lock, else beside the declaration
         if target.is_dir():
             raise InputError(f"{target}: cannot write the lock (is a directory)")
         record_value = first_given(record, True)

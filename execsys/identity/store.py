@@ -67,7 +67,7 @@ def _identity_by_id(ident: str, ledger: Any, *, where: str) -> Identity:
                     notes=[f"known only by its id from {where}: the ledger holds no identity record for it"])
 
 
-def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
+def load_identity_ref(ref: str, ledger: Any = None, *, ledger_path: str | os.PathLike[str] | None = None) -> Identity:
     """A lock file path, a ledger record id (or unique prefix) -- an identity record, or a probe,
     comparison, plan-run, run or attach record, which resolves to the identity it carries -- or an
     identity id prefix (known from an identity record or from the records taken under it: a job's
@@ -77,7 +77,7 @@ def load_identity_ref(ref: str, ledger: Any = None) -> Identity:
     from execsys.ledger import Ledger
 
     own = ledger is None
-    ledger = ledger or Ledger.open()
+    ledger = ledger or Ledger.open(ledger_path)  # ledger_path: --ledger; None: $EXECSYS_LEDGER, else the default
     try:
         try:
             record = ledger.get(ref)

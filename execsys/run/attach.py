@@ -14,6 +14,7 @@ this digest) already has the identity pinned *before* it was made. Attaching to 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,13 @@ if TYPE_CHECKING:
     from execsys.declaration import Declaration
     from execsys.identity import Identity
     from execsys.run.shard import Shard
+    from execsys.sources import Sources
 
 SCHEMA = "execsys.attach/1"
 ATTACHED_SENTENCE = "identity recorded after the run: the system may have moved in between; descriptive only"
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttachOptions:
     results: list[Path]
     declaration: Declaration
@@ -48,11 +50,16 @@ class AttachOptions:
     signer: Any = None  # its securesystemslib CryptoSigner; None: the receipts are unsigned
     # the shard these results are of a sharded evaluation, read as execsys run reads it (execsys.run.shard)
     shard: Shard | None = None
+    ledger: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
     @classmethod
-    def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> AttachOptions:
-        """Needs ``results`` (paths that exist) and ``lock_path``; the lock must exist (nothing to attach else)."""
-        paths = [Path(p).expanduser().absolute() for p in overrides.pop("results", None) or []]
+    def from_sources(cls, sources: Sources, *, results: Sequence[str | os.PathLike[str]] | None = None,
+                     sidecar_dir: str | os.PathLike[str] | None = None,
+                     sign_key: str | os.PathLike[str] | None = None, shard: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> AttachOptions:
+        """Needs ``results`` (paths that exist); the sources' lock must exist (nothing to attach else)."""
+        declaration, lock = sources.declaration, sources.lock
+        paths = [Path(p).expanduser().absolute() for p in results or []]
         if not paths:
             raise UsageError("name at least one result file: execsys attach RESULT... [--lock L]")
         for path in paths:
@@ -60,30 +67,25 @@ class AttachOptions:
                 raise InputError(f"{path}: no such result file")
             if registry.is_sidecar(path):
                 raise InputError(f"{path}: that is a sidecar or a receipt; attach the result file beside it")
-        lock_path = Path(overrides.pop("lock_path")).absolute()
+        lock_path = sources.lock_path.absolute()
         if lock is None:
             raise InputError(no_identity_reason(lock_path, "nothing can be attached") + "; run 'execsys pin' first")
-        sidecar_dir = overrides.pop("sidecar_dir", None)
-        if sidecar_dir is not None:
-            sidecar_dir = Path(sidecar_dir).expanduser().absolute()
-            if not sidecar_dir.is_dir():
-                raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
+        sidecars = Path(sidecar_dir).expanduser().absolute() if sidecar_dir is not None else None
+        if sidecars is not None and not sidecars.is_dir():
+            raise InputError(f"--sidecar-dir {sidecars}: no such directory")
         from execsys.run.options import signing_key
 
-        sign_key, signer = signing_key(overrides.pop("sign_key", None), declaration)
+        key, signer = signing_key(sign_key, declaration)
         from execsys.run.shard import shard_from
 
         # a results-only job step of a Slurm array or an Indexed Job is its shard as a run there would be
-        environ = overrides.pop("environ", None)
-        shard = shard_from(overrides.pop("shard", None), os.environ if environ is None else environ)
-        if overrides:
-            raise TypeError(f"unknown attach option(s): {', '.join(sorted(overrides))}")
+        this_shard = shard_from(shard, os.environ if environ is None else environ)
         for path in paths:
-            for sidecar in dict.fromkeys((sidecar_path(path, None), sidecar_path(path, sidecar_dir))):
+            for sidecar in dict.fromkeys((sidecar_path(path, None), sidecar_path(path, sidecars))):
                 body = read_json_object(sidecar, "run sidecar") if sidecar.is_file() else None
                 if body is not None and str(body.get("schema") or "").startswith(RUN_SCHEMA_PREFIX):
                     raise InputError(_recorded_by_run(path, body))
-        return cls(paths, declaration, lock, lock_path, sidecar_dir, sign_key, signer, shard)
+        return cls(paths, declaration, lock, lock_path, sidecars, key, signer, this_shard, sources.ledger_path)
 
 
 RUN_SCHEMA_PREFIX = "execsys.run/"
@@ -154,7 +156,7 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     for result in attached.results:
         target = sidecar_path(Path(result["path"]), options.sidecar_dir)
         attached.sidecars.append(str(target))
-    with Ledger.open() as ledger:
+    with Ledger.open(options.ledger) as ledger:
         _refuse_if_a_run_recorded(ledger, attached.results)
     # each receipt (marked attached_after) is made before anything is recorded: one that cannot be
     # made or written is said, and nothing is written
@@ -168,7 +170,7 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     body = attached.to_json()
     # the ledger first: one that cannot be opened or written (exit 2) leaves no sidecar behind
     try:
-        with Ledger.open() as ledger:
+        with Ledger.open(options.ledger) as ledger:
             ledger.append("attach", body, identity=options.lock.id, record_id=attached.id)
     except BaseException:
         receipts.discard()
@@ -178,7 +180,7 @@ def attach_results(options: AttachOptions, on_event: OnEvent | None = None,
     failed = receipts.commit()
     if failed:
         raise InputError(f"receipt {failed[0]['receipt']}: not written ({failed[0]['error']})")
-    with Ledger.open() as ledger:
+    with Ledger.open(options.ledger) as ledger:
         keep_receipts(ledger, attached.id, options.lock.id, receipts)
     emit(on_event, RunRecorded(attached.id, "attached", tuple(attached.sidecars)))
     return attached

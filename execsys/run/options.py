@@ -44,7 +44,8 @@ class JobIdentity:
         return cls(Path(lock).expanduser(), environ.get(JOB_IDENTITY_ENV, "").strip() or None)
 
 
-def run_sources(config: str | None, lock: str | None, environ: Mapping[str, str]) -> tuple[Sources, JobIdentity | None]:
+def run_sources(config: str | None, lock: str | None, environ: Mapping[str, str],
+                ledger: str | os.PathLike[str] | None = None) -> tuple[Sources, JobIdentity | None]:
     """The declaration and lock of a run: ``--lock``, else the job's ``$EXECSYS_LOCK``, else the lock
     beside the declaration. A job's lock brings its own declaration (the one it was pinned from) unless
     ``--config``/``$EXECSYS_CONFIG`` or a ``./execsys.toml`` names one."""
@@ -53,7 +54,7 @@ def run_sources(config: str | None, lock: str | None, environ: Mapping[str, str]
 
     job = JobIdentity.from_environment(environ) if lock is None else None
     if job is None:
-        return load_sources(config, lock), None
+        return load_sources(config, lock, ledger=ledger), None
     if not job.lock_path.is_file():
         raise InputError(f"{JOB_LOCK_ENV}={job.lock_path} (exported into this job by a TaskProlog or an enclosing "
                          "execsys run) does not exist: pin the node again, or give --lock FILE")
@@ -61,7 +62,7 @@ def run_sources(config: str | None, lock: str | None, environ: Mapping[str, str]
         pinned_from = load_lock(job.lock_path).declaration.get("path")
         if isinstance(pinned_from, str) and Path(pinned_from).is_file():
             config = pinned_from
-    return load_sources(config, str(job.lock_path)), job
+    return load_sources(config, str(job.lock_path), ledger=ledger), job
 
 
 @dataclass
@@ -85,13 +86,16 @@ class RunOptions:
     sign_key: Path | None = None  # --sign-key / [receipts] key: the receipts' signing key (PEM)
     signer: Any = None  # securesystemslib's CryptoSigner for it, loaded before anything runs
     shard: Shard | None = None  # which shard of a sharded evaluation this run is (execsys.run.shard)
+    ledger: Path | None = None  # --ledger; None: $EXECSYS_LEDGER, else the user data dir
 
     @classmethod
-    def from_sources(cls, declaration: Declaration, lock: Identity | None, **overrides: Any) -> RunOptions:
-        """Options from the declaration and the lock, then the overrides (None = not given).
+    def from_sources(cls, sources: Sources, **overrides: Any) -> RunOptions:
+        """Options from the sources (the declaration, the lock, its path, the ledger), then the overrides
+        (None = not given).
 
-        Needs ``command`` and ``lock_path`` among the overrides. Raises UsageError / InputError
-        for what cannot work, before anything runs."""
+        Needs ``command`` among the overrides. Raises UsageError / InputError for what cannot work,
+        before anything runs."""
+        declaration, lock, lock_path = sources.declaration, sources.lock, sources.lock_path
         command = list(overrides.pop("command", None) or [])
         if not command:
             raise UsageError("no harness command: give it after '--', e.g. execsys run -- lm_eval --model ...")
@@ -101,9 +105,6 @@ class RunOptions:
             (program if os.access(cwd / program, os.X_OK) else None)
         if not found:
             raise InputError(f"harness command not found: {program!r} (not on PATH, or not executable)")
-        lock_path = overrides.pop("lock_path", None)
-        if lock_path is None:
-            raise UsageError("lock_path is required (the lock to verify, or to write when pinning)")
         if lock is None:  # the run will pin and write it: a lock path that cannot take it is said now
             from execsys.fsutil import check_output
 
@@ -135,6 +136,7 @@ class RunOptions:
         if grace is not None:
             options.grace_s = float(grace)
         options.job = overrides.pop("job", None)
+        options.ledger = sources.ledger_path
         options.sign_key, options.signer = signing_key(overrides.pop("sign_key", None), declaration)
         from execsys.run.shard import shard_from
 

@@ -41,6 +41,7 @@ from execsys.identity import (
     superseded_licences,
     verify,
 )
+from execsys.ledger import ENV_VAR as LEDGER_ENV
 from execsys.ledger import Ledger, new_id, now_iso
 from execsys.operation import Cancel, OnEvent, emit, new_cancel
 from execsys.redact import redact_argv, scrub
@@ -69,7 +70,7 @@ def run_eval(options: RunOptions, on_event: OnEvent | None = None, cancel: Cance
     record = RunRecord(id=new_id("run"), command=redact_argv(options.command), cwd=str(options.cwd),
                        harness=adapter.name, lock_path=str(options.lock_path),
                        shard=options.shard.to_json() if options.shard is not None else None)
-    with Ledger.open() as ledger, _held_signals() as held:
+    with Ledger.open(options.ledger) as ledger, _held_signals() as held:
         try:
             identity = _gate_and_identity(options, record, ledger, on_event)
         except _Stopped as stopped:  # SIGTERM or a hangup during the gate or the identity: never started
@@ -343,6 +344,8 @@ def _run_child(argv: list[str], options: RunOptions, identity: Identity, record:
     env = dict(os.environ)
     env.update({"EXECSYS_RUN_ID": record.id, "EXECSYS_IDENTITY": identity.id,
                 "EXECSYS_LOCK": str(options.lock_path)})
+    if options.ledger is not None:  # the harness, and an execsys it starts, see the run's own ledger
+        env[LEDGER_ENV] = str(options.ledger)
     if hook_dir is not None:
         env[HOOK_DIR_ENV] = str(hook_dir)
     stdout = sys.stderr.fileno() if options.child_stdout_to_stderr else None

@@ -25,7 +25,6 @@ from execsys.identity import (
     ComponentObserved,
     PinOptions,
     load_lock,
-    lock_beside,
     observe_components,
     observe_runtime,
     pin,
@@ -163,9 +162,11 @@ def test_pin_options_refuse_bad_paths_in_one_line(tmp_path: Path) -> None:
 def test_a_declaration_read_from_no_file_locks_in_the_working_directory(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert lock_beside(declaration.load(write_project(tmp_path / "eval"))) == tmp_path / "eval" / "execsys.lock.json"
+    monkeypatch.delenv("EXECSYS_CONFIG", raising=False)
+    beside = PinOptions.from_sources(declaration.load(write_project(tmp_path / "eval"))).lock_path
+    assert beside == tmp_path / "eval" / "execsys.lock.json"
     nowhere = declaration.empty()
-    assert lock_beside(nowhere) == Path("execsys.lock.json")
+    assert PinOptions.from_sources(nowhere).lock_path == Path("execsys.lock.json")
     identity = pin(nowhere, require_endpoint=False)
     assert identity.declaration == {"path": None, "base_dir": str(tmp_path)}
 
