@@ -34,6 +34,7 @@ PASS_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 class ProbesScreen(GatedStep):
     STEP = "probes"
+    HOME = "#probe-form"  # Esc in a field: back to the form's pane (Tab goes on to its fields)
     GATE_WHAT = "probe"
     CSS_PATH = "probes.tcss"
     BINDINGS = [
