@@ -216,6 +216,10 @@ class ExecsysApp(App[int]):
         """The step holding unsaved edits and which (``component.key``), or None: the Identity step's form."""
         identity = self.step_screens.get("identity")
         if identity is None or not identity.is_mounted:
+            return None  # never opened: nothing typed (and its module need not load to quit)
+        from execsys.tui.screens.identity import IdentityScreen
+
+        if not isinstance(identity, IdentityScreen):
             return None
         fields = identity.unsaved_fields()
         return (identity, fields) if fields else None

@@ -43,7 +43,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("✗", "failing"),
     ("–", "skipped or not applicable"),
     ("?", "could not check (error)"),
-    ("▸", "the selected row"),
+    ("▸", "the selected row (in the Doctor table also the selected cell's column)"),
     ("●", "declared"),
     ("○", "not declared"),
     ("◇", "observed only (nothing declared to compare with)"),
