@@ -230,6 +230,14 @@ async def test_question_mark_opens_help_from_lists_tables_and_selects(demo: Path
             await pilot.press("question_mark")  # ? closes it again
             await pilot.pause()
             assert not isinstance(app.screen, HelpScreen)
+        axis = app.screen.query_one("#axis", Select)  # the open list of a select is no text field either
+        axis.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert axis.expanded
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen), "? with a select's list open"
 
 
 async def test_function_keys_switch_steps_wherever_the_focus_is(demo: Path) -> None:
@@ -359,3 +367,19 @@ async def test_form_labels_keep_a_blank_cell_before_their_values(demo: Path, siz
         await pilot.press("f4")
         await settle(pilot, lambda: True)
         assert crowded() == []
+
+
+async def test_in_a_dialog_esc_in_its_field_still_cancels_the_dialog(project: Path) -> None:
+    app = ExecsysApp(autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, dialogs.AddHostDialog)
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"gpu?1")  # ? is typed into the dialog's field, no help over it
+        await pilot.pause()
+        assert app.focused.value == "gpu?1" and isinstance(app.screen, dialogs.AddHostDialog)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, dialogs.AddHostDialog)
+        assert app.doctor.hosts == ["local"]  # cancelled, nothing added
