@@ -330,6 +330,10 @@ async def test_the_doctor_cell_cursor_shows_without_colour(demo: Path) -> None:
         assert table.get_cell_at((2, 0)).plain.startswith("▸ ")  # the row, in text
         cursor = table.get_component_rich_style("datatable--cursor")
         assert cursor.reverse and cursor.bold  # the cell itself: reverse and bold survive NO_COLOR
+        drawn = [segment for segment in table.render_line(1 + 2) if "cannot run" in segment.text]  # header, rows
+        assert drawn and all(segment.style is not None and segment.style.reverse for segment in drawn)
+        others = [segment for segment in table.render_line(1 + 3) if segment.text.strip()]
+        assert others and not any(segment.style is not None and segment.style.reverse for segment in others)
         table.move_cursor(row=2, column=0)
         await pilot.pause()
         labels = [column.label.plain for column in table.columns.values()]
