@@ -20,6 +20,13 @@ from tests.tui_helpers import header_state, settle, text_of, while_running
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 
+def column_names(table: DataTable) -> list[str]:
+    """The doctor table's column headings without the two-cell gutter that carries the cursor's ▸."""
+    labels = [str(column.label) for column in table.columns.values()]
+    assert all(label[:2] in ("▸ ", "  ") for label in labels), labels
+    return [label[2:] for label in labels]
+
+
 def records(ledger_path: Path, kind: str) -> list:
     with Ledger.open(ledger_path) as ledger:
         return ledger.find(kind=kind)
@@ -159,7 +166,7 @@ async def test_doctor_shows_a_remote_host_side_by_side(project: Path, ssh_config
         await pilot.pause()
         await settle(pilot, lambda: not app.doctor.running and ssh_config_env.dest in app.doctor.results, timeout=200)
         table = app.screen.query_one("#hazards", DataTable)
-        assert [str(c.label) for c in table.columns.values()] == ["Hazard", "local", ssh_config_env.dest]
+        assert column_names(table) == ["Hazard", "local", ssh_config_env.dest]
         remote = app.doctor.results[ssh_config_env.dest]
         assert set(remote) == set(IDS)
         assert remote["lost-mode-bits"].status == "warn", remote["lost-mode-bits"].summary
@@ -623,7 +630,7 @@ async def test_hosts_from_the_command_line_and_the_declaration_get_their_own_col
         table = app.screen.query_one("#hazards", DataTable)
         # the declaration is read after the first paint: its host's column follows a moment later
         await settle(pilot, lambda: len(table.columns) == 4)
-        assert [str(c.label) for c in table.columns.values()] == ["Hazard", "local", "flag-gpu", "declared-gpu"]
+        assert column_names(table) == ["Hazard", "local", "flag-gpu", "declared-gpu"]
         assert all(table.get_cell(h, "flag-gpu").plain.startswith("– not checked") for h in IDS)
         assert not app.doctor.gate_open()
 

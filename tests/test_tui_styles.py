@@ -25,7 +25,7 @@ async def test_identity_labels_keep_their_width_after_visiting_scope(
         await pilot.press("f2")
         await settle(pilot, lambda: bool(_label_widths(app)))
         before = _label_widths(app)
-        assert before == {18}, before  # identity.tcss: .field-name is 18 wide
+        assert before == {19}, before  # identity.tcss: .field-name is 19 wide
         await pilot.press("f4")
         await pilot.pause()
         await pilot.press("f2")

@@ -17,10 +17,12 @@ async def settle(pilot, predicate: Callable[[], bool], timeout: float = 120.0) -
     app = pilot.app
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    from textual.worker import WorkerFailed
+    from textual.worker import WorkerCancelled, WorkerFailed
 
     while True:
-        with contextlib.suppress(WorkerFailed):  # the app reports it (a notification); tests check that
+        # a failure the app reports (a notification; tests check that); a cancelled worker was superseded
+        # by a newer one of its exclusive group (a new selection): the predicate says when the work is done
+        with contextlib.suppress(WorkerFailed, WorkerCancelled):
             await app.workers.wait_for_complete()
         await pilot.pause()
         if predicate():

@@ -2,7 +2,8 @@
 
 The app holds the session's state (paths, doctor results, the gate, the header's facts) and
 switches between one screen per step (Textual modes, so each step keeps its state while the
-operator looks at another). Every action calls the engine functions the CLI calls; the screens
+operator looks at another). ctrl+q quits at once unless a step holds an unsaved edit (the
+Identity step's declaration form): then it asks -- save and quit, discard, or stay. Every action calls the engine functions the CLI calls; the screens
 only start workers and render what comes back.
 """
 
@@ -19,7 +20,7 @@ from execsys.tui.state import STEPS, DoctorState, Paths
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input
 from textual.worker import Worker
 
@@ -74,7 +75,9 @@ class ExecsysApp(App[int]):
         Binding("alt+4", "step('scope')", show=False, priority=True),
         # In the palette and on ctrl+t, not in the footer: at 80 columns the footer keeps the step's own keys.
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
-        Binding("question_mark", "help", "Help", show=False),
+        # `?` opens the help wherever the focus is (a list, a table, a select), except in a text field,
+        # where it is typed (check_action): priority, so no focused widget takes the key first.
+        Binding("question_mark", "help", "Help", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         # The palette's Keys entry opens Textual's keys panel beside the step; Esc closes it first
         # (priority, so a step's own Esc -- stop a probe, a plan run -- waits for the next press).
@@ -108,7 +111,7 @@ class ExecsysApp(App[int]):
         self._initial_theme = theme
         self._exit_after_paint = os.environ.get(EXIT_AFTER_PAINT_ENV) == "1"
         self._frames_with_content = 0  # frames written since the first step's screen had its content
-
+        self.step_screens: dict[str, StepScreen] = {}  # each step's screen once opened (StepScreen.on_mount)
 
     # -- start-up --------------------------------------------------------
     def on_mount(self) -> None:
@@ -172,8 +175,8 @@ class ExecsysApp(App[int]):
     def doctor_changed(self) -> None:
         """Screens call this after changing ``self.doctor``; the header and the gate follow."""
         self.doctor_verdict = self.doctor.verdict()
-        failing = self.doctor.failing()
-        self.doctor_detail = f"{len(failing)} failing" if failing else ""
+        # counted and named as the Doctor's summary line counts them ("1 fail, 10 error"), never a third way
+        self.doctor_detail = self.doctor.blocking_summary()
         if self.doctor.running:
             self.gate_override = None  # an override speaks for the verdict it was given against
 
@@ -195,8 +198,52 @@ class ExecsysApp(App[int]):
 
     # -- actions -----------------------------------------------------------
     def action_step(self, mode: str) -> None:
+        """F1-F4 (and 1-4, alt+1-4): open a step. Over the help, the help closes first; a dialog that asks
+        something is answered first (switching away would leave its question pending out of sight)."""
+        from execsys.tui.screens.help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+        elif isinstance(self.screen, ModalScreen):
+            self.bell()
+            self.notify("Answer this dialog first (Esc closes it), then switch steps.", title="Not switched")
+            return
         if self.current_mode != mode:
             self.switch_mode(mode)
+
+    # -- quitting: never with an edit lost unasked ----------------------------------------
+    def unsaved_edits(self) -> tuple[Any, list[str]] | None:
+        """The step holding unsaved edits and which (``component.key``), or None: the Identity step's form."""
+        identity = self.step_screens.get("identity")
+        if identity is None or not identity.is_mounted:
+            return None  # never opened: nothing typed (and its module need not load to quit)
+        from execsys.tui.screens.identity import IdentityScreen
+
+        if not isinstance(identity, IdentityScreen):
+            return None
+        fields = identity.unsaved_fields()
+        return (identity, fields) if fields else None
+
+    def action_quit(self) -> None:
+        """ctrl+q: quit at once, unless an edit is unsaved -- then ask: save and quit, discard, or stay."""
+        from execsys.tui.screens.dialogs import QuitDialog
+
+        if isinstance(self.screen, QuitDialog):
+            return  # already asking
+        unsaved = self.unsaved_edits()
+        if unsaved is None:
+            self.exit()
+            return
+        screen, fields = unsaved
+
+        def decided(choice: str | None) -> None:
+            if choice == "discard":
+                self.exit()
+            elif choice == "save" and not screen.save_form(then=self.exit):
+                # a field does not parse: show the step and its status line, which says why
+                self.action_step(screen.STEP)
+
+        self.push_screen(QuitDialog("The Identity step's declaration", fields, str(self.paths.config)), decided)
 
     def action_help(self) -> None:
         """Help for the step on screen, with the keys that work there now."""
@@ -218,8 +265,12 @@ class ExecsysApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "close_keys_panel":  # without the panel, Esc goes on to the step (or the field)
             return bool(self.screen.query("HelpPanel"))
-        # a digit typed while a field has the focus belongs to the field
-        return not (action in ("digit_step", "help") and isinstance(self.focused, Input))
+        # a digit or a ? typed while a field has the focus belongs to the field
+        if action in ("digit_step", "help") and isinstance(self.focused, Input):
+            return False
+        if action == "help":  # over a dialog (or the help itself, whose ? closes it) the key is theirs
+            return not isinstance(self.screen, ModalScreen)
+        return True
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK

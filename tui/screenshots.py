@@ -130,10 +130,11 @@ def prepare_project(root: Path, ledger_path: Path) -> str:
 async def _settle(pilot, predicate: Callable[[], bool], timeout: float = 120.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    from textual.worker import WorkerFailed
+    from textual.worker import WorkerCancelled, WorkerFailed
 
     while True:
-        with contextlib.suppress(WorkerFailed):  # already reported by the app as a notification
+        # a failure is already reported by the app (a notification); a cancelled worker was superseded by a newer one
+        with contextlib.suppress(WorkerFailed, WorkerCancelled):
             await pilot.app.workers.wait_for_complete()
         await pilot.pause()
         if predicate() or loop.time() > deadline:

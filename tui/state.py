@@ -22,6 +22,9 @@ STEPS: tuple[tuple[str, str], ...] = (
 LOCAL = "local"
 """Column name for this machine in the doctor's side-by-side view."""
 
+STATUS_ORDER: tuple[str, ...] = ("ok", "warn", "fail", "skip", "error")
+"""The doctor's result statuses in the order the summary counts them."""
+
 
 @dataclass
 class Paths:
@@ -78,6 +81,33 @@ class DoctorState:
                 if getattr(result, "status", None) in BLOCKING:
                     found.append((host, f"{hazard_id} ({result.status})"))
         return found
+
+    def status_counts(self) -> dict[str, int]:
+        """How many results of each status the current hosts have (``{"ok": 8, "fail": 1, ...}``)."""
+        totals: dict[str, int] = {}
+        for host in self.hosts:
+            for result in self.results.get(host, {}).values():
+                status = getattr(result, "status", "?")
+                totals[status] = totals.get(status, 0) + 1
+        return totals
+
+    def unreachable_hosts(self) -> list[str]:
+        """Current hosts that could not be inspected and have no result of their own to count."""
+        return [host for host in self.hosts if host in self.host_errors and not self.results.get(host)]
+
+    def blocking_summary(self) -> str:
+        """What blocks, counted and named as the Doctor's summary line counts it: ``1 fail, 10 error``.
+
+        The header shows this beside the verdict. A host that could not be inspected already counts
+        through its ``error`` rows; only one without any rows is named as unreachable."""
+        from execsys.doctor.model import BLOCKING
+
+        totals = self.status_counts()
+        parts = [f"{totals[status]} {status}" for status in STATUS_ORDER if status in BLOCKING and totals.get(status)]
+        unreachable = self.unreachable_hosts()
+        if unreachable:
+            parts.append(f"{len(unreachable)} host{'s' if len(unreachable) != 1 else ''} unreachable")
+        return ", ".join(parts)
 
     def verdict(self) -> str:
         """``checking`` / ``not run`` / ``hazards`` / ``cancelled`` / ``incomplete`` / ``clean`` for the header and the gate.

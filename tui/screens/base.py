@@ -9,6 +9,7 @@ from execsys.tui.widgets.header import StateHeader
 from textual.app import ComposeResult
 from textual.binding import ActiveBinding
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
@@ -30,6 +31,8 @@ class StepScreen(Screen):
     """A step of the procedure. Subclasses set ``STEP`` and implement ``compose_body``."""
 
     STEP = ""
+    HOME = ""
+    """The widget (a selector) Esc moves the focus to from a text field; "" for the field's nearest focusable pane."""
 
     if TYPE_CHECKING:
         @property
@@ -42,6 +45,17 @@ class StepScreen(Screen):
 
     def compose_body(self) -> ComposeResult:  # pragma: no cover - overridden
         yield from ()
+
+    def on_mount(self) -> None:
+        self.app.step_screens[self.STEP] = self  # the app asks the steps about unsaved edits before quitting
+
+    def leave_field(self, field: Widget) -> None:
+        """Esc in a text field: the focus goes to the step (``HOME``, else the field's nearest focusable
+        pane), never nowhere, so the step's keys -- ``?``, 1-4, its own -- answer again."""
+        home = next(iter(self.query(self.HOME)), None) if self.HOME else None
+        if home is None or not home.focusable:
+            home = next((node for node in field.ancestors if isinstance(node, Widget) and node.focusable), None)
+        self.set_focus(home)
 
     @property
     def active_bindings(self) -> dict[str, ActiveBinding]:
@@ -75,7 +89,7 @@ class GatedStep(StepScreen):
 
     GATE_WHAT = "run"
 
-    def on_mount(self) -> None:
+    def on_mount(self) -> None:  # StepScreen.on_mount runs too (Textual calls each class's handler)
         for name in ("doctor_verdict", "gate_override"):
             self.watch(self.app, name, lambda *_: self.refresh_bindings(), init=False)
 

@@ -1,4 +1,5 @@
-"""Small modal dialogs: add a remote host to the doctor, confirm a gate override, trust a declaration."""
+"""Small modal dialogs: add a remote host to the doctor, confirm a gate override, trust a declaration,
+quit with unsaved edits."""
 
 from __future__ import annotations
 
@@ -110,3 +111,41 @@ class TrustDialog(ModalScreen[bool]):
     @on(Button.Pressed, "#no")
     def no(self) -> None:
         self.dismiss(False)
+
+
+QUIT_FIELDS_SHOWN = 6
+
+
+class QuitDialog(ModalScreen[str]):
+    """ctrl+q with unsaved edits: ``save`` them and quit, ``discard`` them and quit, or ``stay``."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS = [
+        Binding("escape", "dismiss('stay')", "Stay"),
+        Binding("s", "dismiss('save')", "Save and quit", show=False),
+        Binding("d", "dismiss('discard')", "Discard and quit", show=False),
+    ]
+
+    def __init__(self, where: str, fields: list[str], path: str) -> None:
+        super().__init__()
+        self.where, self.fields, self.path = where, fields, path
+
+    def compose(self) -> ComposeResult:
+        from rich.text import Text
+
+        shown = ", ".join(self.fields[:QUIT_FIELDS_SHOWN])
+        more = f" and {len(self.fields) - QUIT_FIELDS_SHOWN} more" if len(self.fields) > QUIT_FIELDS_SHOWN else ""
+        with Vertical(classes="dialog"):
+            yield Label("! Quit with unsaved edits?", classes="section-title")
+            yield Static(Text(f"{self.where} has {len(self.fields)} unsaved edit{'s' if len(self.fields) != 1 else ''}: "
+                              f"{shown}{more}."), id="quit-fields")
+            yield Static(Text(f"Save writes them to {self.path}, then quits; discard quits without them; "
+                              "stay goes back to them."), classes="muted")
+            with Horizontal(classes="actions"):
+                yield Button("Save and quit (s)", variant="primary", id="save")
+                yield Button("Discard (d)", variant="error", id="discard")
+                yield Button("Stay (Esc)", id="stay")
+
+    @on(Button.Pressed)
+    def chosen(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id or "stay")

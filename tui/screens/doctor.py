@@ -1,4 +1,4 @@
-"""Step 1, Doctor: the ten hazards checked live, host by host, side by side.
+"""Step 1, Doctor: the registry's hazards checked live, host by host, side by side.
 
 The checks run in a thread worker that calls the doctor engine; each finished hazard arrives as
 a ``HazardChecked`` message and fills its cell, so the table fills in while slower checks (SSH,
@@ -15,7 +15,7 @@ from typing import Any
 from execsys.tui import adapter
 from execsys.tui.screens.base import StepScreen, error_line
 from execsys.tui.screens.dialogs import AddHostDialog, TrustDialog
-from execsys.tui.state import LOCAL
+from execsys.tui.state import LOCAL, STATUS_ORDER
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -212,6 +212,10 @@ class DoctorScreen(StepScreen):
     def _summarise(self) -> None:
         """The status line: the verdict and the counts for the hosts shown now."""
         counts = _count(self.state.results, self.state.hosts)
+        unreachable = self.state.unreachable_hosts()
+        if unreachable:  # the header counts them too (DoctorState.blocking_summary): the same words here
+            counts += (", " if counts else "") + f"{SYMBOLS['error']} {len(unreachable)} host" \
+                      f"{'s' if len(unreachable) != 1 else ''} unreachable"
         verdict = self.state.verdict()
         symbol = {"clean": SYMBOLS["ok"], "cancelled": "–", "incomplete": "?"}.get(verdict, SYMBOLS["fail"])
         line = f"{symbol} {verdict}: {counts}" if counts else f"{symbol} {verdict}"
@@ -239,9 +243,10 @@ class DoctorScreen(StepScreen):
         hosts = self.state.hosts
         usable = max(20, (self.size.width or 80) - HAZARD_COLUMN_WIDTH - 4)
         per_host = max(10, usable // max(1, len(hosts)) - 2)
-        table.add_column("Hazard", key="hazard", width=HAZARD_COLUMN_WIDTH)
-        for host in hosts:
-            table.add_column(host, key=host, width=per_host)
+        selected_column = cursor.column if 0 <= cursor.column <= len(hosts) else 0
+        table.add_column(self._column_label("Hazard", selected_column == 0), key="hazard", width=HAZARD_COLUMN_WIDTH)
+        for index, host in enumerate(hosts, start=1):
+            table.add_column(self._column_label(host, selected_column == index), key=host, width=per_host)
         selected_row = cursor.row if 0 <= cursor.row < len(self._hazards) else 0
         for row, (hazard_id, _title) in enumerate(self._hazards):
             cells: list[Any] = [self._hazard_label(hazard_id, row == selected_row)]
@@ -265,6 +270,20 @@ class DoctorScreen(StepScreen):
         if selected:
             return Text(f"{CURSOR_MARK}{hazard_id}", style="bold")
         return Text(f"{' ' * len(CURSOR_MARK)}{hazard_id}")
+
+    @staticmethod
+    def _column_label(name: str, selected: bool) -> Text:
+        """A column's heading, ``▸ name`` over the selected cell's column: with the row's ▸ it names the
+        cell under the cursor in text (NO_COLOR, monochrome), not only by the cursor's colour."""
+        return Text(f"{CURSOR_MARK}{name}", style="bold") if selected else Text(f"{' ' * len(CURSOR_MARK)}{name}")
+
+    def _mark_column(self, column: int) -> None:
+        table = self.query_one("#hazards", DataTable)
+        names = ["Hazard", *self.state.hosts]
+        for index, heading in enumerate(table.columns.values()):
+            if index < len(names):
+                heading.label = self._column_label(names[index], index == column)
+        table.refresh()
 
     def _mark_row(self, row: int) -> None:
         """Move the ▸ to ``row``: the selection is readable in monochrome, not only as a coloured cell."""
@@ -298,6 +317,7 @@ class DoctorScreen(StepScreen):
     @on(DataTable.CellHighlighted)
     def _cell_highlighted(self, event: DataTable.CellHighlighted) -> None:
         self._mark_row(event.coordinate.row)
+        self._mark_column(event.coordinate.column)
         self._show_detail()
 
     def _show_detail(self) -> None:
@@ -435,9 +455,9 @@ class DoctorScreen(StepScreen):
 
 
 def _count(results: dict[str, dict[str, Any]], hosts: list[str]) -> str:
-    totals: dict[str, int] = {}
-    for host in hosts:
-        for result in results.get(host, {}).values():
-            totals[result.status] = totals.get(result.status, 0) + 1
-    order = ("ok", "warn", "fail", "skip", "error")
-    return ", ".join(f"{SYMBOLS[s]} {totals[s]} {s}" for s in order if totals.get(s))
+    """``✓ 8 ok, ✗ 1 fail, ? 1 error``: each status counted over ``hosts`` (the header names the blocking
+    ones with the same words, DoctorState.blocking_summary)."""
+    from execsys.tui.state import DoctorState
+
+    totals = DoctorState(hosts=list(hosts), results=results).status_counts()
+    return ", ".join(f"{SYMBOLS[s]} {totals[s]} {s}" for s in STATUS_ORDER if totals.get(s))

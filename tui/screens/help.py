@@ -16,12 +16,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 PURPOSE: dict[str, str] = {
-    "doctor": (
-        "Step 1, Doctor: is this environment fit to produce a number at all? The ten layered-environment "
-        "hazards (binaries shadowing each other, args mangled by ssh or docker, stub executables, config "
-        "the engine never reads, baked paths, package prefixes, lost mode bits, port collisions, clock "
-        "skew), here and on every host you add. Probes and plans wait behind this gate until nothing fails."
-    ),
     "identity": (
         "Step 2, Identity: declare the twelve components of the execution system (model, artifact, runtime, "
         "hardware, harness, context policy, retrieval, tools, workflow, budget, grader, environment) beside "
@@ -49,17 +43,35 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("✗", "failing"),
     ("–", "skipped or not applicable"),
     ("?", "could not check (error)"),
-    ("▸", "the selected row"),
+    ("▸", "the selected row (in the Doctor table also the selected cell's column)"),
     ("●", "declared"),
     ("○", "not declared"),
     ("◇", "observed only (nothing declared to compare with)"),
     ("=", "observed equals declared"),
     ("≠", "observed differs from declared"),
+    ("▼", "where two outputs first differ (the rest is underlined)"),
 )
 
 
+def doctor_purpose() -> str:
+    """The Doctor's purpose with the hazards the registry has, listed from it: the count and the list
+    cannot disagree (the help once said "ten hazards" and listed nine)."""
+    from execsys.doctor.registry import HAZARDS
+
+    width = max(len(hazard.id) for hazard in HAZARDS)
+    listed = "\n".join(f"  {hazard.id:<{width}}  {hazard.title}" for hazard in HAZARDS)
+    return (f"Step 1, Doctor: is this environment fit to produce a number at all? It checks these {len(HAZARDS)} "
+            f"layered-environment hazards, here and on every host you add:\n{listed}\n"
+            "Probes and plans wait behind this gate until nothing fails.")
+
+
+def purpose(mode: str) -> str:
+    """What the step ``mode`` is for, as the help's first paragraph."""
+    return doctor_purpose() if mode == "doctor" else PURPOSE.get(mode, "")
+
+
 def help_text(mode: str, keys: Iterable[tuple[str, str]]) -> str:
-    lines = [PURPOSE.get(mode, ""), "", "Symbols:"]
+    lines = [purpose(mode), "", "Symbols:"]
     lines += [f"  {symbol}  {meaning}" for symbol, meaning in LEGEND]
     lines += ["", "Keys here:"]
     lines += [f"  {key:<10} {description}" for key, description in keys]

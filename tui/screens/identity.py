@@ -6,6 +6,11 @@ Beside each panel, read-only, is what this machine observes for that component -
 never merged, because the gap between them is the finding. Pin hashes the artifact in a worker
 with a progress bar, writes the lock and the ledger record, and states the diff against the lock
 that was there before ("isolates <component>" or "descriptive only").
+
+The screen remembers each field's text as last read from or written to the declaration, so it can
+say which edits are unsaved (``unsaved_fields``): quitting with any asks first (the app's quit
+dialog). Integer and number fields refuse other characters as they are typed; the status line
+always says what happened last, a rejected save or pin included.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from textual.worker import Worker
 from execsys import COMPONENTS
 from execsys.termsafe import shown
 
+INPUT_TYPES: dict[Any, str] = {int: "integer", (int, float): "number"}
+"""The Textual input type of a field by its SCHEMA type: such a field refuses other characters as typed."""
+
 
 class Panel(VerticalScroll):
     """A component's form: Tab goes from the component list straight to its first field, not to the
@@ -40,6 +48,7 @@ class Panel(VerticalScroll):
 
 class IdentityScreen(StepScreen):
     STEP = "identity"
+    HOME = "#components"  # Esc in a field: back to the list of components
     CSS_PATH = "identity.tcss"
     BINDINGS = [
         Binding("ctrl+s", "save", "Save declaration", priority=True),
@@ -71,15 +80,18 @@ class IdentityScreen(StepScreen):
         """Pinned, written to the lock and the ledger; ``diff`` is against the lock that was there before."""
 
         def __init__(self, identity: Any, diff: Any, lock_path: str, tables: dict[str, dict[str, Any]],
-                     superseded: Any = None) -> None:
+                     superseded: Any = None, texts: dict[str, str] | None = None) -> None:
             super().__init__()
             self.identity, self.diff, self.lock_path, self.tables = identity, diff, lock_path, tables
             self.superseded = superseded  # the licences a new identity leaves behind (SupersededLicences)
+            self.texts = texts or {}  # the fields' texts that were saved with the pin
 
     def __init__(self) -> None:
         super().__init__()
         self._observed: dict[str, Any] = {}
         self._declared: dict[str, dict[str, Any]] = {}
+        self._stored: dict[str, str] = {}  # field id -> its text as last read from or written to the declaration
+        self._after_save: Any = None  # called once the save in flight is written (quit: save, then leave)
 
     def compose_body(self) -> ComposeResult:
         from execsys.declaration import SCHEMA
@@ -94,7 +106,8 @@ class IdentityScreen(StepScreen):
                             with Horizontal(classes="field"):
                                 yield FieldLabel(key, f"f-{name}-{key}", classes="field-name")
                                 yield FormInput(id=f"f-{name}-{key}", classes="field-input",
-                                                placeholder=placeholder(name, key, expected))
+                                                placeholder=placeholder(name, key, expected),
+                                                type=INPUT_TYPES.get(expected, "text"))
                         yield Label(f"{name} · observed (read-only; = as declared, ≠ differs, ◇ observed only)",
                                     classes="section-title observed-title")
                         yield Static("… observing", id=f"obs-{name}", classes="observed")
@@ -151,8 +164,10 @@ class IdentityScreen(StepScreen):
             declared = declared_tables.get(name, {})
             for key in SCHEMA[name]:
                 field = self.query_one(f"#f-{name}-{key}", Input)
+                stored = to_field(declared.get(key))
+                self._stored[f"f-{name}-{key}"] = stored
                 if not field.value:  # never overwrite what the operator has typed
-                    field.value = to_field(declared.get(key))
+                    field.value = stored
 
     @on(Observed)
     def observed(self, message: Observed) -> None:
@@ -214,24 +229,63 @@ class IdentityScreen(StepScreen):
             tables[name] = table
         return tables
 
+    def form_texts(self) -> dict[str, str]:
+        """Every field's text now, by field id."""
+        return {field.id: field.value for field in self.query(".field-input").results(Input) if field.id}
+
+    def unsaved_fields(self) -> list[str]:
+        """``component.key`` of each field whose value differs from the declaration as last read or saved.
+
+        Compared as values where both parse (``0.50`` and ``0.5`` are the same temperature), as text otherwise."""
+        from execsys.declaration import SCHEMA
+
+        changed = []
+        for name in COMPONENTS:
+            for key, expected in SCHEMA[name].items():
+                field_id = f"f-{name}-{key}"
+                now, stored = self.query_one(f"#{field_id}", Input).value, self._stored.get(field_id, "")
+                if now == stored:
+                    continue
+                try:
+                    same = from_field(now, expected) == from_field(stored, expected)
+                except ValueError:
+                    same = False
+                if not same:
+                    changed.append(f"{name}.{key}")
+        return changed
+
     @on(Button.Pressed, "#save")
     def action_save(self) -> None:
+        self.save_form()
+
+    def save_form(self, then: Any = None) -> bool:
+        """Save the form to the declaration (``then()`` once it is written); False, with the reason on the
+        status line, when a field does not parse."""
         try:
             tables = self.form_tables()
         except ValueError as exc:
+            self._after_save = None
+            self._set_status(f"✗ not saved: {exc}")  # the last thing that happened, not an earlier save
             self.notify(str(exc), title="Not saved", severity="error")
-            return
-        self.save(tables)
+            return False
+        self._after_save = then
+        self._set_status(f"saving {self.app.paths.config} …")
+        self.save(tables, self.form_texts())
+        return True
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="save")
-    def save(self, tables: dict[str, dict[str, Any]]) -> None:
+    def save(self, tables: dict[str, dict[str, Any]], texts: dict[str, str]) -> None:
         path = adapter.save_declaration(self.app.paths, tables)
-        self.app.call_from_thread(self._saved, str(path), tables)
+        self.app.call_from_thread(self._saved, str(path), tables, texts)
 
-    def _saved(self, path: str, tables: dict[str, dict[str, Any]]) -> None:
+    def _saved(self, path: str, tables: dict[str, dict[str, Any]], texts: dict[str, str]) -> None:
+        self._stored.update(texts)
         self._declared_now(tables)
         self._set_status(f"✓ saved {path}")
         self.notify(f"Saved {path}", title="Declaration")
+        then, self._after_save = self._after_save, None
+        if then is not None:
+            then()
 
     def _declared_now(self, tables: dict[str, dict[str, Any]]) -> None:
         """What was just saved is what is declared: the ●/○ marks and the = ≠ ◇ marks follow at once."""
@@ -246,17 +300,18 @@ class IdentityScreen(StepScreen):
         try:
             tables = self.form_tables()
         except ValueError as exc:
+            self._set_status(f"✗ not pinned: {exc}")  # the last thing that happened, not an earlier pin
             self.notify(str(exc), title="Not pinned", severity="error")
             return
         self._show_progress()
         self.query_one("#pin", Button).disabled = True
         self._set_status("pinning: observing the twelve components and hashing the artifact …")
-        self.pin(tables)
+        self.pin(tables, self.form_texts())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pin")
-    def pin(self, tables: dict[str, dict[str, Any]]) -> None:
+    def pin(self, tables: dict[str, dict[str, Any]], texts: dict[str, str]) -> None:
         identity, diff, superseded = adapter.pin(self.app.paths, tables, on_event=self._on_event())
-        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock), tables, superseded))
+        self.post_message(self.Pinned(identity, diff, str(self.app.paths.lock), tables, superseded, texts))
 
     def _show_progress(self) -> None:
         bar = self.query_one("#pin-progress", ProgressBar)
@@ -294,6 +349,7 @@ class IdentityScreen(StepScreen):
         identity_id = adapter.identity_id_of(message.identity)
         self.app.identity_id = identity_id
         self._observed = {name: message.identity.observed(name) for name in COMPONENTS}
+        self._stored.update(message.texts)  # pinning saved the declaration first
         self._declared_now(message.tables)
         self.app.refresh_session_facts()
         text = Text()
@@ -319,6 +375,7 @@ class IdentityScreen(StepScreen):
             self.query_one("#pin-progress", ProgressBar).display = False
             self._set_status(f"✗ not pinned: {error_line(worker.error)}")
         elif worker.group == "save":
+            self._after_save = None  # a quit waiting on this save stays: the edit is not written
             self._set_status(f"✗ not saved: {error_line(worker.error)}")
         elif worker.group == "observe":
             self._set_status(f"? observation failed: {error_line(worker.error)}; ctrl+r tries again")

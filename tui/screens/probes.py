@@ -34,6 +34,7 @@ PASS_NAMES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 class ProbesScreen(GatedStep):
     STEP = "probes"
+    HOME = "#probe-form"  # Esc in a field: back to the form's pane (Tab goes on to its fields)
     GATE_WHAT = "probe"
     CSS_PATH = "probes.tcss"
     BINDINGS = [
@@ -73,8 +74,10 @@ class ProbesScreen(GatedStep):
         with Horizontal(classes="step-body"):
             with VerticalScroll(id="probe-form"):
                 yield FieldLabel("axis", "axis", classes="field-name")
+                # no type-to-search: a handful of choices, and with it an open list would take `?` and
+                # the step digits as search text
                 yield Select([(a, a) for a in adapter.probe_axes()], value="session", allow_blank=False,
-                             id="axis", compact=True)
+                             id="axis", compact=True, type_to_search=False)
                 yield FieldLabel("endpoint (base URL)", "endpoint", classes="field-name")
                 yield FormInput(placeholder="e.g. http://127.0.0.1:8000/v1", id="endpoint",
                                 tooltip="OpenAI base URL; for the hosts axis, several separated by commas")
@@ -94,7 +97,7 @@ class ProbesScreen(GatedStep):
                 yield FormInput(id="baseline", placeholder="e.g. probe-20261201T…")
                 yield FieldLabel("run", "run-mode", classes="field-name")
                 yield Select([("new probe", "new"), ("resume the stopped run", "resume")], value="new",
-                             allow_blank=False, id="run-mode", compact=True)
+                             allow_blank=False, id="run-mode", compact=True, type_to_search=False)
                 yield Button("Start ^g", id="start", compact=True, variant="primary")
             with Vertical(id="probe-run"):
                 yield Static("Set up the probe on the left and start it (ctrl+g).", id="probe-status")

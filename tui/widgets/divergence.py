@@ -1,7 +1,9 @@
 """Two outputs side by side, with the first divergence marked so it shows without colour.
 
-The common prefix is shown plain; from the first differing character on, both sides are
-underlined and reversed, and a ▼ marker with the character offset heads each column. Long
+The common prefix is shown plain; a ▼ stands in the text where the two first differ, and from
+there on both sides are underlined and reversed -- the ▼ is a character, so the place shows under
+NO_COLOR, on a monochrome terminal and in a plain-text copy, where reverse and underline may not;
+the title above the columns gives the character offset. Long
 outputs are trimmed around the divergence so the difference is what fills the view. Where the
 probe kept logprobs, both passes' top-K at the first divergent token sit under the outputs with
 the verdict (near-tie or not) and how each pass was sent (after its twin, with others in flight):
@@ -18,6 +20,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 CONTEXT_BEFORE = 160
+DIVERGENCE_MARK = "▼"
+"""Put in both outputs' text where they first differ (the title's ``▼ first divergence at character N``)."""
 
 
 def first_divergence(a: str, b: str) -> int | None:
@@ -28,7 +32,7 @@ def first_divergence(a: str, b: str) -> int | None:
 
 
 def marked(text: str, offset: int | None) -> Text:
-    """``text`` with everything from ``offset`` on styled as divergent, trimmed to nearby context."""
+    """``text`` with a ▼ at ``offset`` and everything from there on styled as divergent, trimmed to nearby context."""
     start = 0
     if offset is not None and offset > CONTEXT_BEFORE:
         start = offset - CONTEXT_BEFORE
@@ -37,6 +41,7 @@ def marked(text: str, offset: int | None) -> Text:
         shown.append(text[start:])
         return shown
     shown.append(text[start:offset])
+    shown.append(DIVERGENCE_MARK, style="bold")
     rest = text[offset:]
     shown.append(rest if rest else "⟂(output ends here)", style="bold underline reverse")
     return shown

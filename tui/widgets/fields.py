@@ -2,7 +2,8 @@
 
 Textual marks the focused Input by colour only, and selects its whole value when Tab lands on it,
 so the next key replaces what was there. ``FormInput`` keeps the value (the cursor goes to its
-end); ``FieldLabel`` carries ``▸`` while its field has the focus -- text, so the focus shows under
+end), and Esc leaves it for the step (``StepScreen.leave_field``; in a dialog Esc stays the
+dialog's own cancel); ``FieldLabel`` carries ``▸`` while its field has the focus -- text, so the focus shows under
 NO_COLOR and on a monochrome terminal -- and clicking the label focuses the field, as a form
 label does everywhere else.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual import events
+from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input, Label
 
@@ -19,12 +21,23 @@ FOCUS_MARK = "▸"
 
 
 class FormInput(Input):
-    """An Input that keeps its value when it gets the focus (no select-all for the next key to replace)."""
+    """An Input that keeps its value when it gets the focus (no select-all for the next key to replace),
+    and that Esc leaves on a step's screen."""
+
+    BINDINGS = [Binding("escape", "leave_field", "Leave the field", show=False)]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("select_on_focus", False)
         kwargs.setdefault("compact", True)
         super().__init__(*args, **kwargs)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_field":  # only a step leaves the field; a dialog's Esc is its cancel
+            return hasattr(self.screen, "leave_field")
+        return super().check_action(action, parameters)
+
+    def action_leave_field(self) -> None:
+        getattr(self.screen, "leave_field")(self)  # noqa: B009 - a StepScreen (check_action); fields know no screens
 
 
 class FieldLabel(Label):
