@@ -25,6 +25,7 @@ from execsys.observe.environment import OWN_ENVIRONMENT
 from tests.fixtures.identity_project import DECLARATION, write_project
 
 VAR = "EXECSYS_TEST_ENV_DECLARED"
+VAR2 = "EXECSYS_TEST_ENV_DECLARED_TOO"
 UNSET = "EXECSYS_TEST_ENV_NEVER_SET"
 
 
@@ -57,27 +58,38 @@ def serving() -> Iterator[ServingProcess]:
         process.stop()
 
 
-def _declare(directory: Path, runtime: str = "") -> declaration.Declaration:
-    text = DECLARATION + runtime + f'\n[environment]\nvariables = {{ {VAR} = "pinned", {UNSET} = "x" }}\n'
+def _declare(directory: Path, runtime: str = "", *, also: str = "") -> declaration.Declaration:
+    text = DECLARATION + runtime + f'\n[environment]\nvariables = {{ {VAR} = "pinned", {also}{UNSET} = "x" }}\n'
     return declaration.load(write_project(directory, text))
 
 
 def test_without_a_serving_process_pin_and_verify_read_execsys_own_environment_and_say_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(VAR, "pinned")
+    monkeypatch.setenv(VAR2, "pinned")
     monkeypatch.delenv(UNSET, raising=False)
-    identity = pin(_declare(tmp_path), require_endpoint=False)
-    assert identity.components["environment"]["observed"]["variables"] == {VAR: "pinned", UNSET: None}
+    decl = _declare(tmp_path, also=f'{VAR2} = "pinned", ')
+    identity = pin(decl, require_endpoint=False)
+    assert identity.components["environment"]["observed"]["variables"] == {VAR: "pinned", VAR2: "pinned", UNSET: None}
     assert identity.live == {"environment": {"variables_checked": {"where": OWN_ENVIRONMENT, "pid": None}}}
     assert f"declared [environment] variables that do not hold: {UNSET} ({OWN_ENVIRONMENT})" in identity.notes
     lock = write_lock(identity, tmp_path / "execsys.lock.json")
 
+    # only the declaration was edited: nothing moved in the environment read, and the reason says none did
+    edited = _declare(tmp_path, also=f'{VAR2} = "edited", ')
+    report = verify(load_lock(lock), declaration=edited)
+    environment = report.components["environment"]
+    assert (environment.status, environment.reason) == ("changed", None)
+    assert [c["field"] for c in environment.changes] == [f"declared.variables.{VAR2}"]
+
+    # both values moved: both are named, in order
     monkeypatch.setenv(VAR, "moved")
+    monkeypatch.setenv(VAR2, "moved")
     report = verify(load_lock(lock))
     environment = report.components["environment"]
     assert (environment.status, environment.reason) == (
-        "changed", f"[environment] variables {VAR}: {OWN_ENVIRONMENT}")
-    assert [c["field"] for c in environment.changes] == [f"observed.variables.{VAR}",
+        "changed", f"[environment] variables {VAR}, {VAR2}: {OWN_ENVIRONMENT}")
+    assert [c["field"] for c in environment.changes] == [f"observed.variables.{VAR}", f"observed.variables.{VAR2}",
                                                           "observed.variables_not_holding"]
     assert report.verdict == "new-identity"
 

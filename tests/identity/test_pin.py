@@ -426,3 +426,15 @@ def test_a_new_identity_over_a_probed_one_says_whose_licences_the_probes_are(tmp
         lock.write_text(broken)
         (tmp_path / "model.bin").write_bytes(broken.encode())
         assert repin().superseded is None, broken
+
+
+def test_a_lock_that_cannot_be_written_is_refused_before_anything_is_observed_or_recorded(tmp_path: Path) -> None:
+    write_project(tmp_path)
+    ledger_path = tmp_path / "ledger.db"
+    options = PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), ledger=ledger_path,
+                                      lock_path="/proc/execsys.lock.json", require_endpoint=False)
+    events: list = []
+    with pytest.raises(InputError) as refused:
+        run_pin(options, on_event=events.append)
+    assert str(refused.value).startswith("/proc/execsys.lock.json: cannot write the lock (")
+    assert events == [] and not ledger_path.exists()
