@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from execsys import declaration
-from execsys.identity import pin
+from execsys.identity import PinOptions, pin
 from execsys.trust import UntrustedDeclaration
 from tests.fixtures.identity_project import DECLARATION, write_project
 
@@ -75,3 +75,18 @@ def test_a_trusted_declaration_starts_the_interpreter_it_ships(tmp_path: Path) -
     identity = pin(decl, require_endpoint=False)
     [command] = identity.components["harness"]["observed"]["commands"]
     assert command["interpreter"]["version"] == ".".join(map(str, sys.version_info[:3]))
+
+
+def test_an_engine_log_flag_keeps_whether_the_declaration_is_trusted(tmp_path: Path) -> None:
+    """``--engine-log`` rebuilds the declaration with the log in [runtime]: an untrusted one stays refused,
+    a trusted one stays trusted."""
+    text = '\n[harness]\ncommands = ["venv/bin/python eval.py"]\n'
+    untrusted = PinOptions.from_sources(_load(tmp_path, text), engine_log=str(tmp_path / "engine.log"),
+                                        require_endpoint=False)
+    assert untrusted.declaration.component("runtime")["log"] == str(tmp_path / "engine.log")
+    assert untrusted.declaration.trusted is False
+    with pytest.raises(UntrustedDeclaration):
+        pin(untrusted.declaration, require_endpoint=False)
+    trusted = PinOptions.from_sources(dataclasses.replace(_load(tmp_path, text), trusted=True),
+                                      engine_log=str(tmp_path / "engine.log"), require_endpoint=False)
+    assert trusted.declaration.trusted is True
