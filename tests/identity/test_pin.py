@@ -136,7 +136,7 @@ def test_run_pin_without_recording_writes_nothing(tmp_path: Path) -> None:
                                       record=False, lock_path=str(tmp_path / "other.lock.json"))
     assert (options.record, options.require_endpoint, options.lock_path) == (False, False, tmp_path / "other.lock.json")
     report = run_pin(options)
-    assert (report.lock_path, report.record_id) == (None, None) and report.identity.id
+    assert (report.lock_path, report.record_id, report.superseded) == (None, None, None) and report.identity.id
     assert sorted(p.name for p in tmp_path.iterdir()) == ["execsys.toml", "model.bin"]
 
 
@@ -438,3 +438,4 @@ def test_a_lock_that_cannot_be_written_is_refused_before_anything_is_observed_or
         run_pin(options, on_event=events.append)
     assert str(refused.value).startswith("/proc/execsys.lock.json: cannot write the lock (")
     assert events == [] and not ledger_path.exists()
+

@@ -90,3 +90,12 @@ def test_an_engine_log_flag_keeps_whether_the_declaration_is_trusted(tmp_path: P
     trusted = PinOptions.from_sources(dataclasses.replace(_load(tmp_path, text), trusted=True),
                                       engine_log=str(tmp_path / "engine.log"), require_endpoint=False)
     assert trusted.declaration.trusted is True
+
+
+def test_an_mcp_server_named_by_its_url_starts_nothing_and_is_pinned_from_an_untrusted_declaration(
+        tmp_path: Path) -> None:
+    decl = _load(tmp_path, '\n[tools]\nmcp = [{ name = "web", url = "http://127.0.0.1:9/mcp" }]\n'
+                           '\n[grader]\ncommand = "python3 grade.py"\n')
+    assert not decl.trusted
+    identity = pin(decl, require_endpoint=False)
+    assert identity.components["tools"]["declared"]["mcp"] == [{"name": "web", "url": "http://127.0.0.1:9/mcp"}]
