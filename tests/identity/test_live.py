@@ -343,6 +343,7 @@ def test_re_observing_the_runtime_asks_the_engine_its_fingerprint_unless_a_probe
     declared = {"engine": "llama.cpp", "endpoint": any_name_engine.endpoint}
     observed = observe_runtime(declared)
     assert observed["endpoint"]["system_fingerprint"] == "b6058-3f4fc97f"
+    assert "engine_live" not in observed  # what the engine is doing now is no part of the runtime re-observed
     assert [model for model, _key in any_name_engine.chats] == [str(project / "model.bin")]
     quiet = observe_runtime(declared, ask_fingerprint=False)
     assert quiet["endpoint"]["system_fingerprint"] is None

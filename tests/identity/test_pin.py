@@ -371,6 +371,11 @@ def test_mcp_servers_start_beside_the_declaration_and_each_one_down_is_named(tmp
     identity = pin(declaration.load(path))
     assert [(s["name"], s["server"]["name"], [t["name"] for t in s["tools"]])
             for s in identity.observed("tools")["servers"]] == [("a", "mini", ["echo"]), ("b", "mini", ["echo"])]
+    # the servers now describe their tool otherwise: verify names the tool and what moved, not field paths
+    (project / "server.py").write_text(MCP_SERVER.replace('"Echo."', '"Echo, louder."')
+                                       .replace('"version": "0.1"', '"version": "0.2"'))
+    tools = verify(identity).components["tools"]
+    assert (tools.status, tools.reason) == ("changed", "server version 0.1 → 0.2; tool echo: description changed")
     (project / "server.py").unlink()
     with pytest.raises(InputError) as caught:
         pin(declaration.load(path))  # pin needs every server to answer
