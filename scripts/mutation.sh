@@ -37,7 +37,7 @@ modules=(
   "compare|execsys/compare.py|tests/compare/test_compare.py tests/compare/test_verdict.py tests/compare/test_results.py"
   "scope|execsys/scope.py|tests/test_scope.py tests/test_scope_licence.py"
   "digest|execsys/digest.py|tests/test_digest_files_and_trees.py|20"
-  "identity|execsys/identity/*.py|tests/identity/test_golden.py tests/identity/test_verify.py tests/identity/test_pin.py tests/identity/test_lock.py tests/identity/test_diff.py tests/identity/test_redaction.py tests/identity/test_engine.py tests/identity/test_notes.py tests/identity/test_live.py tests/identity/test_refs.py"
+  "identity|execsys/identity/*.py|tests/identity/test_golden.py tests/identity/test_verify.py tests/identity/test_pin.py tests/identity/test_lock.py tests/identity/test_diff.py tests/identity/test_redaction.py tests/identity/test_engine.py tests/identity/test_notes.py tests/identity/test_live.py tests/identity/test_refs.py tests/identity/test_environment.py tests/identity/test_untrusted.py|90"
   "runner|execsys/doctor/runner.py|tests/test_doctor_runner.py tests/test_doctor_runner_reports.py|30"
   # the decision tables (issue 26): every test in them runs in milliseconds
   "run.record|execsys/run/record.py|tests/test_run_decisions.py tests/test_run_record_decisions.py|30"
@@ -140,6 +140,15 @@ recheck_module() {
   cp -rp "$repo/tests" "$stage/tests"
   cp -rp "$repo/tests" "$stage/mutants/tests"
   rm -f "$stage/tests/test_suite_runs_this_checkout.py" "$stage/mutants/tests/test_suite_runs_this_checkout.py"
+  # a test file added to the module's line since the run is selected too (mutmut collects its stats)
+  local entry tests selection existing=()
+  entry=$(printf '%s\n' "${modules[@]}" | grep "^$name|")
+  IFS='|' read -r _ _ tests _ <<<"$entry"
+  for t in $tests; do [[ -f "$repo/${t%%::*}" ]] && existing+=("$t"); done
+  selection="pytest_add_cli_args_test_selection = [$(printf '"%s", ' "${existing[@]}")]"
+  for toml in "$stage/pyproject.toml" "$stage/mutants/pyproject.toml"; do
+    [[ -f "$toml" ]] && sed -i "s|^pytest_add_cli_args_test_selection = .*|$selection|" "$toml"
+  done
   # shellcheck disable=SC2086  # one argument per mutant name
   (cd "$stage" && "$PY" -m mutmut run --max-children "${MUTATION_JOBS:-2}" $names >"$stage/recheck.log" 2>&1) || {
     tail -40 "$stage/recheck.log" >&2

