@@ -42,9 +42,9 @@ modules=(
   # the decision tables (issue 26): every test in them runs in milliseconds
   "run.record|execsys/run/record.py|tests/test_run_decisions.py tests/test_run_record_decisions.py|30"
   "run.gate|execsys/run/gate.py|tests/test_run_decisions.py tests/test_run_gate_decisions.py tests/test_run_gate.py|30"
-  "run.watch|execsys/run/watch.py|tests/test_run_decisions.py|30"
-  "run.results|execsys/run/results.py|tests/test_run_decisions.py|30"
-  "harnesses.lm_eval|execsys/harnesses/lm_eval.py|tests/test_run_decisions.py|30"
+  "run.watch|execsys/run/watch.py|tests/test_run_decisions.py tests/test_run_watch_decisions.py|30"
+  "run.results|execsys/run/results.py|tests/test_run_decisions.py tests/test_run_result_decisions.py|30"
+  "harnesses.lm_eval|execsys/harnesses/lm_eval.py|tests/test_run_decisions.py tests/test_lm_eval_adapter_decisions.py|30"
   "fleet|execsys/fleet.py|tests/test_fleet_decisions.py tests/test_fleet.py|60"
   "redact|execsys/redact.py|tests/test_redact_properties.py tests/test_secrets.py tests/test_reliability_redact.py|60"
   "doctor.node_checks.check|execsys/doctor/node_checks/check.py|tests/test_node_check_decisions.py|30"
