@@ -168,13 +168,14 @@ def test_the_embedded_identity(tmp_path, metadatas, embedded) -> None:
 
 
 def test_read_without_samples_notes_each_task_and_reads_the_others(tmp_path) -> None:
-    body = _acc_config("has", "lacks")
-    samples = _jsonl(tmp_path / "samples_has_2026-01-05T10-00-00.jsonl", {"doc_id": 0, "acc": 1})
+    body = _acc_config("a-lacks", "b-has", "c-lacks", "d-has")
+    has_b = _jsonl(tmp_path / "samples_b-has_2026-01-05T10-00-00.jsonl", {"doc_id": 0, "acc": 1})
+    has_d = _jsonl(tmp_path / "samples_d-has_2026-01-05T10-00-00.jsonl", {"doc_id": 0, "acc": 0})
     read = ADAPTER.read(_results(tmp_path, body))
-    assert read.outcomes == {"has/0": 1}
-    assert read.sources == [samples]
-    assert read.notes == ["no samples_lacks_*.jsonl beside results_2026-01-05T10-00-00.json "
-                          "(run lm-eval with --log_samples)"]
+    assert read.outcomes == {"b-has/0": 1, "d-has/0": 0}
+    assert read.sources == [has_b, has_d]
+    assert read.notes == [f"no samples_{task}_*.jsonl beside results_2026-01-05T10-00-00.json "
+                          "(run lm-eval with --log_samples)" for task in ("a-lacks", "c-lacks")]
 
 
 def test_the_note_shows_a_task_name_on_one_short_line(tmp_path) -> None:
@@ -441,6 +442,23 @@ def test_choice_gaps_read_the_same_samples_file_as_the_outcomes(tmp_path) -> Non
     results = _results(tmp_path, _acc_config("arc"))
     _jsonl(tmp_path / "samples_arc_2026-01-01T09-00-00.jsonl", {"doc_id": 0, "filtered_resps": [[-1, 1], [-2, 0]]})
     _jsonl(tmp_path / "samples_arc_2026-01-03T09-00-00.jsonl", {"doc_id": 0, "filtered_resps": [[-1, 1], [-4, 0]]})
-    assert lm_eval.choice_gaps(results, ["arc/0"]) == {"arc/0": 3.0}
-    _jsonl(tmp_path / "samples_arc_2026-01-05T10-00-00.jsonl", {"doc_id": 0, "filtered_resps": [[-1, 1], [-6, 0]]})
-    assert lm_eval.choice_gaps(results, ["arc/0"]) == {"arc/0": 5.0}
+    assert lm_eval.choice_gaps(results, ["arc/0"]) == {"arc/0": 3.0}  # no file of its own stamp: the newest
+    _jsonl(tmp_path / "samples_arc_2026-01-05T10-00-00.jsonl", {"doc_id": 0, "acc": 1, "filtered_resps": [[-1, 1], [-6, 0]]})
+    _jsonl(tmp_path / "samples_arc_2026-01-09T09-00-00.jsonl", {"doc_id": 0, "filtered_resps": [[-1, 1], [-8, 0]]})
+    assert lm_eval.choice_gaps(results, ["arc/0"]) == {"arc/0": 5.0}  # its own stamp, though a newer one exists
+    assert ADAPTER.read(results).sources == [tmp_path / "samples_arc_2026-01-05T10-00-00.jsonl"]
+
+
+def test_a_task_scored_by_loglikelihood_is_not_graded_even_with_a_text_response(tmp_path) -> None:
+    path = _jsonl(tmp_path / "samples_t_2026-01-05T10-00-00.jsonl",
+                  {"doc_id": 4, "arguments": {"a": {"arg_0": "ctx", "arg_1": " B"}}, "filtered_resps": ["B"]})
+    with pytest.raises(InputError, match="doc 4: its response is not generated text"):
+        lm_eval.graded_samples(path)
+
+
+def test_a_directory_named_like_a_samples_file_is_one_line(tmp_path) -> None:
+    path = tmp_path / "samples_t_2026-01-05T10-00-00.jsonl"
+    path.mkdir()
+    with pytest.raises(InputError) as err:
+        lm_eval.graded_samples(path)
+    assert str(err.value) == f"lm-eval samples file {path}: is a directory, not a regular file"
