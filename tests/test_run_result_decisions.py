@@ -94,6 +94,16 @@ def test_a_file_in_the_harness_s_own_dir_is_that_harness_s_when_it_claims_it(tmp
     assert _found(finder, tmp_path) == [("given/results_2026.json", "lm-eval"), ("logs/results_2026.json", "inspect")]
 
 
+def test_a_file_named_by_result_is_whichever_harness_claims_it_even_in_the_harness_s_dir(tmp_path) -> None:
+    logs = tmp_path / "logs"
+    finder = ResultFinder(inspect.ADAPTER, [logs], ["logs/named/*.json"], tmp_path)
+    finder.before()
+    _inspect_log_named_like_lm_eval(logs / "named" / "results_2026.json")
+    _inspect_log_named_like_lm_eval(logs / "results_2026.json")
+    assert _found(finder, tmp_path) == [("logs/named/results_2026.json", "lm-eval"),
+                                         ("logs/results_2026.json", "inspect")]
+
+
 def test_a_found_result_as_json() -> None:
     assert FoundResult(Path("/r/s.json"), "ab12", "lm-eval").to_json() == {
         "path": "/r/s.json", "blake3": "ab12", "harness": "lm-eval"}
