@@ -235,3 +235,15 @@ def test_mcnemar_without_discordant_pairs_is_1() -> None:
 ])
 def test_is_correct(outcome, expected, correct) -> None:
     assert is_correct(outcome, expected) is correct
+
+
+def test_paired_stats_as_json() -> None:
+    from execsys.stats import mcnemar_exact, paired_difference_ci
+
+    pairs = [(True, False), (False, True), (True, True), (False, False), (True, False)]
+    assert paired_stats(pairs).to_json() == {
+        "n": 5, "b": 2, "c": 1, "both_right": 1, "both_wrong": 1, "rate_a": 0.6, "rate_b": 0.4,
+        "difference": 0.2, "ci95": list(paired_difference_ci(2, 1, 5)), "mcnemar_p": mcnemar_exact(2, 1)}
+    assert paired_stats(pairs).ci95 == paired_difference_ci(2, 1, 5) is not None
+    assert paired_stats([]).to_json() == {"n": 0, "b": 0, "c": 0, "both_right": 0, "both_wrong": 0, "rate_a": None,
+                                          "rate_b": None, "difference": None, "ci95": None, "mcnemar_p": 1.0}
