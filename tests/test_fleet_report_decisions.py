@@ -133,13 +133,13 @@ def test_component_label(name, component, label) -> None:
 
 # -- what each kind of report becomes ---------------------------------------------------------------
 
-def test_a_doctor_report_is_its_host_and_hazards() -> None:
+def test_a_doctor_report_is_its_node_and_hazards() -> None:
     record = _one(_doctor("gpu-7", [{"id": "x", "status": "fail"}, {"id": "y"}, {"status": "ok"}, "junk"]))
     assert (record.host, record.report, record.hazards, record.problem) == (
         "gpu-7", "r.json", {"x": "fail", "y": "error"}, None)
 
 
-def test_a_doctor_report_of_several_hosts_is_one_record_each() -> None:
+def test_a_doctor_report_of_several_nodes_is_one_record_each() -> None:
     doc = {"schema": "execsys.doctor/1", "hosts": [
         {"host": {"name": "a"}, "hazards": [{"id": "x", "status": "ok"}]}, "junk",
         {"host": {"name": "b", "error": "ssh: timed out"}, "hazards": []},
@@ -162,7 +162,7 @@ def test_doctor_hazards_as_a_table_of_statuses() -> None:
     assert record.hazards == {"x": "warn", "y": "3"}
 
 
-def test_hazards_of_another_shape_are_that_host_s_problem() -> None:
+def test_hazards_of_another_shape_are_that_node_s_problem() -> None:
     record = _one(_doctor(hazards="all fine"))
     assert record.problem == "malformed report (ValueError: its hazards are str, not a list)"
     assert record.host == "file-host"
@@ -186,7 +186,7 @@ def test_a_pin_report_is_its_identity_and_digests(schema) -> None:
     assert record.hazards is None and record.problem is None
 
 
-def test_a_pin_report_without_a_hostname_is_named_by_its_file() -> None:
+def test_a_pin_report_without_a_machine_name_is_named_by_its_file() -> None:
     doc = _pin("n1")
     del doc["components"]["hardware"]["observed"]["hostname"]
     assert _one(doc).host == "file-host"
@@ -285,7 +285,7 @@ def test_an_unreadable_report_is_a_problem_named_by_its_file(tmp_path) -> None:
     assert report.exit_code == 1
 
 
-def test_a_doctor_and_a_pin_report_of_one_host_are_one_record(tmp_path) -> None:
+def test_a_doctor_and_a_pin_report_of_one_node_are_one_record(tmp_path) -> None:
     directory = _tree(tmp_path, {"1-doctor.json": _doctor("n1", [{"id": "x", "status": "warn"}]),
                                  "2-pin.json": _pin("n1", declared=B), "3-pin.json": _pin("n2", declared=B)})
     heard: list[ReportRead] = []
@@ -304,7 +304,7 @@ def test_a_pin_first_then_its_doctor_report_is_one_record_too(tmp_path) -> None:
     assert (record.hazards, record.digest, record.identity) == ({"x": "fail"}, A, "id-1")
 
 
-def test_two_reports_of_one_kind_are_two_hosts_keyed_apart(tmp_path) -> None:
+def test_two_reports_of_one_kind_are_two_nodes_keyed_apart(tmp_path) -> None:
     directory = _tree(tmp_path, {"1.json": _doctor("a"), "2.json": _doctor("a"), "3.json": _doctor("a#2"),
                                  "4.json": _doctor("a")})
     report = run_fleet(FleetOptions(reports=[str(directory)]))
