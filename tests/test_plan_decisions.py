@@ -336,3 +336,9 @@ def test_check_executed_validates_then_checks(plan) -> None:
                                         "identity", "complete"]
     with pytest.raises(InputError):
         check_executed(plan, REGISTERED, {"plan": "x"}, [])
+
+
+def test_a_serving_process_seen_changed_mid_window_is_a_restart_even_if_the_last_look_matches(plan) -> None:
+    first, other = {"pid": 10, "started_at": "t0"}, {"pid": 11, "started_at": "t1"}
+    events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": p} for p in (first, other, first)]
+    assert no_restart(run(plan, events)).passed is False
