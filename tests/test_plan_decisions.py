@@ -342,3 +342,57 @@ def test_a_serving_process_seen_changed_mid_window_is_a_restart_even_if_the_last
     first, other = {"pid": 10, "started_at": "t0"}, {"pid": 11, "started_at": "t1"}
     events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": p} for p in (first, other, first)]
     assert no_restart(run(plan, events)).passed is False
+
+
+def test_several_problems_of_one_check_are_joined_by_semicolons(plan) -> None:
+    events = cases(plan)
+    order = in_registered_order(run(plan, [events[1], events[0]]))
+    assert order.detail.count("; ") == 1 and order.detail.endswith("; 2 registered step(s) never ran")
+    window_check = inside_one_window(run(plan, [dict(e, error="x") for e in cases(plan, start=101)] + window()))
+    assert window_check.detail == (f"4 case run(s) of arm(s) A, B outside the window {at(3)} .. {at(100)}; "
+                                   "4 case run(s) failed inside the window")
+    placed = placement_as_registered(run(replace(plan, placement={"A": "gpu-1", "B": "gpu-2"}), []))
+    assert placed.detail == "arm A: registered on gpu-1, no placement recorded; arm B: registered on gpu-2, no placement recorded"
+    endpoint = endpoint_identity_unchanged(run(plan, [{"event": "endpoint", "arm": arm, "observed": value}
+                                                      for arm in ("A", "B") for value in (1, 2)]))
+    assert endpoint.detail == ("arm A: the endpoint's identity changed inside the window; "
+                               "arm B: the endpoint's identity changed inside the window")
+
+
+def test_a_restart_while_a_registered_case_never_ran(plan) -> None:
+    events = cases(plan)[:2] + window() + [{"event": "restart", "arm": "A", "at": at(50)}]
+    check = no_restart(run(plan, events))
+    assert check.detail == f"restart of arm A at {at(50)} inside the window"
+
+
+@pytest.mark.parametrize(("looks", "changed"), [
+    pytest.param([1, 2], True, id="two-looks-changed"),
+    pytest.param([1, 2, 2], True, id="changed-then-steady"),
+    pytest.param([1, 1], False, id="steady"),
+    pytest.param([1], False, id="one-look"),
+])
+def test_the_serving_process_looks(plan, looks, changed) -> None:
+    events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": {"pid": p, "started_at": f"t{p}"}} for p in looks]
+    assert no_restart(run(plan, events)).passed is not changed
+
+
+def test_a_changed_process_is_named_first_and_last_look(plan) -> None:
+    from execsys.probes.system import process_words
+
+    looks = [{"pid": p, "started_at": f"t{p}"} for p in (1, 2, 3)]
+    events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": p} for p in looks]
+    assert f"({process_words(looks[0])}, then {process_words(looks[2])})" in no_restart(run(plan, events)).detail
+
+
+def test_a_cancelled_run_fails_complete_as_false_in_json(plan) -> None:
+    assert complete(run(plan, [], cancelled=True)).to_json() == {
+        "name": "complete", "passed": False, "detail": "cancelled before every case ran"}
+
+
+def test_check_executed_judges_the_lock_given(plan) -> None:
+    from execsys.plan.checks import check_executed
+
+    pinned = replace(plan, identity="a" * 64)
+    checks = check_executed(pinned, REGISTERED, {"plan": pinned.digest}, cases(pinned) + window(),
+                            lock_identity="b" * 64)
+    assert [(c.name, c.passed) for c in checks][-1] == ("pinned-identity", False)
