@@ -52,7 +52,7 @@ def test_is_secret_name(name, secret) -> None:
     ("--env-api-key", True), ("--api-key-env", False), ("--token-env", False), ("--env", False),
     ("--max-num-batched-tokens", False), ("--tokenizer", False), ("--keyboard", False),
     ("--session-file", False), ("--pat-dir", False), ("--pwd-file", False), ("--passes", False),
-    ("--port", False), ("--", False), ("-", False), ("", False),
+    ("--port", False), ("--", False), ("-", False), ("", False), ("--Xpass", False),
 ])
 def test_is_secret_flag(flag, secret) -> None:
     assert is_secret_flag(flag) is secret
@@ -133,6 +133,11 @@ def test_redact_text(text, clean) -> None:
     pytest.param(["x", "--max-num-batched-tokens", "8192"], ["x", "--max-num-batched-tokens", "8192"],
                  id="numerics-flag-kept"),
     pytest.param(["x", "-e", "--api-key=1=2"], ["x", "-e", f"--api-key={R}"], id="value-with-equals"),
+    pytest.param(["env", "db_password=hunter2"], ["env", f"db_password={R}"], id="lowercase-secret-assignment"),
+    pytest.param(["x", "--api-key-env=OPENAI_API_KEY"], ["x", "--api-key-env=OPENAI_API_KEY"],
+                 id="a-flag-naming-a-variable-kept"),
+    pytest.param(["lm_eval", "pretrained=m,api_key=sk=1,n=2"], ["lm_eval", f"pretrained=m,api_key={R},n=2"],
+                 id="key-value-list-value-with-equals"),
 ])
 def test_redact_argv(argv, clean) -> None:
     assert redact_argv(argv) == clean
@@ -197,3 +202,4 @@ def test_keys_that_redact_alike_stay_apart() -> None:
     assert scrub({key: 1, other: 2, third: 3, "plain": 4}) == {R: 1, f"{R}#2": 2, f"{R}#3": 3, "plain": 4}
     assert scrub({"a=1&token=x?": 1}) == {f"a=1&token={R}": 1}  # a key with "=" gets the full redactor
     assert scrub((1, "https://u:pw@h")) == [1, f"https://u:{R}@h"]
+    assert scrub({"token abcdefgh123": 1}) == {f"token {R}": 1}  # a key with a space gets the full redactor
