@@ -395,7 +395,7 @@ def test_a_label_that_is_not_utf8_is_written_as_its_escape(tmp_path) -> None:
 
 # -- the ledger's newest records per host ----------------------------------------------------------
 
-def test_the_ledger_gives_the_newest_doctor_and_identity_per_host_since_a_time(tmp_path) -> None:
+def test_the_ledger_gives_the_newest_doctor_and_identity_per_node_since_a_time(tmp_path) -> None:
     path = tmp_path / "ledger.db"
     with Ledger.open(path) as ledger:
         old = ledger.append("doctor", _doctor("n1", [{"id": "x", "status": "fail"}]))
