@@ -461,3 +461,55 @@ def test_shipped_facts_of_a_doctor_that_did_not_finish() -> None:
     assert unsaid["doctor"]["line"] == f"unknown {IDS[0]}: not inspected: the shipped doctor did not finish"
     finished_empty = shipped_host_facts({"finished": True}, _shipped_programs())
     assert finished_empty["doctor"]["line"] == f"unknown {IDS[0]}: not inspected: no result"
+
+
+# -- rows written against the fleet run's survivors ----------------------------------------------
+
+def test_a_component_digest_is_sha256_of_sorted_compact_utf8_json() -> None:
+    import hashlib
+
+    components = {"runtime": {"observed": {"engine": {"version": "0.11.0", "name": "vllm"}},
+                              "declared": {"note": "café"}}}
+    canonical = '{"declared":{"note":"café"},"observed":{"engine":{"name":"vllm","version":"0.11.0"}}}'
+    digests = component_digests(components)
+    assert digests["runtime"] == "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    assert digests["artifact"] == "sha256:" + hashlib.sha256(b"{}").hexdigest()  # an absent component is {}
+
+
+def test_no_identities_and_no_digests_are_nan_in_the_textfile(tmp_path) -> None:
+    report = run_fleet(FleetOptions(reports=[str(_tree(tmp_path, {"d.json": _doctor("n1")}) / "d.json")]))
+    lines = prometheus_text(report).splitlines()
+    assert "execsys_fleet_identity_agreement NaN" in lines and "execsys_fleet_digest_match_ratio NaN" in lines
+
+
+def test_a_record_without_hazards_does_not_end_the_hazard_lines(tmp_path) -> None:
+    directory = _tree(tmp_path, {"1.json": _pin("n0"), "2.json": _doctor("n1", [{"id": "x", "status": "warn"}]),
+                                 "3.json": _doctor("n2", [{"id": "x", "status": "ok"}])})
+    lines = prometheus_text(run_fleet(FleetOptions(reports=[str(directory)]))).splitlines()
+    assert [line for line in lines if line.startswith("execsys_doctor_hazard_status{")] == [
+        'execsys_doctor_hazard_status{host="n1",hazard="x"} 1', 'execsys_doctor_hazard_status{host="n2",hazard="x"} 0']
+
+
+def test_a_defect_names_its_node_report_digest_and_the_expected_one(tmp_path) -> None:
+    directory = _tree(tmp_path, {"1.json": _pin("n1", digest=B)})
+    report = run_fleet(FleetOptions(reports=[str(directory)], expected_digest=A, expected_source="--expected-digest"))
+    assert report.digest_match()["defects"] == [
+        {"host": "n1", "report": f"{directory}/1.json", "digest": B, "expected": A}]
+    none_expected = run_fleet(FleetOptions(reports=[str(directory / "1.json")]))
+    assert none_expected.digest_match()["expected_source"] == "the fleet's modal digest"
+
+
+def test_a_doctor_report_s_problem_survives_its_pin_report(tmp_path) -> None:
+    unreachable = {"schema": "execsys.doctor/1", "host": {"name": "n1", "error": "ssh: timed out"}, "hazards": []}
+    directory = _tree(tmp_path, {"1.json": unreachable, "2.json": _pin("n1")})
+    [record] = run_fleet(FleetOptions(reports=[str(directory)])).records
+    assert (record.problem, record.digest) == ("ssh: timed out", A)
+
+
+def test_an_outlier_whose_component_has_no_label_shows_an_empty_one(tmp_path) -> None:
+    digests = dict.fromkeys(COMPONENTS, "sha256:1")
+    other = dict(digests, runtime="sha256:2")
+    directory = _tree(tmp_path, {f"{i}.json": {"execsys": {"identity": {"components": d}}}
+                                 for i, d in enumerate([digests, digests, other])})
+    [outlier] = run_fleet(FleetOptions(reports=[str(directory)])).outliers()
+    assert outlier["changes"] == [{"component": "runtime", "modal": "", "this": ""}]
