@@ -144,3 +144,90 @@ def test_split_summary_and_sentence(flips, counts, median, sentence) -> None:
 @pytest.mark.parametrize(("value", "text"), [(0.003, "0.003"), (0.0015, "0.0015"), (3.94, "3.9"), (0.12345, "0.12")])
 def test_nats_two_significant_digits(value, text) -> None:
     assert nats(value) == text
+
+
+# -- the packed form, the read-back, and the edges of margin_at (rows written against mutation survivors) --
+
+def test_pack_keeps_non_ascii_tokens_and_writes_compactly() -> None:
+    packed = pack_logprobs(["é"], [-0.5], [[["é", -0.5], ["e", -2.0]]])
+    assert packed == {"tokens": '[["é"],[["é","e"]]]', "values": "[[-0.5],[[-0.5,-2.0]]]"}
+
+
+def test_unpack_without_packed_tokens_reads_the_numbers_alone() -> None:
+    got = unpack_logprobs({"tokens": ["x"], "logprobs": {"values": "[[-0.5], []]"}})
+    assert (got.tokens, got.top, got.chosen) == (["x"], [], [-0.5])
+
+
+def test_unpack_pairs_what_it_can_when_lengths_differ() -> None:
+    packed = {"tokens": json.dumps([["a", "b"], [["a", "b"], ["c"]]]), "values": json.dumps([[-0.5], [[-0.5]]])}
+    got = unpack_logprobs({"logprobs": packed})
+    assert (got.tokens, got.top, got.chosen) == (["a", "b"], [[["a", -0.5]]], [-0.5])
+
+
+def test_a_token_listed_twice_counts_at_its_likeliest_and_is_a_lower_bound() -> None:
+    a = PassTokens(["x"], [[["x", -1.0], ["y", -1.0625], ["y", -3.0]]])
+    b = PassTokens(["y"], [[["y", -1.0], ["x", -1.0625]]])
+    m = margin_at(a, b, 0, tie_margin=0.25)
+    assert (m["margin_a"], m["bound"], m["verdict"]) == (0.0625, "at least", NOT_NEAR_TIE)
+    b_twice = PassTokens(["y"], [[["y", -1.0], ["x", -1.0625], ["x", -4.0]]])
+    a_once = PassTokens(["x"], [[["x", -1.0], ["y", -1.0625]]])
+    m = margin_at(a_once, b_twice, 0, tie_margin=0.25)
+    assert (m["margin_b"], m["bound"]) == (0.0625, "at least")
+
+
+@pytest.mark.parametrize(("len_a", "len_b", "top_a", "top_b"), [
+    pytest.param(1, 2, 2, 2, id="a-ended-at-the-index"), pytest.param(2, 1, 2, 2, id="b-ended-at-the-index"),
+    pytest.param(2, 2, 1, 2, id="a-has-no-top-there"), pytest.param(2, 2, 2, 1, id="b-has-no-top-there"),
+])
+def test_an_index_past_either_side_has_no_margin(len_a, len_b, top_a, top_b) -> None:
+    row = [["x", -1.0], ["y", -1.5]]
+    a = PassTokens(["x"] * len_a, [row] * top_a)
+    b = PassTokens(["y"] * len_b, [row] * top_b)
+    assert margin_at(a, b, 1) is None
+
+
+def test_a_chosen_list_shorter_than_the_index_falls_back_to_the_top_k() -> None:
+    row_a, row_b = [["x", -1.0], ["y", -1.5]], [["y", -1.0], ["x", -1.25]]
+    a = PassTokens(["x", "x"], [row_a, row_a], chosen=[-1.0])
+    b = PassTokens(["y", "y"], [row_b, row_b], chosen=[-1.0])
+    m = margin_at(a, b, 1)
+    assert (m["margin_a"], m["margin_b"]) == (0.5, 0.25)
+
+
+def test_each_side_s_own_chosen_logprob_is_used() -> None:
+    a = PassTokens(["x"], [[["x", -1.0], ["y", -1.5]]], chosen=[-1.25])
+    b = PassTokens(["y"], [[["y", -1.0], ["x", -1.5]]], chosen=[-1.125])
+    m = margin_at(a, b, 0, tie_margin=1.0)
+    assert (m["margin_a"], m["margin_b"], m["margin"]) == (0.25, 0.375, 0.375)
+    assert m["top_a"] == [["x", -1.0], ["y", -1.5]] and m["top_b"] == [["y", -1.0], ["x", -1.5]]
+    assert (m["token"], m["token_a"], m["token_b"], m["tie_margin"]) == (0, "x", "y", 1.0)
+
+
+def test_a_lower_bound_on_b_alone_is_not_exact() -> None:
+    a = PassTokens(["x"], [[["x", -1.0], ["y", -1.0625]]])
+    b = PassTokens(["y"], [[["y", -1.0], ["z", -1.0625]]])  # x is not in B's top-K
+    m = margin_at(a, b, 0, tie_margin=0.25)
+    assert (m["bound"], m["verdict"]) == ("at least", NOT_NEAR_TIE)
+
+
+@pytest.mark.parametrize(("divergence", "labels", "phrases"), [
+    pytest.param({"sent": [{"pass": 1, "after_twin": True}]}, ["A", "B"], ["pass B sent after its twin"], id="after-twin"),
+    pytest.param({"sent": [{"pass": 0, "in_flight_with": 3}]}, ["A", "B"], ["pass A in flight with 3 others"],
+                 id="in-flight-plural"),
+    pytest.param({"sent": [{"pass": 1, "in_flight_with": 1}]}, ["A", "B"], ["pass B in flight with 1 other"],
+                 id="in-flight-one"),
+    pytest.param({"sent": [{"pass": 1, "after_twin": True, "in_flight_with": 2}]}, ["A", "B"],
+                 ["pass B sent after its twin", "pass B in flight with 2 others"], id="both"),
+    pytest.param({"sent": [{"pass": 2, "after_twin": True}]}, ["A", "B"], ["pass 2 sent after its twin"],
+                 id="no-label-the-number"),
+    pytest.param({"sent": [{"pass": 1, "after_twin": True}]}, ["A", ""], ["pass 1 sent after its twin"],
+                 id="empty-label-the-number"),
+    pytest.param({"sent": [{"after_twin": True, "in_flight_with": 0}]}, ["A"], ["pass A sent after its twin"],
+                 id="pass-defaults-to-0-and-none-in-flight"),
+    pytest.param({"sent": None}, ["A"], [], id="nothing-sent"),
+    pytest.param({}, ["A"], [], id="no-sent-field"),
+])
+def test_sent_phrases(divergence, labels, phrases) -> None:
+    from execsys.probes.margin import sent_phrases
+
+    assert sent_phrases(divergence, labels) == phrases

@@ -235,3 +235,164 @@ def test_mcnemar_without_discordant_pairs_is_1() -> None:
 ])
 def test_is_correct(outcome, expected, correct) -> None:
     assert is_correct(outcome, expected) is correct
+
+
+def test_paired_stats_as_json() -> None:
+    from execsys.stats import mcnemar_exact, paired_difference_ci
+
+    pairs = [(True, False), (False, True), (True, True), (False, False), (True, False)]
+    assert paired_stats(pairs).to_json() == {
+        "n": 5, "b": 2, "c": 1, "both_right": 1, "both_wrong": 1, "rate_a": 0.6, "rate_b": 0.4,
+        "difference": 0.2, "ci95": list(paired_difference_ci(2, 1, 5)), "mcnemar_p": mcnemar_exact(2, 1)}
+    assert paired_stats(pairs).ci95 == paired_difference_ci(2, 1, 5) is not None
+    assert paired_stats([]).to_json() == {"n": 0, "b": 0, "c": 0, "both_right": 0, "both_wrong": 0, "rate_a": None,
+                                          "rate_b": None, "difference": None, "ci95": None, "mcnemar_p": 1.0}
+
+
+# -- each check's name and exact sentence (rows written against mutation survivors) -------------------
+
+def test_passing_checks_say_so_in_registry_order(plan) -> None:
+    from execsys.plan.checks import Check
+
+    events = cases(plan) + window()
+    checks = run_checks(run(replace(plan, identity="a" * 64), events, lock_identity="a" * 64))
+    assert [(c.name, c.passed, c.detail) for c in checks] == [
+        ("registered-first", True, "the plan was registered before any case ran"),
+        ("order", True, "every case ran in the registered order"),
+        ("window", True, "both arms ran every case inside one window"),
+        ("no-restart", True, "no restart between arms"),
+        ("placement", True, "placement as registered"),
+        ("identity", True, "each endpoint answered as the same server throughout"),
+        ("pinned-identity", True, f"the lock pins identity {'a' * 12}, as registered"),
+    ]
+    assert Check("x", False, "why").to_json() == {"name": "x", "passed": False, "detail": "why"}
+
+
+def test_failing_details_name_what_and_where(plan) -> None:
+    early = registered_first(run(plan, cases(plan, start=-2.0)))
+    assert early.detail == f"2 case(s) ran before the plan was registered at {REGISTERED}"
+    first_case = plan.order[0]["case"]
+    restart = no_restart(run(plan, cases(plan) + window() + [{"event": "restart", "arm": "B", "at": at(4.5)},
+                                                             {"event": "restart", "at": at(3.5)}]))
+    assert restart.detail == (f"restart of arm B at {at(4.5)} between the arms of case {first_case}; "
+                              f"restart of arm ? at {at(3.5)} inside the window")
+    other = pinned_identity(run(replace(plan, identity="a" * 64), [], lock_identity="b" * 64))
+    assert other.detail == f"the plan was registered for identity {'a' * 12}, the lock given pins {'b' * 12}"
+    assert complete(run(plan, [], cancelled=True)).detail == "cancelled before every case ran"
+    changed = endpoint_identity_unchanged(run(plan, [{"event": "endpoint", "arm": "A", "observed": 1},
+                                                     {"event": "endpoint", "arm": "A", "observed": 2}]))
+    assert (changed.name, changed.detail) == ("identity", "arm A: the endpoint's identity changed inside the window")
+
+
+@pytest.mark.parametrize(("placement", "events", "detail"), [
+    pytest.param({"A": "gpu-1"}, [], "arm A: registered on gpu-1, no placement recorded", id="none-recorded"),
+    pytest.param({"A": "gpu-1"}, [{"event": "placement", "arm": "A", "host": "gpu-2", "checks": []}],
+                 "arm A: ran on gpu-2, registered gpu-1", id="ran-elsewhere"),
+    pytest.param({}, [{"event": "placement", "arm": "B", "host": "gpu-2", "checks": []}],
+                 "arm B: ran on gpu-2, registered local", id="registered-local-ran-on-gpu-2"),
+    pytest.param({"A": "gpu-1"}, [{"event": "placement", "arm": "A", "host": None, "checks": []}],
+                 "arm A: ran on local, registered gpu-1", id="registered-gpu-1-ran-local"),
+    pytest.param({"A": "gpu-1"}, [{"event": "placement", "arm": "A", "host": "gpu-1", "checks": [
+        {"name": "same-bytes", "passed": False}, {"name": "ok-one", "passed": True}, {"name": "clock"}]}],
+                 "arm A: placement check(s) failed: same-bytes, clock", id="failed-checks-named"),
+])
+def test_placement_details(plan, placement, events, detail) -> None:
+    check = placement_as_registered(run(replace(plan, placement=placement), events))
+    assert (check.name, check.passed, check.detail) == ("placement", False, detail)
+
+
+def test_a_serving_process_that_changed_is_a_restart(plan) -> None:
+    from execsys.probes.system import process_words
+
+    first, second = {"pid": 10, "started_at": "t0"}, {"pid": 11, "started_at": "t1"}
+    events = cases(plan) + window() + [
+        {"event": "system", "arm": "A", "process": first}, {"event": "system", "arm": "A", "process": first},
+        {"event": "system", "arm": "A", "process": second},
+        {"event": "system", "arm": "B", "process": first}, {"event": "system", "arm": "B", "process": first},
+        {"event": "system", "arm": "B", "process": "not a table"}, {"event": "system", "arm": "C"}]
+    check = no_restart(run(plan, events))
+    assert (check.passed, check.detail) == (False, f"arm A's serving process changed inside the window "
+                                                   f"({process_words(first)}, then {process_words(second)}): it restarted")
+    steady = no_restart(run(plan, cases(plan) + window() + events[-5:]))
+    assert (steady.passed, steady.detail) == (True, "no restart between arms")
+
+
+def test_validate_log_messages(plan) -> None:
+    with pytest.raises(InputError) as err:
+        validate_log(plan, {"plan": "f" * 40}, [])
+    assert str(err.value) == f"the executed log is for plan {'f' * 16}, not this plan ({plan.digest[:16]})"
+    with pytest.raises(InputError) as err:
+        validate_log(plan, {"plan": plan.digest}, [{"event": "window-start", "arm": "Z"},
+                                                   {"event": "case", "arm": "C", "case": "c0"}])
+    assert str(err.value) == "executed log names unknown arm 'C' (arms: A, B)"
+
+
+def test_check_executed_validates_then_checks(plan) -> None:
+    from execsys.plan.checks import check_executed
+
+    checks = check_executed(plan, REGISTERED, {"plan": plan.digest}, cases(plan) + window(), cancelled=True,
+                            lock_identity=None)
+    assert [c.name for c in checks] == ["registered-first", "order", "window", "no-restart", "placement",
+                                        "identity", "complete"]
+    with pytest.raises(InputError):
+        check_executed(plan, REGISTERED, {"plan": "x"}, [])
+
+
+def test_a_serving_process_seen_changed_mid_window_is_a_restart_even_if_the_last_look_matches(plan) -> None:
+    first, other = {"pid": 10, "started_at": "t0"}, {"pid": 11, "started_at": "t1"}
+    events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": p} for p in (first, other, first)]
+    assert no_restart(run(plan, events)).passed is False
+
+
+def test_several_problems_of_one_check_are_joined_by_semicolons(plan) -> None:
+    events = cases(plan)
+    order = in_registered_order(run(plan, [events[1], events[0]]))
+    assert order.detail.count("; ") == 1 and order.detail.endswith("; 2 registered step(s) never ran")
+    window_check = inside_one_window(run(plan, [dict(e, error="x") for e in cases(plan, start=101)] + window()))
+    assert window_check.detail == (f"4 case run(s) of arm(s) A, B outside the window {at(3)} .. {at(100)}; "
+                                   "4 case run(s) failed inside the window")
+    placed = placement_as_registered(run(replace(plan, placement={"A": "gpu-1", "B": "gpu-2"}), []))
+    assert placed.detail == "arm A: registered on gpu-1, no placement recorded; arm B: registered on gpu-2, no placement recorded"
+    endpoint = endpoint_identity_unchanged(run(plan, [{"event": "endpoint", "arm": arm, "observed": value}
+                                                      for arm in ("A", "B") for value in (1, 2)]))
+    assert endpoint.detail == ("arm A: the endpoint's identity changed inside the window; "
+                               "arm B: the endpoint's identity changed inside the window")
+
+
+def test_a_restart_while_a_registered_case_never_ran(plan) -> None:
+    events = cases(plan)[:2] + window() + [{"event": "restart", "arm": "A", "at": at(50)}]
+    check = no_restart(run(plan, events))
+    assert check.detail == f"restart of arm A at {at(50)} inside the window"
+
+
+@pytest.mark.parametrize(("looks", "changed"), [
+    pytest.param([1, 2], True, id="two-looks-changed"),
+    pytest.param([1, 2, 2], True, id="changed-then-steady"),
+    pytest.param([1, 1], False, id="steady"),
+    pytest.param([1], False, id="one-look"),
+])
+def test_the_serving_process_looks(plan, looks, changed) -> None:
+    events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": {"pid": p, "started_at": f"t{p}"}} for p in looks]
+    assert no_restart(run(plan, events)).passed is not changed
+
+
+def test_a_changed_process_is_named_first_and_last_look(plan) -> None:
+    from execsys.probes.system import process_words
+
+    looks = [{"pid": p, "started_at": f"t{p}"} for p in (1, 2, 3)]
+    events = cases(plan) + window() + [{"event": "system", "arm": "A", "process": p} for p in looks]
+    assert f"({process_words(looks[0])}, then {process_words(looks[2])})" in no_restart(run(plan, events)).detail
+
+
+def test_a_cancelled_run_fails_complete_as_false_in_json(plan) -> None:
+    assert complete(run(plan, [], cancelled=True)).to_json() == {
+        "name": "complete", "passed": False, "detail": "cancelled before every case ran"}
+
+
+def test_check_executed_judges_the_lock_given(plan) -> None:
+    from execsys.plan.checks import check_executed
+
+    pinned = replace(plan, identity="a" * 64)
+    checks = check_executed(pinned, REGISTERED, {"plan": pinned.digest}, cases(pinned) + window(),
+                            lock_identity="b" * 64)
+    assert [(c.name, c.passed) for c in checks][-1] == ("pinned-identity", False)
