@@ -133,7 +133,7 @@ def redact_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return redact_text(url)
-    if not parts.scheme or not parts.netloc:
+    if not parts.netloc:  # a scheme-relative ``//user:pw@host/x`` has a netloc: its userinfo is redacted too
         return redact_text(url)
     netloc = parts.netloc
     if "@" in netloc:
@@ -315,7 +315,8 @@ def _scrub_key(key: str, taken: Mapping[str, Any]) -> str:
     """``key`` redacted as any text is; two keys that redact alike stay two (``<redacted>``,
     ``<redacted>#2``) so no value is lost. The common key (a field name) costs one substring scan."""
     # a field name is rarely more than a word: the full redactor only where a pattern could start
-    may_hide = "://" in key or "=" in key or " " in key or any(prefix in key for prefix in _KEY_PREFIXES)
+    may_hide = ("://" in key or "=" in key or " " in key or ":" in key
+                or any(prefix in key for prefix in _KEY_PREFIXES))
     clean = redact_text(key) if may_hide else scrub_known_secrets(key)
     if clean == key:
         return key

@@ -203,3 +203,14 @@ def test_keys_that_redact_alike_stay_apart() -> None:
     assert scrub({"a=1&token=x?": 1}) == {f"a=1&token={R}": 1}  # a key with "=" gets the full redactor
     assert scrub((1, "https://u:pw@h")) == [1, f"https://u:{R}@h"]
     assert scrub({"token abcdefgh123": 1}) == {f"token {R}": 1}  # a key with a space gets the full redactor
+
+
+def test_a_scheme_relative_url_keeps_no_password() -> None:
+    assert redact_url("//alice:hunter22@host/x") == f"//alice:{REDACTED}@host/x"
+    assert redact_url("//ghp_abcdefghijklmnop@github.com/o/r") == f"//{REDACTED}@github.com/o/r"
+
+
+def test_a_header_shaped_key_is_redacted_like_the_header() -> None:
+    """A key such as ``authorization:abc`` (a header line used as a JSON key) is the header's text."""
+    assert scrub({"authorization:abc": 1}) == {f"authorization:{REDACTED}": 1}
+    assert scrub({"runtime.process:pid": 1}) == {"runtime.process:pid": 1}
