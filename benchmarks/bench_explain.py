@@ -43,6 +43,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _util import execsys_argv, row  # noqa: E402
 
+# the bare requests in a plan's registered AB/BA order, as the plan-run benchmark sends them
+from bench_plan_run import BARE_LOOP  # noqa: E402
+
 LOAD_BOTH = r'''
 import json, sys
 for results in sys.argv[1:]:
@@ -52,22 +55,7 @@ for results in sys.argv[1:]:
         rows = [json.loads(line) for line in handle]
 '''
 
-BARE_LOOP = r'''
-import json, sys, httpx
-plan, urls = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
-cases = {}
-for line in open(sys.argv[3]):
-    case = json.loads(line)
-    cases[case["id"]] = case
-with httpx.Client(timeout=120) as client:
-    for entry in plan["order"]:
-        first = entry["first"]
-        for arm in (first, "B" if first == "A" else "A"):
-            case = cases[entry["case"]]
-            body = {"model": "tiny", "prompt": case["prompt"], "max_tokens": case["max_tokens"],
-                    "temperature": 0, "stream": False}
-            client.post(urls[arm] + "/completions", json=body).raise_for_status()
-'''
+
 
 
 CPU: dict[int, float] = {}  # pid -> user+sys seconds of that child, from the same wait4

@@ -284,8 +284,9 @@ def test_a_locked_step_is_retried_and_any_other_error_is_not(monkeypatch) -> Non
     assert calls == [2]
 
 
-def test_a_step_locked_past_the_busy_timeout_gives_up(monkeypatch) -> None:
-    clock = iter([0.0, 10.0, ledger_module.BUSY_TIMEOUT_S + 1])
+def _tries_while_always_locked(monkeypatch, clock_readings: list[float]) -> int:
+    """How many times a step that is always locked is tried while the clock reads these values."""
+    clock = iter(clock_readings)
     monkeypatch.setattr(ledger_module.time, "monotonic", lambda: next(clock))
     monkeypatch.setattr(ledger_module.time, "sleep", lambda s: None)
     calls = []
@@ -296,7 +297,11 @@ def test_a_step_locked_past_the_busy_timeout_gives_up(monkeypatch) -> None:
 
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         ledger_module._retry_while_locked(always_locked)
-    assert len(calls) == 2
+    return len(calls)
+
+
+def test_a_step_locked_past_the_busy_timeout_gives_up(monkeypatch) -> None:
+    assert _tries_while_always_locked(monkeypatch, [0.0, 10.0, ledger_module.BUSY_TIMEOUT_S + 1]) == 2
 
 
 def test_a_record_keeps_its_parent_and_key(book: Ledger) -> None:
@@ -341,18 +346,7 @@ def test_a_foreign_meta_table_of_another_shape_is_refused_as_foreign(tmp_path: P
 
 
 def test_a_step_locked_until_exactly_the_deadline_gives_up_there(monkeypatch) -> None:
-    clock = iter([0.0, ledger_module.BUSY_TIMEOUT_S])
-    monkeypatch.setattr(ledger_module.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(ledger_module.time, "sleep", lambda s: None)
-    calls = []
-
-    def always_locked() -> None:
-        calls.append(1)
-        raise sqlite3.OperationalError("database is locked")
-
-    with pytest.raises(sqlite3.OperationalError):
-        ledger_module._retry_while_locked(always_locked)
-    assert len(calls) == 1
+    assert _tries_while_always_locked(monkeypatch, [0.0, ledger_module.BUSY_TIMEOUT_S]) == 1
 
 
 def test_an_operational_error_that_is_not_a_lock_is_a_broken_ledger() -> None:
