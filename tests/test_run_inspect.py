@@ -178,8 +178,10 @@ def test_the_run_verdict_names_the_watchs_drift_before_a_per_call_count():
     hook = {"reports": [{"recorded": True, "mismatches": 1}], "model_calls": 4, "mismatches": 1}
     record = RunRecord(id="run-1", command=["inspect"], cwd=".", exit_code=0, drift=drift, hook=hook)
     detail = record.verdict_detail()
+    # the restart is named by what it changed (the process came back with +--n_batch 7), not by the
+    # moment the process was gone
     assert detail.startswith("drifted: the runtime changed during the run (runtime.process.argv at "
-                             "2026-12-02T10:00:01Z: python -m llama_cpp.server -> None; 2 drift events)")
+                             "2026-12-02T10:00:03Z: +--n_batch 7; 2 drift events)")
     assert detail.index("the runtime changed") < detail.index("1 model call(s) answered by another model")
     assert detail.endswith(": compare this result causally with nothing")
     # a per-call count alone is the cause when the watch saw nothing; verify-after's new identity after that

@@ -12,8 +12,7 @@ from __future__ import annotations
 import re
 import threading
 
-from execsys.observe.serving import ServingObserver
-
+from execsys.identity.serving import ServingObserver
 from execsys.run.watch import Watcher
 
 DECLARED = {"endpoint": "http://127.0.0.1:9/v1", "process": "vllm"}
