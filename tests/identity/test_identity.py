@@ -318,6 +318,9 @@ def test_real_llama_cpp_server_runtime_identity(cli, tmp_path: Path, llama_serve
 # -- init ----------------------------------------------------------------------------------------
 
 
+# init fills in the engines listening on this machine: beside the worker that starts real servers, a
+# llama.cpp server started between its two inits would make them differ, so it runs in that worker
+@pytest.mark.xdist_group("integration")
 def test_init_writes_a_template_that_loads_clean_and_refuses_overwrite(cli, tmp_path: Path, engine) -> None:
     repo = make_repo(tmp_path / "r")
     result = cli("init", cwd=repo)
