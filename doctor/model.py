@@ -9,20 +9,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 SCHEMA = "execsys.doctor/1"
-STATUSES = ("ok", "warn", "fail", "skip", "error")
+# A hazard's status, and a finding's level (a level is never "ok" or "skip"): Literal types, so a
+# mistyped status is a type error rather than a silently unknown word
+Status = Literal["ok", "warn", "fail", "skip", "error"]
+Level = Literal["fail", "error", "warn"]
+# a host's or a whole report's verdict
+Verdict = Literal["clean", "hazards"]
+STATUSES: tuple[Status, ...] = get_args(Status)
 # Which statuses keep a report from being clean. An ``error`` counts: a check that could
 # not look is not evidence of a clean system.
 BLOCKING = ("fail", "error")
 # A finding's level, worst first: the worst active finding is the hazard's status.
-LEVELS = ("fail", "error", "warn")
+LEVELS: tuple[Level, ...] = get_args(Level)
 # Levels an operator may accept. An ``error`` says the check could not look; accepting it would
 # turn "not inspected" into "clean", so it is never silenced.
 ACCEPTABLE = ("fail", "warn")
 # Kinds of finding the runner itself emits for any hazard (``<hazard>/<kind>``, level ``error``).
 RUNNER_FINDINGS = ("check-failed", "check-did-not-finish", "host-not-inspected", "no-remote-result")
+
+
+def as_status(value: object) -> Status:
+    """A status read back from JSON (a remote host's report, the ledger): one of STATUSES, else ValueError."""
+    if value not in STATUSES:
+        raise ValueError(f"unknown hazard status {value!r}")
+    return cast(Status, value)
+
+
+def as_level(value: object) -> Level:
+    """A finding's level read back from JSON: one of LEVELS, else ValueError."""
+    if value not in LEVELS:
+        raise ValueError(f"unknown finding level {value!r}")
+    return cast(Level, value)
 
 
 @dataclass(frozen=True)
@@ -34,7 +54,7 @@ class Finding:
     same thing on every machine. ``accepted`` is set by :func:`fold` from that list: an accepted
     finding no longer decides the status, and is still shown, marked as accepted."""
 
-    level: str
+    level: Level
     text: str
     id: str
     accepted: bool = False
@@ -56,7 +76,7 @@ class Finding:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
-        return cls(level=str(data["level"]), text=str(data["text"]), id=str(data["id"]),
+        return cls(level=as_level(data["level"]), text=str(data["text"]), id=str(data["id"]),
                    accepted=bool(data.get("accepted", False)))
 
 
@@ -65,7 +85,7 @@ class HazardResult:
     """The outcome of one hazard check on one host."""
 
     id: str
-    status: str
+    status: Status
     summary: str
     evidence: list[str] = field(default_factory=list)
     fix: str = ""
@@ -87,7 +107,7 @@ class HazardResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HazardResult:
-        return cls(id=str(data["id"]), status=str(data["status"]), summary=str(data.get("summary", "")),
+        return cls(id=str(data["id"]), status=as_status(data["status"]), summary=str(data.get("summary", "")),
                    evidence=[str(e) for e in data.get("evidence", [])], fix=str(data.get("fix", "")),
                    duration_s=float(data.get("duration_s", 0.0) or 0.0),
                    findings=[Finding.from_json(f) for f in data.get("findings", [])])
@@ -104,14 +124,17 @@ def mark_accepted(findings: Iterable[Finding], accept: Iterable[str]) -> list[Fi
     return [replace(f, accepted=f.id in wanted and f.level in ACCEPTABLE) for f in findings]
 
 
-def status_of(findings: Iterable[Finding], quiet: str = "ok") -> str:
+def status_of(findings: Iterable[Finding], quiet: Status = "ok") -> Status:
     """The one rule from findings to a status: the worst active finding's level, else ``quiet``."""
     levels = {f.level for f in findings if f.active}
-    return next((level for level in LEVELS if level in levels), quiet)
+    for level in LEVELS:
+        if level in levels:
+            return level
+    return quiet
 
 
 def fold(hazard_id: str, findings: list[Finding], *, ok: str, fix: str | Mapping[str, str], evidence: Iterable[str] = (),
-         accept: Iterable[str] = (), quiet: str = "ok", listed: bool = False,
+         accept: Iterable[str] = (), quiet: Status = "ok", listed: bool = False,
          summary: Callable[[list[Finding]], str] | None = None) -> HazardResult:
     """One hazard's result from its findings: the single fold every hazard module uses.
 
@@ -185,7 +208,7 @@ class HostReport(_ByStatus):
     strict: bool = False
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         return "hazards" if self.error or blocking(self.hazards, self.strict) else "clean"
 
     def result(self, hazard_id: str) -> HazardResult | None:
@@ -222,7 +245,7 @@ class DoctorReport(_ByStatus):
         return [h for h in self.hosts if h.error]
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         return "hazards" if any(h.verdict == "hazards" for h in self.hosts) else "clean"
 
     @property

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from execsys.declaration import loads_toml
 from execsys.errors import InputError
@@ -75,7 +75,7 @@ class QuantVerdict:
     scheme: str
     engine: str
     target: str
-    verdict: str  # native | fallback | unsupported
+    verdict: Literal["native", "fallback", "unsupported"]
     reason: str
     source: str
     as_of: str

@@ -18,7 +18,7 @@ import json
 import shlex
 
 from execsys.doctor import files, sysinfo
-from execsys.doctor.model import Finding, HazardResult, fold
+from execsys.doctor.model import Finding, HazardResult, as_level, fold
 
 ID = "interop-mangling"
 TITLE = "Arguments across layers"
@@ -125,7 +125,7 @@ def check(ctx) -> HazardResult:
     evidence = [line for _, ev in outcomes for line in ev] + wsl_note
     # The first evidence line of a layer names it and what happened: that line is the finding.
     kinds = {"fail": "arguments-altered", "error": "layer-did-not-run"}
-    findings = [Finding(status, ev[0], f"{ID}/{kinds[status]}") for status, ev in outcomes if status in kinds]
+    findings = [Finding(as_level(status), ev[0], f"{ID}/{kinds[status]}") for status, ev in outcomes if status in kinds]
     layer_of = {ev[0]: layers[i] for i, (_, ev) in enumerate(outcomes)}
 
     def summary(top: list[Finding]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from execsys import COMPONENTS
 from execsys.canonical import content_id
@@ -22,7 +22,7 @@ from execsys.sources import LOCK_NAME
 
 @dataclass
 class ComponentCheck:
-    status: str  # same | changed | unverifiable
+    status: Literal["same", "changed", "unverifiable"]
     changes: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
     # the artifact's model-signing bundle checked (execsys.observe.model_signature.SignatureCheck.to_json)
@@ -44,7 +44,7 @@ def schema_outdated_sentence(identity: Identity) -> str:
 class VerifyReport:
     lock_id: str
     observed_id: str | None
-    verdict: str  # same-system | new-identity
+    verdict: Literal["same-system", "new-identity"]
     components: dict[str, ComponentCheck]
     sentence: str
     observer: dict[str, Any] = field(default_factory=dict)  # who verifies now (never compared)

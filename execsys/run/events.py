@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from execsys.operation import Event
+
+if TYPE_CHECKING:
+    from execsys.run.record import RunVerdict
 
 STEPS = ("gate", "identity", "run", "watch", "verify", "results", "record")
 
@@ -23,7 +26,7 @@ class StepFinished(Event):
     """A step ended: ``status`` is ok | warn | fail | skip, ``text`` says what came of it."""
 
     step: str
-    status: str
+    status: Literal["ok", "warn", "fail", "skip"]
     text: str
 
 
@@ -58,5 +61,5 @@ class ResultFound(Event):
 @dataclass(frozen=True)
 class RunRecorded(Event):
     run_id: str
-    verdict: str
+    verdict: RunVerdict | Literal["attached"]  # attach records a run it did not watch
     sidecars: tuple[str, ...]

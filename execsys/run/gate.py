@@ -9,15 +9,21 @@ overrides it with a reason, which the run record keeps; ``warn`` demotes fails t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from execsys.ledger import Ledger
+
+if TYPE_CHECKING:
+    from execsys.run.options import GateMode
+
+
+GateVerdict = Literal["clean", "hazards", "off"]
 
 
 @dataclass
 class GateOutcome:
-    mode: str  # fail | warn | off
-    verdict: str  # clean | hazards | off
+    mode: GateMode
+    verdict: GateVerdict
     report_id: str | None
     failing: list[str] = field(default_factory=list)  # "hazard-id: summary"
     override: str | None = None
@@ -39,7 +45,7 @@ class GateOutcome:
                 "failing": self.failing, "override": self.override}
 
 
-def run_gate(declaration: Any, mode: str, override: str | None, ledger: Ledger, lock: Any = None) -> GateOutcome:
+def run_gate(declaration: Any, mode: GateMode, override: str | None, ledger: Ledger, lock: Any = None) -> GateOutcome:
     """Run the doctor as ``execsys doctor --lock`` would: set up by the declaration (``[doctor]``,
     ``[runtime]``, ``[environment]``) and checked against the lock's pins, so the gate is never weaker."""
     if mode == "off":

@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from execsys.errors import InputError, UsageError
 from execsys.operation import first_given
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from execsys.run.shard import Shard
     from execsys.sources import Sources
 
-GATES = ("fail", "warn", "off")
+# fail: a failing hazard refuses the run; warn: fails are warnings; off: no doctor
+GateMode = Literal["fail", "warn", "off"]
+GATES: tuple[GateMode, ...] = get_args(GateMode)
 DEFAULT_WATCH_S = 30.0
 JOB_LOCK_ENV = "EXECSYS_LOCK"
 JOB_IDENTITY_ENV = "EXECSYS_IDENTITY"
@@ -73,7 +75,7 @@ class RunOptions:
     declaration: Declaration
     lock: Identity | None
     lock_path: Path
-    gate: str = "fail"  # fail: a failing hazard refuses; warn: fails are warnings; off: no doctor
+    gate: GateMode = "fail"  # fail: a failing hazard refuses; warn: fails are warnings; off: no doctor
     override: str | None = None  # run past a failing gate, for this recorded reason
     repin: bool = False  # a new-identity lock is re-pinned instead of refusing
     watch_s: float = DEFAULT_WATCH_S  # 0 = no watching
@@ -128,7 +130,7 @@ class RunOptions:
             if not sidecar_dir.is_dir():
                 raise InputError(f"--sidecar-dir {sidecar_dir}: no such directory")
         options = cls(command=command, declaration=declaration, lock=lock, lock_path=Path(lock_path).absolute(),
-                      gate=str(gate), override=str(override).strip() if override else None,
+                      gate=cast(GateMode, gate), override=str(override).strip() if override else None,
                       repin=bool(overrides.pop("repin", None) or False), watch_s=float(watch_s),
                       results=results, sidecar_dir=sidecar_dir, cwd=cwd,
                       child_stdout_to_stderr=bool(overrides.pop("child_stdout_to_stderr", None) or False))

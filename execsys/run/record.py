@@ -33,7 +33,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from execsys.errors import InputError
 from execsys.fsutil import PreparedWrite, json_bytes, prepare_write
@@ -47,7 +47,9 @@ SIDECAR_SCHEMA = SCHEMA
 # verify_after's verdict when the system could not be re-observed (the harness deleted the working
 # directory, say): such a run cannot claim the same system after it, so it counts as drifted
 UNVERIFIED = "unverified"
-VERDICTS = ("clean", "drifted", "overridden", "failed", "interrupted", "refused")
+# the run verdict: a Literal type, so a mistyped verdict is a type error
+RunVerdict = Literal["clean", "drifted", "overridden", "failed", "interrupted", "refused"]
+VERDICTS: tuple[RunVerdict, ...] = get_args(RunVerdict)
 
 
 @dataclass
@@ -104,10 +106,11 @@ class RunRecord:
         return not self.doctor.get("failing")
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> RunVerdict:
         if self.refused:
             return "refused"
-        for name in ("interrupted", "failed", "drifted", "overridden"):
+        precedence: tuple[RunVerdict, ...] = ("interrupted", "failed", "drifted", "overridden")
+        for name in precedence:
             if getattr(self, name):
                 return name
         return "clean"
