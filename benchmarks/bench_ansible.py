@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _util import row
+from _util import compiled_like_an_install, row
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -26,6 +26,7 @@ from tests.fixtures.sshd import start_sshd  # noqa: E402 - the suite's loopback 
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=32)
     parser.add_argument("--forks", type=int, default=8)

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from _util import execsys_argv, need, row, run_peak_rss
+from _util import compiled_like_an_install, execsys_argv, need, row, run_peak_rss
 
 
 def write_file(path: Path, gib: int) -> None:
@@ -28,6 +28,7 @@ def write_file(path: Path, gib: int) -> None:
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--size-gib", type=int, default=4)

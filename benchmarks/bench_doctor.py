@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from _util import compiled_like_an_install
+
 
 def _time(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, int]:
     start = time.perf_counter()
@@ -34,6 +36,7 @@ def _has_torch(python: str) -> bool:
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=7, help="runs of each (default 7)")
     parser.add_argument("--torch-python", default=os.environ.get("EXECSYS_BENCH_TORCH_PYTHON"),

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _util import execsys_argv, row  # noqa: E402
+from _util import compiled_like_an_install, execsys_argv, row  # noqa: E402
 
 # the bare requests in a plan's registered AB/BA order, as the plan-run benchmark sends them
 from bench_plan_run import BARE_LOOP  # noqa: E402
@@ -218,6 +218,7 @@ def bench_rerun(work: Path, runs: int, cases: int, max_tokens: int, sample: int)
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rerun-cases", type=int, default=60, help="cases of the paired run explained")

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _util import execsys_argv, row
+from _util import compiled_like_an_install, execsys_argv, row
 
 COMPONENTS = ("model", "artifact", "runtime", "hardware", "harness", "context_policy", "retrieval", "tools",
               "workflow", "budget", "grader", "environment")
@@ -42,6 +42,7 @@ FLOOR = "import json, os, sys\nfor e in os.scandir(sys.argv[1]):\n    json.loads
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hosts", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)

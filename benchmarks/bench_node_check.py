@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from _util import execsys_argv, row
+from _util import compiled_like_an_install, execsys_argv, row
 
 
 def cpu_of(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float, int]:
@@ -35,6 +35,7 @@ def cpu_of(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--execsys", help="the execsys console script to time (default: beside this interpreter)")

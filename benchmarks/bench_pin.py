@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _util import best_of, execsys_argv, need, row
+from _util import best_of, compiled_like_an_install, execsys_argv, need, row
 
 
 def make_project(root: Path) -> Path:
@@ -184,6 +184,7 @@ def bench_vllm(runs: int, baseline: str | None = None, endpoint: str | None = No
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-artifact-only", action="store_true", help="skip the 1 GiB artifact part")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _util import execsys_argv, row, run_measured  # noqa: E402
+from _util import compiled_like_an_install, execsys_argv, row, run_measured  # noqa: E402
 
 from tests.fixtures.llama import LlamaServer, make_tiny_gguf  # noqa: E402
 
@@ -50,6 +50,7 @@ def bare_loop(root: Path, urls: dict[str, str]) -> float:
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cases", type=int, default=40)
     parser.add_argument("--runs", type=int, default=3)

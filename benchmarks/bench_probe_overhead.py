@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _util import execsys_argv, row
+from _util import compiled_like_an_install, execsys_argv, row
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -75,6 +75,7 @@ def serving(engine: str, work: Path, endpoint: str | None = None) -> Iterator[tu
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=("llama", "vllm"), default="llama", help="the server both sides ask")
     parser.add_argument("--cases", type=int, default=200)

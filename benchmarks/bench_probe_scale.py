@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _util import execsys_argv, row
+from _util import compiled_like_an_install, execsys_argv, row
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -128,6 +128,7 @@ def probe(n: int, url: str, work: Path, concurrency: int) -> dict:
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--concurrency", type=int, default=32)

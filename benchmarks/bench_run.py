@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _util import execsys_argv, run_measured  # noqa: E402
+from _util import compiled_like_an_install, execsys_argv, run_measured  # noqa: E402
 
 from tests.fixtures.harness import write_project  # noqa: E402
 from tests.fixtures.llama import LlamaServer, make_tiny_gguf  # noqa: E402
@@ -49,6 +49,7 @@ def cpu_of(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, floa
 
 
 def main() -> None:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--sleep", type=float, default=10.0)

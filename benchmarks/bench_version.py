@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _util import best_of, execsys_argv, row
+from _util import best_of, compiled_like_an_install, execsys_argv, row
 
 
 def main() -> int:
+    compiled_like_an_install()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
