@@ -1,0 +1,173 @@
+"""The fleet's options and ``--ledger-since`` as tables: each refusal's whole message (what the user reads),
+the expected digest's precedence with a real lock, and the time arithmetic under a local time zone that is
+not UTC (a naive time read as UTC, never as the machine's local time).
+
+Written against the survivors of the fleet package's mutation run (scripts/mutation.sh fleet); test names
+avoid the words the script's -k filter leaves out."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from execsys import declaration
+from execsys.errors import InputError, UsageError
+from execsys.fleet import FleetOptions, parse_since, run_fleet
+from execsys.identity import load_lock, pin, write_lock
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def report(tmp_path: Path) -> str:
+    path = tmp_path / "r.json"
+    path.write_text("{}")
+    return str(path)
+
+
+@pytest.fixture
+def new_york(monkeypatch):
+    """This process's local time zone five hours behind UTC (no daylight saving), restored after."""
+    monkeypatch.setenv("TZ", "EST+5")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+# -- refusals: the whole message ------------------------------------------------------------------------
+
+def test_no_source_names_all_three(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as caught:
+        FleetOptions.from_sources(None, None)
+    assert str(caught.value) == "no host reports: give REPORT files, --from-ansible DIR or --ledger-since T"
+
+
+def test_an_ansible_source_that_is_a_file(report: str) -> None:
+    with pytest.raises(InputError) as caught:
+        FleetOptions.from_sources(None, None, from_ansible=report)
+    assert str(caught.value) == (f"--from-ansible {report}: not a directory (an Ansible fact cache or --tree "
+                                 "output)")
+
+
+def test_a_fifo_at_prom_is_refused_before_any_report_is_read(tmp_path: Path, report: str) -> None:
+    fifo = tmp_path / "fleet.prom"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError) as caught:
+        FleetOptions.from_sources(None, None, reports=[report], prom=str(fifo))
+    assert str(caught.value) == (f"{fifo}: is a FIFO (named pipe), not a regular file: refusing to replace it "
+                                 "(cannot write the Prometheus textfile there)")
+
+
+@pytest.mark.parametrize("digest", [
+    pytest.param("z" * 64, id="64-characters-not-hex"),
+    pytest.param("a" * 63, id="63-hex"),
+    pytest.param("a" * 65, id="65-hex"),
+    pytest.param("sha256:" + "a" * 57, id="prefixed"),
+])
+def test_an_expected_digest_that_is_no_blake3_digest(report: str, digest: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        FleetOptions.from_sources(None, None, reports=[report], expected_digest=digest)
+    assert str(caught.value) == f"--expected-digest {digest!r}: not a BLAKE3 hex digest (64 hex characters)"
+
+
+@pytest.mark.parametrize(("given", "held"), [
+    pytest.param(" " + "AB" * 32 + "\n", "ab" * 32, id="upper-case-and-spaces-normalised"),
+    pytest.param("0123456789abcdef" * 4, "0123456789abcdef" * 4, id="every-hex-digit"),
+])
+def test_an_expected_digest_is_held_normalised(report: str, given: str, held: str) -> None:
+    options = FleetOptions.from_sources(None, None, reports=[report], expected_digest=given)
+    assert (options.expected_digest, options.expected_source) == (held, "--expected-digest")
+
+
+@pytest.mark.parametrize("text", ["7x", "", "yesterday"])
+def test_a_since_that_is_neither_a_time_nor_an_age(text: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_since(text, NOW)
+    assert str(caught.value) == (f"--ledger-since {text!r}: not an ISO date/time (2026-12-01T08:00) or an age "
+                                 "(90m, 24h, 7d)")
+
+
+# -- what the options hold --------------------------------------------------------------------------
+
+def test_the_options_keep_every_source_given(tmp_path: Path, report: str) -> None:
+    options = FleetOptions.from_sources(None, None, reports=[report], ledger_path="l.db")
+    assert (options.reports, options.from_ansible, options.ledger_since, options.ledger_path, options.prom) == (
+        [report], None, None, "l.db", None)
+    assert (options.expected_digest, options.expected_source) == (None, None)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    prom = str(tmp_path / "fleet.prom")
+    by_tree = FleetOptions.from_sources(None, None, from_ansible=str(tree), prom=prom)
+    assert (by_tree.reports, by_tree.from_ansible, by_tree.prom) == ([], str(tree), prom)
+    by_ledger = FleetOptions.from_sources(None, None, ledger_since="2026-11-30T08:00Z")
+    assert (by_ledger.reports, by_ledger.ledger_since) == ([], "2026-11-30T08:00:00.000Z")
+
+
+def _locked(tmp_path: Path) -> tuple[Path, str]:
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / "execsys.toml").write_text('[artifact]\npath = "model.bin"\n')
+    identity = pin(declaration.load(tmp_path / "execsys.toml"))
+    lock = write_lock(identity, tmp_path / "execsys.lock.json")
+    return lock, str(identity.observed("artifact")["digest"])
+
+
+def test_the_lock_s_pinned_digest_is_expected_below_the_flag_and_above_the_declaration(
+        tmp_path: Path, report: str) -> None:
+    lock_path, pinned = _locked(tmp_path)
+    lock = load_lock(lock_path)
+    decl = declaration.parse(f'[artifact]\npath = "/m"\ndigest = "{C}"\n', tmp_path / "d.toml")
+    by_lock = FleetOptions.from_sources(decl, lock, reports=[report])
+    assert (by_lock.expected_digest, by_lock.expected_source) == (pinned, f"the lock ({lock_path})")
+    by_flag = FleetOptions.from_sources(decl, lock, reports=[report], expected_digest=B)
+    assert (by_flag.expected_digest, by_flag.expected_source) == (B, "--expected-digest")
+    lock.source = None  # a lock read from the ledger, say: named by what it is
+    unnamed = FleetOptions.from_sources(None, lock, reports=[report])
+    assert (unnamed.expected_digest, unnamed.expected_source) == (pinned, "the lock (pinned identity)")
+
+
+def test_a_lock_without_a_digest_leaves_it_to_the_declaration(tmp_path: Path, report: str) -> None:
+    lock_path, _ = _locked(tmp_path)
+    lock = load_lock(lock_path)
+    lock.components["artifact"]["observed"].pop("digest")
+    decl = declaration.parse(f'[artifact]\npath = "/m"\ndigest = "{C}"\n', tmp_path / "d.toml")
+    options = FleetOptions.from_sources(decl, lock, reports=[report])
+    assert (options.expected_digest, options.expected_source) == (C, f"the declaration ({tmp_path / 'd.toml'})")
+    neither = FleetOptions.from_sources(None, lock, reports=[report])
+    assert (neither.expected_digest, neither.expected_source) == (None, None)
+
+
+# -- --ledger-since: the arithmetic ----------------------------------------------------------------
+
+def test_an_age_older_than_any_date_is_the_first_instant() -> None:
+    assert parse_since("100000000000d", NOW) == "0001-01-01T00:00:00.000Z"
+
+
+def test_a_naive_time_is_utc_whatever_the_local_zone(new_york) -> None:
+    assert parse_since("2026-11-30T08:00", NOW) == "2026-11-30T08:00:00.000Z"
+    assert parse_since("2026-11-30T08:00:00-05:00", NOW) == "2026-11-30T13:00:00.000Z"
+    assert parse_since("100000000000d", NOW) == "0001-01-01T00:00:00.000Z"
+    assert parse_since("90m", NOW) == "2026-12-01T10:30:00.000Z"
+
+
+def test_an_age_without_now_counts_back_from_the_current_utc_time(new_york) -> None:
+    before = datetime.now(timezone.utc)
+    since = parse_since("1h")
+    after = datetime.now(timezone.utc)
+    assert since.endswith("Z")
+    when = datetime.fromisoformat(since.replace("Z", "+00:00"))
+    # shown to the millisecond, cut down
+    assert before - timedelta(hours=1, milliseconds=1) <= when <= after - timedelta(hours=1)
+
+
+def test_a_ledger_since_in_the_future_finds_nothing(tmp_path: Path) -> None:
+    options = FleetOptions.from_sources(None, None, ledger_since="2999-01-01T00:00:00Z",
+                                        ledger_path=str(tmp_path / "ledger.db"))
+    with pytest.raises(InputError) as caught:
+        run_fleet(options)
+    assert str(caught.value) == "no host reports found in the ledger since 2999-01-01T00:00:00.000Z"
