@@ -7,17 +7,20 @@ avoid the words the script's -k filter leaves out."""
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from execsys import declaration
+from execsys import COMPONENTS, declaration
 from execsys.errors import InputError, UsageError
 from execsys.fleet import FleetOptions, parse_since, run_fleet
 from execsys.identity import load_lock, pin, write_lock
+from execsys.ledger import Ledger, new_id
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -171,3 +174,59 @@ def test_a_ledger_since_in_the_future_finds_nothing(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         run_fleet(options)
     assert str(caught.value) == "no host reports found in the ledger since 2999-01-01T00:00:00.000Z"
+
+
+# -- the ledger's records since a time ---------------------------------------------------------------
+
+def _append_at(path: Path, kind: str, body: dict, created_at: str) -> str:
+    """A record as the ledger stores one, made at ``created_at`` (``Ledger.append`` stamps the time of the
+    append; the rows here were made at other times, as in a ledger gathered from a node)."""
+    with Ledger.open(path):
+        pass  # the schema
+    record_id = new_id(kind)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO records (id, kind, identity, parent, key, created_at, body) VALUES (?,?,?,?,?,?,?)",
+                     (record_id, kind, None, None, None, created_at, json.dumps(body, sort_keys=True)))
+    return record_id
+
+
+def _doctor(name: str | None, status: str) -> dict:
+    return {"schema": "execsys.doctor/1", "host": {"name": name} if name else {},
+            "hazards": [{"id": "x", "status": status}]}
+
+
+def _pin(name: str, *, digest: str, declared: str | None) -> dict:
+    components = {c: {"declared": {}, "observed": {}} for c in COMPONENTS}
+    components["artifact"] = {"declared": {"digest": declared} if declared else {}, "observed": {"digest": digest}}
+    components["hardware"]["observed"] = {"hostname": name}
+    return {"schema": "execsys.identity/1", "id": f"id-{name}", "components": components}
+
+
+def test_the_ledger_since_a_time_keeps_a_record_made_at_that_time_and_later_ones(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    _append_at(path, "doctor", _doctor("n1", "fail"), "2026-01-01T00:00:00.000Z")  # first, before the time
+    at = _append_at(path, "doctor", _doctor("n1", "ok"), "2026-06-01T00:00:00.000Z")
+    later = _append_at(path, "doctor", _doctor("n2", "warn"), "2026-06-02T00:00:00.000Z")
+    _append_at(path, "doctor", _doctor("n3", "fail"), "2026-05-31T23:59:59.999Z")
+    report = run_fleet(FleetOptions.from_sources(None, None, ledger_since="2026-06-01T00:00:00Z",
+                                                 ledger_path=str(path)))
+    by_name = {r.host: r for r in report.records}
+    assert sorted(by_name) == ["n1", "n2"]
+    assert (by_name["n1"].hazards, by_name["n1"].report) == ({"x": "ok"}, at)
+    assert (by_name["n2"].hazards, by_name["n2"].report) == ({"x": "warn"}, later)
+
+
+def test_a_ledger_record_without_a_name_is_named_by_its_id_and_a_declared_digest_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path) as ledger:
+        nameless = ledger.append("doctor", _doctor(None, "ok"))
+        pinned = ledger.append("identity", _pin("n1", digest=A, declared=B))
+        ledger.append("identity", _pin("n2", digest=A, declared=None))
+    report = run_fleet(FleetOptions.from_sources(None, None, ledger_since="1970-01-01T00:00:00Z",
+                                                 ledger_path=str(path)))
+    by_name = {r.host: r for r in report.records}
+    assert sorted(by_name) == ["n1", "n2", f"record {nameless}"]
+    assert (by_name["n1"].digest, by_name["n1"].declared_digest) == (A, B)
+    # n1 is held to its own declared digest (B), n2 to the fleet's modal one
+    assert [d["host"] for d in report.digest_match()["defects"]] == ["n1"]
+    assert report.digest_match()["defects"][0] == {"host": "n1", "report": pinned, "digest": A, "expected": B}
