@@ -230,3 +230,11 @@ def test_a_ledger_record_without_a_name_is_named_by_its_id_and_a_declared_digest
     # n1 is held to its own declared digest (B), n2 to the fleet's modal one
     assert [d["host"] for d in report.digest_match()["defects"]] == ["n1"]
     assert report.digest_match()["defects"][0] == {"host": "n1", "report": pinned, "digest": A, "expected": B}
+
+
+def test_a_fleet_without_digests_expects_none_and_names_no_source(tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(_doctor("n1", "ok")))
+    report = run_fleet(FleetOptions.from_sources(None, None, reports=[str(path)]))
+    assert report.digest_match() == {"k": 0, "n": 0, "ratio": None, "expected": None, "expected_source": None,
+                                     "defects": []}
