@@ -202,7 +202,7 @@ def test_a_relative_artifact_resolves_beside_the_declaration_as_the_node_sees_it
     assert beside_cwd.artifact_path == "weights/model.gguf"
 
 
-def test_a_remote_artifact_gets_no_digest_program() -> None:
+def test_an_artifact_behind_a_url_gets_no_digest_program() -> None:
     programs = shipped_programs('[artifact]\npath = "hf://org/model"\n', "/srv/execsys.toml")
     assert (programs.digest, programs.artifact_path) == (None, "hf://org/model")
 
