@@ -27,11 +27,13 @@ from execsys.doctor.registry import IDS
 from execsys import COMPONENTS, declaration
 from execsys.errors import InputError
 from execsys.fleet import (
+    ShippedPrograms,
     _Reader,
     component_digests,
     component_label,
     fleet_digest,
     host_facts,
+    shipped_host_facts,
     shipped_programs,
 )
 from execsys.identity import pin
@@ -222,3 +224,35 @@ def test_the_shipped_doctor_inspects_the_node_itself(tmp_path: Path) -> None:
 def test_a_malformed_declaration_is_refused_by_shipped_programs() -> None:
     with pytest.raises(InputError):
         shipped_programs("[artifact\npath = 1", "/srv/execsys.toml")
+
+
+# -- shipped_host_facts: what the shipped doctor printed --------------------------------------------
+
+def _results(**statuses: str) -> list[dict]:
+    return [{"id": h, "status": statuses.get(h, "ok"), "summary": f"{h} summary", "evidence": [], "fix": ""}
+            for h in IDS]
+
+
+def _shipped(path: str | None = "/srv/m") -> ShippedPrograms:
+    return ShippedPrograms(doctor="print(1)", digest=None, artifact_path=path, declared_digest=None)
+
+
+def test_a_warning_is_not_a_failure_in_the_shipped_line() -> None:
+    shipped = {"host": {"hostname": "bare-2"}, "results": _results(**{IDS[1]: "warn"}), "finished": True}
+    facts = shipped_host_facts(shipped, _shipped())
+    assert facts["doctor"]["verdict"] == "clean"
+    assert facts["doctor"]["line"] == f"ok: {len(IDS)} hazards clear on bare-2 (1 warn)"
+    assert facts["doctor"]["hazards"][IDS[1]] == "warn"
+
+
+def test_a_doctor_stopped_after_every_result_is_still_unknown() -> None:
+    shipped = {"host": {"hostname": "bare-3"}, "results": _results(), "finished": False,
+               "reason": "killed after 60 s"}
+    facts = shipped_host_facts(shipped, _shipped())
+    assert set(facts["doctor"]["hazards"].values()) == {"ok"}
+    assert (facts["doctor"]["verdict"], facts["doctor"]["line"]) == ("hazards", "unknown: killed after 60 s")
+
+
+def test_an_environment_label_without_python_falls_back_to_the_declared_values() -> None:
+    assert component_label("environment", {"observed": {}, "declared": {"variables": "x"}}) == "variables=x"
+    assert component_label("runtime", {"observed": {"python": {"version": "3.12"}}}) == ""
