@@ -238,3 +238,29 @@ def test_a_fleet_without_digests_expects_none_and_names_no_source(tmp_path: Path
     report = run_fleet(FleetOptions.from_sources(None, None, reports=[str(path)]))
     assert report.digest_match() == {"k": 0, "n": 0, "ratio": None, "expected": None, "expected_source": None,
                                      "defects": []}
+
+
+# -- report files that cannot be read, and the inventory's names ----------------------------------------
+
+def test_an_unreadable_report_says_why_in_its_own_words(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    gone = tmp_path / "gone.json"  # removed after the options were made
+    report = run_fleet(FleetOptions(reports=[str(fifo), str(gone)]))
+    assert list(report.problems()) == [
+        {"host": "pipe", "report": str(fifo),
+         "problem": f"unreadable report: host report {fifo}: is a FIFO (named pipe), not a regular file"},
+        {"host": "gone", "report": str(gone), "problem": "unreadable report: No such file or directory"},
+    ]
+
+
+def test_an_ansible_tree_names_each_node_by_its_inventory_file(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "inv-1").write_text(json.dumps(_doctor("gpu-1.example", "ok")))
+    (tree / "inv-2.json").write_text(json.dumps(_doctor("gpu-2.example", "warn")))
+    by_tree = run_fleet(FleetOptions.from_sources(None, None, from_ansible=str(tree)))
+    assert [(r.host, r.hazards) for r in by_tree.records] == [("inv-1", {"x": "ok"}), ("inv-2", {"x": "warn"})]
+    # the same files given as REPORT: named by what they say
+    by_files = run_fleet(FleetOptions.from_sources(None, None, reports=[str(tree)]))
+    assert [r.host for r in by_files.records] == ["gpu-1.example", "gpu-2.example"]
