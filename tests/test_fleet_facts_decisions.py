@@ -59,7 +59,7 @@ def _project(tmp_path: Path, extra: str = "", artifact: str = "model.bin") -> Pa
 # -- host_facts: execsys installed on the node --------------------------------------------------------
 
 def test_installed_facts_carry_the_pinned_identity_and_the_artifact_s_bytes(tmp_path: Path) -> None:
-    config = _project(tmp_path, f'digest = "{DECLARED}"\n')
+    config = _project(tmp_path, f'digest = "{DECLARED}"\n\n[environment.variables]\nEXECSYS_FACTS_CASE = "1"\n')
     facts = host_facts(str(config), path="/usr/bin:/bin")
     identity = pin(declaration.load(config))
     digests = component_digests(identity.components)
@@ -87,8 +87,10 @@ def test_installed_facts_carry_the_pinned_identity_and_the_artifact_s_bytes(tmp_
         assert doctor["line"].startswith(f"unknown {errored[0]}: ")
     else:
         assert doctor["line"].startswith(f"ok: {len(IDS)} hazards clear on ")
-    assert doctor["environment"] == {"source": "this process's environment", "path_source": "--path",
-                                     "path": "/usr/bin:/bin"}
+    # the declaration's variables are inspected (the node check is given the declaration)
+    assert doctor["environment"] == {
+        "source": "the declaration's [environment] variables over this process's environment",
+        "path_source": "--path", "path": "/usr/bin:/bin"}
     # and the fleet reads them back as one record of both kinds
     [record] = _Reader().records({"ansible_facts": {"execsys": facts}}, "node-a", "facts.json")
     assert (record.identity, record.fleet_digest, record.digest, record.declared_digest, record.problem) == (
