@@ -264,3 +264,60 @@ def test_an_ansible_tree_names_each_node_by_its_inventory_file(tmp_path: Path) -
     # the same files given as REPORT: named by what they say
     by_files = run_fleet(FleetOptions.from_sources(None, None, reports=[str(tree)]))
     assert [r.host for r in by_files.records] == ["gpu-1.example", "gpu-2.example"]
+
+
+# -- one node's reports of two kinds, and what cannot be paired --------------------------------------
+
+def _files(tmp_path: Path, *docs: tuple[str, object]) -> list[str]:
+    """Each (name, document) in a directory of its own, so two files may share a name; given in order."""
+    paths = []
+    for i, (name, doc) in enumerate(docs):
+        directory = tmp_path / f"d{i}"
+        directory.mkdir(parents=True)
+        path = directory / name
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        paths.append(str(path))
+    return paths
+
+
+FACTS_N1 = {"execsys": {"doctor": {"hazards": {"x": "ok"}},
+                        "identity": {"id": "id-n1", "components": dict.fromkeys(COMPONENTS, "sha256:1")},
+                        "artifact": {"blake3": A}}}
+
+
+@pytest.mark.parametrize("second", [
+    pytest.param(("d.json", _doctor("n1", "ok")), id="facts-then-a-doctor-report"),
+    pytest.param(("p.json", _pin("n1", digest=A, declared=None)), id="facts-then-a-pin-report"),
+])
+def test_execsys_facts_already_hold_both_kinds_so_another_report_is_a_duplicate(tmp_path: Path, second) -> None:
+    report = run_fleet(FleetOptions(reports=_files(tmp_path, ("n1.json", FACTS_N1), second)))
+    assert [r.key for r in report.records] == ["n1", "n1#2"]
+    assert report.duplicates == {"n1": 2}
+
+
+def test_an_unreadable_report_pairs_with_nothing(tmp_path: Path) -> None:
+    paths = _files(tmp_path, ("n1.json", "{not json"), ("d.json", _doctor("n1", "ok")),
+                   ("p.json", _pin("n1", digest=A, declared=None)))
+    events: list = []
+    report = run_fleet(FleetOptions(reports=paths), on_event=events.append)
+    assert [(r.key, r.report) for r in report.records] == [("n1", paths[0]), ("n1#2", f"{paths[1]}+{paths[2]}")]
+    assert report.records[0].problem.startswith("unreadable report: ")
+    assert report.records[1].problem is None and report.records[1].digest == A
+    assert [(e.index, e.host, e.report) for e in events] == [(1, "n1", paths[0]), (2, "n1", paths[1]),
+                                                            (3, "n1", paths[2])]
+    # a doctor report first, then an unreadable one of the same name: still two
+    again = run_fleet(FleetOptions(reports=_files(tmp_path / "again", ("d.json", _doctor("n1", "ok")),
+                                                  ("n1.json", "{not json"))))
+    assert [r.key for r in again.records] == ["n1", "n1#2"] and again.records[0].problem is None
+
+
+def test_the_modal_digest_is_the_most_common_not_the_first_in_order(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name, digest in (("n1", B), ("n2", B), ("n3", A)):
+        (tree / f"{name}.json").write_text(json.dumps({"execsys": {"artifact": {"blake3": digest}}}))
+    report = run_fleet(FleetOptions(from_ansible=str(tree)))
+    match = report.digest_match()
+    assert (match["expected"], match["k"], match["n"]) == (B, 2, 3)
+    assert [d["host"] for d in match["defects"]] == ["n3"]
+    assert report.to_json()["cancelled"] is False and report.cancelled is False
