@@ -321,3 +321,11 @@ def test_the_modal_digest_is_the_most_common_not_the_first_in_order(tmp_path: Pa
     assert (match["expected"], match["k"], match["n"]) == (B, 2, 3)
     assert [d["host"] for d in match["defects"]] == ["n3"]
     assert report.to_json()["cancelled"] is False and report.cancelled is False
+
+
+def test_a_pin_report_joins_the_first_doctor_report_of_its_node(tmp_path: Path) -> None:
+    paths = _files(tmp_path, ("a.json", _doctor("n1", "fail")), ("b.json", _doctor("n1", "ok")),
+                   ("p.json", _pin("n1", digest=A, declared=None)))
+    report = run_fleet(FleetOptions(reports=paths))
+    assert [(r.key, r.report, r.digest) for r in report.records] == [
+        ("n1", f"{paths[0]}+{paths[2]}", A), ("n1#2", paths[1], None)]
