@@ -45,7 +45,7 @@ modules=(
   "run.watch|execsys/run/watch.py|tests/test_run_decisions.py tests/test_run_watch_decisions.py|30"
   "run.results|execsys/run/results.py|tests/test_run_decisions.py tests/test_run_result_decisions.py|30"
   "harnesses.lm_eval|execsys/harnesses/lm_eval.py|tests/test_run_decisions.py tests/test_lm_eval_adapter_decisions.py|30"
-  "fleet|execsys/fleet.py|tests/test_fleet_decisions.py tests/test_fleet_report_decisions.py|30"
+  "fleet|execsys/fleet/*.py|tests/test_fleet_decisions.py tests/test_fleet_report_decisions.py tests/test_fleet_facts_decisions.py tests/test_fleet_options_decisions.py|30"
   "redact|execsys/redact.py|tests/test_redact_decisions.py tests/test_redact_properties.py tests/test_reliability_redact.py::test_a_megabyte_without_spaces_is_redacted_in_linear_time tests/test_reliability_redact.py::test_secrets_inside_a_megabyte_run_are_still_found tests/test_reliability_redact.py::test_credentials_inside_a_key_value_list_argument_are_redacted_and_settings_stay_readable tests/test_reliability_redact.py::test_scrub_redacts_keys_and_keeps_colliding_ones_apart|60"
   "doctor.node_checks.check|execsys/doctor/node_checks/check.py|tests/test_node_check_decisions.py|30"
   "doctor.node_checks.npd|execsys/doctor/node_checks/npd.py|tests/test_node_check_decisions.py|30"
