@@ -1,0 +1,448 @@
+"""The probe runner's decisions as tables, in process, against the flip endpoint (issue 26).
+
+Every probe here runs :func:`execsys.probes.runner.run_probe` in this process against
+:class:`tests.fixtures.llama.FlipEndpoint` (stdlib HTTP on loopback), whose answers are written in
+the prompt: ``[flip]`` answers differently from the second call on, ``[flipnum]`` changes the text but
+keeps the last number, ``[err500xK]`` fails the first K calls. So m/n, the flipped set, the errored
+cases, the licence the sentence grants, resume and retry are pinned exactly, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from execsys.errors import InputError
+from execsys.ledger import Ledger
+from execsys.probes import runner
+from execsys.probes.axes import AXES, Axis, PassSchedule
+from execsys.probes.cases import Case
+from execsys.probes.client import Completion
+from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
+from execsys.probes.runner import ProbeAborted, ProbeInterrupted, ProbeOptions, run_probe
+from tests.fixtures.llama import FlipEndpoint
+
+
+@pytest.fixture(autouse=True)
+def quick_system_look(monkeypatch):
+    """The serving runtime's look (probes.system, tested on its own) answered at once: unverified, or
+    what a test sets in ``looks`` -- so the runner's handling of it is what these tests pin."""
+    from execsys.probes import system
+
+    looks: list[dict] = []
+
+    def observe(self, target, declared_runtime, label, at):
+        entry = {"pass": label, "at": at, "time": "t", "observed": {"runtime.endpoint.url": declared_runtime.get(
+            "endpoint")}, "differences": [], "unobserved": [], "reason": "stub", "verdict": system.UNVERIFIED}
+        if looks:
+            entry.update(looks.pop(0))
+        return entry
+
+    monkeypatch.setattr(system.SystemObserver, "observe", observe)
+    return looks
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with FlipEndpoint() as served:
+        yield served
+
+
+def make_cases(n: int, marks: dict[int, str] | None = None, tag: str = "") -> list[Case]:
+    marks = marks or {}
+    return [Case(id=f"c{i}", prompt=f"q{tag} {i}{marks.get(i, '')}", max_tokens=4) for i in range(n)]
+
+
+def options_for(endpoint, tmp_path: Path, cases: list[Case], **kw) -> ProbeOptions:
+    given = {"axis": "session", "endpoints": [endpoint.base_url], "case_list": cases, "retries": 0,
+             "timeout": 5.0, "ledger": tmp_path / "ledger.sqlite", "logprobs": 0}
+    given.update(kw)
+    return ProbeOptions(**given)
+
+
+def probe(endpoint, tmp_path, cases, events=None, cancel=None, **kw):
+    return run_probe(options_for(endpoint, tmp_path, cases, **kw),
+                     on_event=events.append if events is not None else None, cancel=cancel)
+
+
+# -- a session probe: the numbers, the sentence, the licence ------------------------------------
+
+def test_session_probe_counts_the_flips_and_grants_no_licence(endpoint, tmp_path):
+    events: list = []
+    cases = make_cases(6, {1: " [flip]", 4: " [flip]"}, tag="s1")
+    record = probe(endpoint, tmp_path, cases, events)
+    assert (record.m, record.n, record.errored) == (4, 6, 0)
+    assert sorted(record.flipped) == ["c1", "c4"]
+    assert record.axis == "session" and record.repeats == 2 and record.tar_n == 2
+    assert record.scope["boundary"] == "within one session"
+    assert record.scope["holds"] is False and record.scope["level"] == "output"
+    assert record.scope["engine_changed"] is False and record.scope["evidence"] is None
+    assert record.scope["statement"] == ("unstable within one session: even one server session does not repeat "
+                                         "itself: compare score distributions, not single runs")
+    assert record.sentence.startswith("session agreement 4/6 = 0.67 (95% CI ")
+    assert record.sentence.endswith(" — " + record.scope["statement"])
+    assert record.logprobs == {"status": "off", "k": 0, "tie_margin": record.logprobs["tie_margin"]}
+    assert record.target["kind"] == "endpoint" and record.target["command"] is None
+    assert record.target["endpoints"] == [endpoint.base_url] and record.target["models"] == ["fake"]
+    a, b = record.passes
+    assert (a["index"], a["label"], a["order"], a["order_seed"], a["source"]) == (0, "A", "file", None, "send")
+    assert (b["index"], b["label"], b["order"], b["order_seed"], b["source"]) == (1, "B", "shuffled", 0, "send")
+    for p in (a, b):
+        assert (p["completed"], p["errored"], p["model"], p["models"]) == (6, 0, "fake", ["fake"])
+        assert p["system_fingerprints"] == ["fp_fake_1"] and p["target"] == endpoint.base_url
+        assert set(p["window"]) == {"start", "end", "start_unix", "end_unix"}
+        assert p["window"]["start_unix"] <= p["window"]["end_unix"]
+        assert "fillers" not in p and "model_mismatch" not in p
+
+    assert events[0] == RunOpened(record.run, False)
+    assert events[1] == PassStarted(0, "A", 6, 0, record.run)
+    done = [e for e in events if isinstance(e, CaseDone)]
+    assert [e.done for e in done] == [1, 2, 3, 4, 5, 6] * 2 and {e.total for e in done} == {6}
+    assert all(e.agrees is None and not e.excluded for e in done[:6])
+    assert {e.case_id for e in done[6:] if e.agrees is False} == {"c1", "c4"}
+    assert [e.agreement.n for e in done[6:]] == [1, 2, 3, 4, 5, 6]
+    finished = [e for e in events if isinstance(e, PassFinished)]
+    assert [(f.pass_index, f.label, f.completed, f.errored) for f in finished] == [(0, "A", 6, 0), (1, "B", 6, 0)]
+    assert (finished[1].agreement.m, finished[1].agreement.n) == (4, 6)
+    assert events[-1] == ProbeFinished(record)
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        run = ledger.get(record.run)
+        assert run.kind == "probe-run" and run.body["schema"] == "execsys.probe-run/1"
+        params = run.body["parameters"]
+        assert params["axis"] == "session" and params["target_kind"] == "endpoint"
+        assert params["targets"] == [endpoint.base_url] and params["models"] == ["fake"]
+        assert params["cases_file"] is None and params["extract"] is None and params["repeats"] == 2
+        row = ledger.child(record.run, "1:c1").body
+        assert (row["pass"], row["case"], row["error"], row["attempts"]) == (1, "c1", None, 1)
+        assert row["text"] == FlipEndpoint.answer("qs1 1 [flip]", 2)
+        assert row["model"] == "fake" and row["system_fingerprint"] == "fp_fake_1" and row["finish_reason"] == "stop"
+        assert row["in_flight_with"] == 0 and row["after_twin"] is False
+        assert ledger.child(record.run, "final").id == record.id
+
+
+def test_every_case_agreeing_is_stable_and_licenses_the_session(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(3, tag="s2"))
+    assert (record.m, record.n, record.flipped) == (3, 3, [])
+    assert record.scope["holds"] is True
+    assert record.scope["statement"] == "stable within one session for these 3 cases: repeated runs on one server agree"
+    assert record.sentence == ("session agreement 3/3 = 1.00 (95% CI 0.44–1.00) — stable within one session for "
+                               "these 3 cases: repeated runs on one server agree")
+
+
+def test_errored_cases_are_counted_apart_and_excluded_from_n(endpoint, tmp_path):
+    events: list = []
+    record = probe(endpoint, tmp_path, make_cases(4, {2: " [error]"}, tag="e1"), events)
+    assert (record.m, record.n, record.errored, record.errored_cases) == (3, 3, 1, ["c2"])
+    assert record.sentence.endswith("(1 errored case excluded from n)")
+    assert [(p["completed"], p["errored"]) for p in record.passes] == [(3, 1), (3, 1)]
+    finished = [e for e in events if isinstance(e, PassFinished)]
+    assert [(f.completed, f.errored) for f in finished] == [(3, 1), (3, 1)]
+    [bad] = [e for e in events if isinstance(e, CaseDone) and e.pass_index == 1 and e.case_id == "c2"]
+    assert bad.excluded is True and bad.agrees is None and bad.error and bad.digest is None
+
+
+def test_two_errored_cases_are_plural(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(3, {0: " [error]", 1: " [error]"}, tag="e2"))
+    assert record.sentence.endswith("(2 errored cases excluded from n)")
+
+
+def test_no_case_completing_says_nothing_is_known(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(2, {0: " [error]", 1: " [error]"}, tag="e3"))
+    assert (record.m, record.n) == (0, 0) and record.scope["holds"] is None
+    assert record.sentence.startswith("session agreement: no case completed on every pass")
+
+
+def test_outcome_level_counts_a_changed_text_with_the_same_number_as_agreeing(endpoint, tmp_path):
+    cases = make_cases(4, {0: " [flipnum]", 1: " [flip]"}, tag="o1")
+    record = probe(endpoint, tmp_path, cases, compare="outcome", extract="last-number")
+    assert (record.m, record.n, record.flipped) == (3, 4, ["c1"])
+    assert record.sentence.startswith("session outcome agreement 3/4")
+    assert record.tarr == 0.5 and record.tara == 0.75
+    plain = probe(endpoint, tmp_path / "b", make_cases(2, tag="o2"))
+    assert plain.tara is None and plain.tarr == 1.0
+
+
+# -- resume, cancel, retry ---------------------------------------------------------------------
+
+def test_a_cancelled_probe_resumes_without_sending_a_case_twice(tmp_path):
+    cancel = threading.Event()
+
+    def on_event(event) -> None:
+        if isinstance(event, CaseDone) and event.pass_index == 0 and event.done == 3:
+            cancel.set()
+
+    cases = make_cases(8, {5: " [flip]"}, tag="r1")
+    with FlipEndpoint() as endpoint:
+        options = options_for(endpoint, tmp_path, cases)
+        with pytest.raises(ProbeInterrupted) as info:
+            run_probe(options, on_event=on_event, cancel=cancel)
+        stopped = info.value
+        assert stopped.total == 16 and 3 <= stopped.saved < 16
+        assert str(stopped) == f"interrupted: {stopped.saved} of 16 case results saved in run {stopped.run_id}"
+        sent = endpoint.total_calls
+        assert sent == stopped.saved
+        events: list = []
+        record = run_probe(options_for(endpoint, tmp_path, cases, resume=True), on_event=events.append)
+        assert record.run == stopped.run_id and (record.m, record.n, record.flipped) == (7, 8, ["c5"])
+        assert endpoint.total_calls == 16  # nothing lost, nothing sent twice
+        assert Note(f"resuming run {stopped.run_id}") in events and RunOpened(stopped.run_id, True) in events
+        started = [e for e in events if isinstance(e, PassStarted)]
+        assert started[0].done == stopped.saved
+        # the finished run asked again: the stored record, nothing sent
+        again = run_probe(options_for(endpoint, tmp_path, cases, resume=stopped.run_id))
+        assert again.id == record.id and endpoint.total_calls == 16
+        # --resume with nothing unfinished: a new probe, said so
+        events.clear()
+        fresh = run_probe(options_for(endpoint, tmp_path, cases, resume=True), on_event=events.append)
+        assert fresh.run != record.run
+        assert Note("nothing unfinished to resume with these parameters: starting a new probe") in events
+        assert RunOpened(fresh.run, False) in events
+
+
+def test_resume_refuses_other_parameters_and_other_records(endpoint, tmp_path):
+    cases = make_cases(2, tag="r2")
+    record = probe(endpoint, tmp_path, cases)
+    with pytest.raises(InputError) as info:
+        probe(endpoint, tmp_path, cases, resume=record.run, repeats=3, order_seed=4)
+    assert str(info.value) == (f"--resume {record.run}: that run was started with different parameters "
+                               "(order_seed, repeats); repeat its exact command line, or drop --resume to start "
+                               "a new probe")
+    with pytest.raises(InputError) as info:
+        probe(endpoint, tmp_path, cases, resume=record.id)
+    assert str(info.value) == f"--resume {record.id}: record {record.id} is a probe, not a probe-run"
+
+
+def test_retry_errored_sends_only_the_errored_cases_again(tmp_path):
+    cases = make_cases(3, {1: " [err500x1]"}, tag="r3")
+    with FlipEndpoint() as endpoint:
+        first = probe(endpoint, tmp_path, cases)
+        assert (first.m, first.n, first.errored_cases) == (2, 2, ["c1"])
+        assert endpoint.total_calls == 6
+        events: list = []
+        retried = probe(endpoint, tmp_path, cases, events, resume=first.run, retry_errored=True)
+        assert endpoint.total_calls == 7  # c1 on pass A only
+        assert (retried.m, retried.n, retried.errored) == (3, 3, 0) and retried.run == first.run
+        assert [(p["completed"], p["errored"]) for p in retried.passes] == [(3, 0), (3, 0)]
+        with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+            assert ledger.child(first.run, "0:c1#retry1").body["error"] is None
+            assert ledger.child(first.run, "0:c1").body["error"]
+            assert ledger.child(first.run, "final#retry1").id == retried.id
+        # nothing errored any more: asking again hands back the retried record
+        again = probe(endpoint, tmp_path, cases, resume=first.run, retry_errored=True)
+        assert again.id == retried.id and endpoint.total_calls == 7
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_endpoint_gone_stops_after_five_refused_connections_and_records_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.EndpointClient, "resolve_model", lambda self, requested: requested)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    cases = make_cases(7, tag="u1")
+    options = ProbeOptions(axis="session", endpoints=[url], case_list=cases, retries=0, timeout=2.0,
+                           ledger=tmp_path / "ledger.sqlite", logprobs=0, model="m")
+    with pytest.raises(ProbeAborted) as info:
+        run_probe(options)
+    assert str(info.value) == "endpoint unreachable since case c0: stopped; --resume continues"
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        assert ledger.count(kind="probe-case", parent=info.value.run_id) == 0
+
+
+def test_fewer_refused_connections_than_the_streak_are_recorded_as_errors(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.EndpointClient, "resolve_model", lambda self, requested: requested)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    options = ProbeOptions(axis="session", endpoints=[url], case_list=make_cases(4, tag="u2"), retries=0,
+                           timeout=2.0, ledger=tmp_path / "ledger.sqlite", logprobs=0, model="m")
+    record = run_probe(options)
+    assert (record.n, record.errored) == (0, 4)
+    assert [(p["completed"], p["errored"]) for p in record.passes] == [(0, 4), (0, 4)]
+
+
+# -- other axes through the runner -----------------------------------------------------------
+
+def test_load_pass_sends_fillers_and_says_the_load(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(4, tag="l1"), axis="concurrency", load=2)
+    a, b = record.passes
+    assert (a["concurrency"], a["load"]) == (1, 0) and "fillers" not in a
+    assert (b["concurrency"], b["load"]) == (2, 2) and b["fillers"] >= 0
+    assert record.scope["boundary"] == "between concurrency 1 and load 2"
+    assert (record.m, record.n) == (4, 4)
+
+
+def test_two_endpoints_compared_at_one_instant(tmp_path):
+    with FlipEndpoint(host_salt=0) as one, FlipEndpoint(host_salt=3) as two:
+        cases = make_cases(3, {0: " [host]"}, tag="h1")
+        options = ProbeOptions(axis="hosts", endpoints=[one.base_url, two.base_url], case_list=cases, retries=0,
+                               timeout=5.0, ledger=tmp_path / "ledger.sqlite", logprobs=0)
+        record = run_probe(options)
+    assert (record.m, record.n, record.flipped) == (2, 3, ["c0"])
+    assert [p["target"] for p in record.passes] == [one.base_url, two.base_url]
+    assert [p["label"] for p in record.passes] == ["host 1", "host 2"]
+    assert record.target["endpoints"] == [one.base_url, two.base_url]
+
+
+def test_redeploy_against_a_baseline_record(endpoint, tmp_path):
+    cases = make_cases(3, {2: " [flip]"}, tag="d1")
+    base = probe(endpoint, tmp_path, cases)
+    record = probe(endpoint, tmp_path, cases, axis="redeploy", baseline=base.id)
+    assert record.passes[0]["source"] == "baseline" and record.passes[0]["target"] == f"baseline {base.id}"
+    assert record.passes[0]["model"] is None
+    assert record.baseline["id"] == base.id and record.baseline["run"] == base.run
+    assert (record.m, record.n, record.flipped) == (2, 3, ["c2"])  # the baseline's first pass vs a fresh pass
+    with pytest.raises(InputError, match="is a probe-run, not a probe record"):
+        probe(endpoint, tmp_path, cases, axis="redeploy", baseline=base.run)
+    with pytest.raises(InputError, match=f"--baseline {base.id} has none of these cases"):
+        probe(endpoint, tmp_path, make_cases(2, tag="zz")[1:], axis="redeploy", baseline=base.id,
+              case_list=[Case(id="other", prompt="x")])
+
+
+# -- until-width ---------------------------------------------------------------------------------
+
+def test_until_width_stops_at_the_first_round_narrow_enough(endpoint, tmp_path):
+    from execsys.stats import cases_for_width
+
+    first = cases_for_width(1.0, 0.5)
+    record = probe(endpoint, tmp_path, make_cases(first + 15, tag="w1"), until_width=0.5)
+    assert record.n == first
+    assert record.stopped["reason"] == "width" and record.stopped["early"] is True
+    assert record.stopped["until_width"] == 0.5 and record.stopped["width"] <= 0.5
+    never = probe(endpoint, tmp_path / "b", make_cases(4, tag="w2"), until_width=0.01, max_n=3)
+    assert never.n == 3 and never.stopped["reason"] == "max-n" and never.stopped["early"] is False
+    plain = probe(endpoint, tmp_path / "c", make_cases(3, tag="w3"), until_width=0.01)
+    assert plain.stopped["reason"] == "cases" and plain.stopped["max_n"] is None
+
+
+# -- the small rules, called directly ----------------------------------------------------------
+
+@pytest.mark.parametrize(("requested", "answered", "other"), [
+    ("m", "m", False), ("m", "x", True), (None, "x", False), ("m", None, False), ("", "x", False), ("m", "", False),
+])
+def test_answered_as_other_model(requested, answered, other):
+    assert runner._answered_as_other(requested, answered) is other
+
+
+def test_other_model_note_names_every_answer_and_counts():
+    note = runner._other_model_note("B", "m", {"y": 2, "x": 1}, 5)
+    assert note == "pass B: 3 of 5 responses named another model than the 'm' requested: 'x' (1), 'y' (2)"
+
+
+def test_engine_facts_leave_out_pids_and_the_program_name():
+    facts = runner._engine_facts({"engine": "llama.cpp", "endpoint": {"server_version": "1", "build_info": "b",
+                                                                       "system_fingerprint": "fp"},
+                                  "process": {"argv": ["python", "-m", "x"], "exe": "/bin/py", "pid": 7,
+                                              "numerics_env": {"A": "1"}}})
+    assert facts == {"engine": "llama.cpp", "server_version": "1", "build_info": "b", "system_fingerprint": "fp",
+                     "process_argv": ["-m", "x"], "process_exe": "/bin/py", "numerics_env": {"A": "1"}}
+    assert runner._engine_facts({"process": {"argv": ["only"]}})["process_argv"] is None
+    assert runner._engine_facts({})["process_argv"] is None
+
+
+def test_declared_runtime_of_a_command_target_is_the_declared_endpoint():
+    options = ProbeOptions(axis="session", command="cat", case_list=[], api_key_env="KEY",
+                           declared_runtime={"endpoint": "http://e/v1", "engine": "vllm", "process": ""})
+    assert runner._declared_runtime(options, "") == {"endpoint": "http://e/v1", "api_key_env": "KEY", "engine": "vllm"}
+    assert runner._declared_runtime(options, "http://t/v1")["endpoint"] == "http://t/v1"
+
+
+def test_request_key_makes_twins_of_the_same_prompt_or_messages():
+    assert runner._request_key(Case("a", prompt="p")) == runner._request_key(Case("b", prompt="p"))
+    messages = [{"role": "user", "content": "p"}]
+    assert runner._request_key(Case("a", messages=messages)) == repr(messages)
+
+
+def test_iso_is_utc_with_milliseconds():
+    assert runner._iso(0.25) == "1970-01-01T00:00:00.250Z"
+
+
+def test_baseline_results_take_each_case_first_pass():
+    from execsys.probes.record import CaseResult, ProbeRecord
+
+    record = ProbeRecord.__new__(ProbeRecord)
+    record.passes = [{"system_fingerprints": ["fp1"], "models": ["m1"]}]
+    record.cases = [CaseResult(id="a", passes=[{"digest": "d", "outcome": "7", "error": None}, {"digest": "e"}], agree=False),
+                    CaseResult(id="b", passes=[], agree=None)]
+    results = runner._baseline_results(record)
+    assert list(results) == ["a"]
+    assert (results["a"].digest, results["a"].outcome, results["a"].fingerprint, results["a"].model) == \
+        ("d", "7", "fp1", "m1")
+
+
+class _Vowel(Axis):
+    name = "alpha"
+
+
+def _context(tmp_path, axis=None):
+    from execsys.probes.store import ProbeRunStore
+
+    ledger = Ledger.open(tmp_path / "ledger.sqlite")
+    options = ProbeOptions(axis="session", endpoints=["http://127.0.0.1:9/v1"], case_list=[])
+    store = ProbeRunStore(ledger, "run-1")
+    events: list = []
+    return runner.RunContext(options, store, [], threading.Event(), events.append, axis), events, ledger
+
+
+def test_engine_changed_says_a_or_an_by_the_axis_name(tmp_path):
+    ctx, events, ledger = _context(tmp_path, _Vowel())
+    ctx.engine_changed("engine moved")
+    ctx.axis = AXES["session"]
+    ctx.engine_changed("again")
+    ledger.close()
+    assert ctx.notes == ["engine moved: disagreement is not an alpha effect",
+                         "again: disagreement is not a session effect"]
+    assert ctx.engine_change == "again" and events == [Note(n) for n in ctx.notes]
+
+
+def test_abort_names_the_run_and_what_was_kept(tmp_path):
+    ctx, _, ledger = _context(tmp_path)
+    ctx.pass_counts.update({0: 3, 1: 2})
+    with pytest.raises(ProbeAborted) as info:
+        ctx.abort("restart command failed (exit 1)")
+    ledger.close()
+    assert str(info.value) == ("restart command failed (exit 1); the 5 case results already taken are kept in run "
+                               "run-1: fix it and continue with --resume run-1")
+    assert info.value.run_id == "run-1"
+
+
+def test_notes_are_redacted_and_kept_once(tmp_path):
+    ctx, events, ledger = _context(tmp_path)
+    ctx.note_once("token sk-abcdefghijklmnopqrstuvwx leaked")
+    ctx.note_once("token sk-abcdefghijklmnopqrstuvwx leaked")
+    ctx.note_event("said, not kept")
+    ledger.close()
+    assert len(ctx.notes) == 1 and "sk-abcdefghijklmnopqrstuvwx" not in ctx.notes[0]
+    assert len(events) == 2 and events[1] == Note("said, not kept")
+    assert ctx.pass_has_results(0) is False
+    ctx.pass_counts[0] = 1
+    assert ctx.pass_has_results(0) is True
+
+
+def test_a_client_that_raises_is_an_errored_case_not_a_lost_one(endpoint, tmp_path, monkeypatch):
+    from execsys.probes.client import EndpointClient
+
+    real = EndpointClient.complete
+
+    def complete(self, case, params):
+        if case.id == "c1":
+            raise RuntimeError("client bug")
+        return real(self, case, params)
+
+    monkeypatch.setattr(EndpointClient, "complete", complete)
+    record = probe(endpoint, tmp_path, make_cases(2, tag="x1"))
+    assert record.errored_cases == ["c1"]
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        assert ledger.child(record.run, "0:c1").body["error"] == "RuntimeError: client bug"
+
+
+def test_pass_schedule_json_names_order_and_source():
+    assert PassSchedule(1, "B", shuffled=True).to_json() == {
+        "index": 1, "label": "B", "target": 0, "concurrency": 1, "load": 0, "order": "shuffled", "source": "send"}
+
+
+def test_completion_without_text_is_not_ok():
+    assert not Completion(None).ok and Completion("").ok and not Completion("x", error="e").ok
