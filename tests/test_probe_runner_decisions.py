@@ -14,15 +14,15 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from execsys.errors import InputError
-from execsys.ledger import Ledger
 from execsys.probes import runner
 from execsys.probes.axes import AXES, Axis, PassSchedule
 from execsys.probes.cases import Case
 from execsys.probes.client import Completion
 from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
 from execsys.probes.runner import ProbeAborted, ProbeInterrupted, ProbeOptions, run_probe
+
+from execsys.errors import InputError
+from execsys.ledger import Ledger
 from tests.fixtures.llama import FlipEndpoint
 
 
