@@ -446,3 +446,173 @@ def test_pass_schedule_json_names_order_and_source():
 
 def test_completion_without_text_is_not_ok():
     assert not Completion(None).ok and Completion("").ok and not Completion("x", error="e").ok
+
+
+# -- what the record says beside the rate ----------------------------------------------------
+
+DIFFERENCE = {"component": "runtime.engine.version", "pinned": "1", "observed": "2"}
+
+
+def test_a_system_that_differs_from_the_lock_is_said_once_and_counts_toward_no_identity(
+        endpoint, tmp_path, quick_system_look):
+    from execsys.probes.events import SystemDiffers
+
+    quick_system_look.extend([{"verdict": "differs", "differences": [DIFFERENCE], "reason": None}] * 2)
+    events: list = []
+    record = probe(endpoint, tmp_path, make_cases(2, tag="y1"), events, identity="0123456789abcdef0123")
+    said = [e for e in events if isinstance(e, SystemDiffers)]
+    assert len(said) == 1 and (said[0].pass_index, said[0].at) == (0, "start")
+    assert said[0].message == "the engine answering this probe is not the pinned system: runtime engine version 1 -> 2"
+    assert record.system_check["verdict"] == "differs" and record.scope["system"] == "differs"
+    assert record.identity is None
+    assert record.identity_reason == (f"{record.system_check['sentence']} (identity 0123456789ab was pinned): this "
+                                      "probe counts toward no identity")
+    assert said[0].message in record.notes
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        assert ledger.child(record.run, "system:0:start").body["verdict"] == "differs"
+        assert ledger.child(record.run, "system:1:end").body["target"] == 0
+
+
+def test_a_system_that_differs_without_a_lock_keeps_the_reason_it_had(endpoint, tmp_path, quick_system_look):
+    quick_system_look.extend([{"verdict": "differs", "differences": [DIFFERENCE], "reason": None}])
+    record = probe(endpoint, tmp_path, make_cases(1, tag="y2"), identity_reason="no lock here")
+    assert record.identity is None and record.identity_reason == "no lock here"
+    assert record.system_check["verdict"] == "differs"
+
+
+def test_an_unverified_look_leaves_the_identity(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(1, tag="y3"), identity="0123456789abcdef0123")
+    assert record.identity == "0123456789abcdef0123" and record.identity_reason is None
+    assert record.system_check["verdict"] == "unverified" and record.scope["system"] == "unverified"
+    assert [o["at"] for o in record.system_check["observations"]] == ["start", "end", "start", "end"]
+
+
+def test_a_response_naming_another_model_is_said_once_per_pass_and_counted(endpoint, tmp_path, monkeypatch):
+    import dataclasses
+
+    from execsys.probes.events import ServedModelDiffers
+
+    real = runner.EndpointClient.complete
+
+    def complete(self, case, params):
+        done = real(self, case, params)
+        return dataclasses.replace(done, model="other") if case.id in ("c1", "c2") else done
+
+    monkeypatch.setattr(runner.EndpointClient, "complete", complete)
+    events: list = []
+    record = probe(endpoint, tmp_path, make_cases(3, tag="m1"), events)
+    said = [e for e in events if isinstance(e, ServedModelDiffers)]
+    assert [(e.pass_index, e.requested, e.answered) for e in said] == [(0, "fake", "other"), (1, "fake", "other")]
+    assert said[0].message == f"pass A: case {said[0].case_id} was answered as model 'other', not the 'fake' requested"
+    a = record.passes[0]
+    assert a["models"] == ["fake", "other"]
+    assert a["model_mismatch"] == {"requested": "fake", "answered": {"other": 2}, "cases": 2}
+    assert ("pass A: 2 of 3 responses named another model than the 'fake' requested: 'other' (2)") in record.notes
+    assert ("pass B: 2 of 3 responses named another model than the 'fake' requested: 'other' (2)") in record.notes
+
+
+def test_a_fingerprint_moving_between_passes_is_noted_beside_the_rate(endpoint, tmp_path, monkeypatch):
+    import dataclasses
+
+    real = runner.EndpointClient.complete
+    seen: dict = {}
+
+    def complete(self, case, params):
+        done = real(self, case, params)
+        seen[case.id] = seen.get(case.id, 0) + 1
+        return dataclasses.replace(done, system_fingerprint="fp_b") if seen[case.id] > 1 else done
+
+    monkeypatch.setattr(runner.EndpointClient, "complete", complete)
+    record = probe(endpoint, tmp_path, make_cases(2, tag="f1"))
+    assert record.notes == ["system_fingerprint changed between pass A and pass B: fp_fake_1 -> fp_b"]
+    assert record.engine_changed is False and record.scope["statement"].startswith("stable")
+
+
+def test_twins_and_requests_in_flight_are_recorded_per_case(endpoint, tmp_path):
+    cases = [Case("a", prompt="twin t1"), Case("b", prompt="twin t1"), Case("c", prompt="other t1")]
+    record = probe(endpoint, tmp_path, cases)
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        rows = {c: ledger.child(record.run, f"0:{c}").body for c in "abc"}
+    assert [rows[c]["after_twin"] for c in "abc"] == [False, True, False]
+    assert {rows[c]["in_flight_with"] for c in "abc"} == {0}
+
+
+def test_logprobs_from_the_engine_give_the_near_tie_split(tmp_path):
+    from tests.test_probe_forensics import LogprobEndpoint
+
+    cases = [Case("c0", prompt="q [gap:0.003]"), Case("c1", prompt="q [gap:3.9]"), Case("c2", prompt="steady")]
+    with LogprobEndpoint() as served:
+        record = run_probe(ProbeOptions(axis="session", endpoints=[served.base_url], case_list=cases, retries=0,
+                                        timeout=5.0, ledger=tmp_path / "ledger.sqlite", want_tokens=True))
+    assert (record.m, record.n) == (1, 3)
+    lp = record.logprobs
+    assert (lp["status"], lp["k"], lp["tie_margin"], lp["flips"], lp["near_ties"], lp["not_near_ties"]) == \
+        ("ok", 5, 0.1, 2, 1, 1)
+    assert record.sentence.endswith(". 2 flips: 1 at near-tie (median margin 0.003), 1 not a near-tie (c1, 3.9 nats)")
+    [c0] = [c for c in record.cases if c.id == "c0"]
+    margin = c0.first_divergence["logprobs"]
+    assert margin["verdict"] == "near-tie" and margin["token"] == 2
+    assert c0.first_divergence["sent"] == [{"pass": 0, "after_twin": False, "in_flight_with": 0},
+                                           {"pass": 1, "after_twin": False, "in_flight_with": 0}]
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        row = ledger.child(record.run, "0:c0").body
+    assert row["tokens"] == ["The", " answer", " 4"] and "logprobs" in row
+
+
+def test_logprobs_asked_and_none_given_are_unsupported(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(2, {0: " [flip]"}, tag="lp1"), logprobs=5)
+    assert record.logprobs == {"status": "unsupported", "k": 5, "tie_margin": record.logprobs["tie_margin"]}
+    assert "flips:" not in record.sentence
+
+
+def test_a_large_probe_keeps_its_case_results_in_the_ledger(endpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "CASES_INLINE_LIMIT", 2)
+    record = probe(endpoint, tmp_path, make_cases(3, {1: " [flip]"}, tag="big"))
+    assert record.cases_in_ledger is True and (record.m, record.n) == (2, 3)
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        assert ledger.count(kind="probe-result", parent=record.run) == 3
+    assert [c.id for c in record.cases] == ["c0", "c1", "c2"] and [c.agree for c in record.cases] == [True, False, True]
+
+
+def test_baseline_of_another_identity_is_refused(endpoint, tmp_path):
+    cases = make_cases(2, tag="d2")
+    base = probe(endpoint, tmp_path, cases, identity="aaaaaaaaaaaaaaaa1")
+    with pytest.raises(InputError) as info:
+        probe(endpoint, tmp_path, cases, axis="redeploy", baseline=base.id, identity="bbbbbbbbbbbbbbbb2")
+    assert str(info.value) == (f"--baseline {base.id} was taken under identity aaaaaaaaaaaa, this lock is "
+                               "bbbbbbbbbbbb: a redeploy compares the same declared identity (see 'execsys diff')")
+    same = probe(endpoint, tmp_path, cases, axis="redeploy", baseline=base.id, identity="aaaaaaaaaaaaaaaa1")
+    assert same.baseline["identity"] == "aaaaaaaaaaaaaaaa1" and same.identity == "aaaaaaaaaaaaaaaa1"
+    assert same.passes[0]["completed"] == 2 and same.passes[0]["system_fingerprints"] == ["fp_fake_1"]
+
+
+def test_resume_true_takes_the_newest_unfinished_run(tmp_path):
+    cancel = threading.Event()
+
+    def stop_at_two(event) -> None:
+        if isinstance(event, CaseDone) and event.done == 2:
+            cancel.set()
+
+    cases = make_cases(6, tag="r5")
+    with FlipEndpoint() as served:
+        with pytest.raises(ProbeInterrupted) as older:
+            run_probe(options_for(served, tmp_path, cases), on_event=stop_at_two, cancel=cancel)
+        cancel.clear()
+        with pytest.raises(ProbeInterrupted) as newer:
+            run_probe(options_for(served, tmp_path, cases), on_event=stop_at_two, cancel=cancel)
+        record = run_probe(options_for(served, tmp_path, cases, resume=True))
+        assert record.run == newer.value.run_id != older.value.run_id
+
+
+def test_command_target_record_and_clients(tmp_path):
+    options = ProbeOptions(axis="session", command="cat", case_list=[], retries=5, timeout=3.0)
+    [client] = runner._clients(options)
+    assert isinstance(client, runner.CommandClient)
+    endpoint_opts = ProbeOptions(axis="session", endpoints=["http://a/v1", "http://b/v1"], case_list=[], concurrency=9)
+    assert [c.base_url for c in runner._clients(endpoint_opts)] == ["http://a/v1", "http://b/v1"]
+
+
+def test_case_body_without_a_run_is_empty(tmp_path):
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        assert runner._case_body(ledger, None, 0, "c") == {}
+        assert runner._case_body(ledger, "run-x", 0, "c") == {}
