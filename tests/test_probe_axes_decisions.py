@@ -49,7 +49,7 @@ def test_registry_names_every_axis_once():
      "outputs carry across these hosts", False, True),
     ("redeploy", "across redeploys", "scope comparisons to one deployment: re-run the baseline after every redeploy",
      "this deployment reproduces the baseline", True, False),
-])
+], ids=["session", "restart", "concurrency", "two-endpoints", "redeploy"])
 def test_each_axis_words_its_boundary_and_licence(name, across, advice, stable, baseline, at_once):
     axis = AXES[name]
     assert (axis.across, axis.advice, axis.stable_advice) == (across, advice, stable)
@@ -76,6 +76,14 @@ def test_statement_branches_in_precedence():
     assert axis.statement("B", 3, True, "engine moved") == "engine moved: this measures an engine change, not B"
     assert axis.statement("B", None, True, None) == "stable B for these cases: repeated runs on one server agree"
     assert axis.statement("B", 1, False, "") == f"unstable B: {axis.advice}"
+
+
+def test_pass_schedule_json_names_order_and_source():
+    assert PassSchedule(1, "B", target=2, concurrency=3, load=4, shuffled=True).to_json() == {
+        "index": 1, "label": "B", "target": 2, "concurrency": 3, "load": 4, "order": "shuffled", "source": "send"}
+    assert PassSchedule(0, "baseline", source="baseline").to_json() == {
+        "index": 0, "label": "baseline", "target": 0, "concurrency": 1, "load": 0, "order": "file",
+        "source": "baseline"}
 
 
 def test_letters_name_passes():
@@ -138,7 +146,9 @@ def test_concurrency_boundary_names_the_load():
      "the hosts axis runs one pass per endpoint; --repeats does not apply"),
     ("redeploy", {}, "the redeploy axis needs --baseline RECORD_ID (a probe record from the ledger)"),
     ("redeploy", {"baseline": "b", "endpoints": [URL, URL]}, "the redeploy axis takes one --endpoint"),
-])
+], ids=["session-one-url", "restart-no-command", "restart-one-url", "concurrency-one-url", "concurrency-no-load",
+        "concurrency-load-1", "endpoints-not-command", "endpoints-one", "endpoints-repeats", "redeploy-no-baseline",
+        "redeploy-one-url"])
 def test_axis_refusals(axis, given, message):
     with pytest.raises(UsageError) as info:
         AXES[axis].validate(opts(axis, **given))
@@ -148,7 +158,7 @@ def test_axis_refusals(axis, given, message):
 @pytest.mark.parametrize(("axis", "given"), [
     ("session", {}), ("restart", {"restart": "true"}), ("concurrency", {"load": 2}),
     ("hosts", {"endpoints": [URL, URL]}), ("redeploy", {"baseline": "b"}),
-])
+], ids=["session", "restart", "concurrency", "endpoints", "redeploy"])
 def test_axis_accepts_what_it_needs(axis, given):
     AXES[axis].validate(opts(axis, **given))
 
