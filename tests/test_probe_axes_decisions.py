@@ -179,9 +179,11 @@ class Context(RunContext):
         self.processes = list(processes)
 
     def observe(self, index):
+        assert index == 0, index  # the schedule's target, never another
         return self.looks.pop(0) if self.looks else {"models": ["m"]}
 
     def serving_process(self, index):
+        assert index == 0, index
         return self.processes.pop(0) if self.processes else (None, "not served from this machine")
 
 
@@ -245,11 +247,12 @@ def test_a_restart_observed_is_recorded_with_both_processes(context):
     AXES["restart"].before_pass(ctx, PassSchedule(1, "B"))
     step = ctx.steps["restart:1"]
     assert (step["command"], step["changed"], step["process_before"], step["process_after"]) == ("true", [], P1, P2)
+    assert step["before"] == step["after"] == {"models": ["m"], "server": {"version": "1"}}
     assert step["process_unobservable"] is None
     assert 0 <= step["restart_s"] <= step["ready_s"]
     assert ctx.engine_change is None and ctx.notes == []
     evidence = AXES["restart"].evidence(ctx, [PassSchedule(0, "A"), PassSchedule(1, "B")], None)
-    assert evidence["verdict"] == "observed" and evidence["event"] == "restart"
+    assert evidence["verdict"] == "observed" and evidence["event"] == "restart" and len(evidence["restarts"]) == 1
     assert evidence["sentence"] == ("restart observed before pass B: pid 10, started 1970-01-01T00:01:40Z -> "
                                     "pid 11, started 1970-01-01T00:03:20Z")
     with Ledger.open(ctx.ledger.path) as ledger:
@@ -268,6 +271,17 @@ def test_a_restart_that_restarted_nothing_is_said_and_an_engine_change_is_named(
         "the engine changed across the restart (server version: 1 -> 2): disagreement is not a restart effect",
         "no restart observed: the serving process before pass B (pid 10, started 1970-01-01T00:01:40Z) is the one "
         "that served the pass before: the restart command restarted nothing"]
+
+
+def test_two_engine_changes_are_named_together_and_readiness_asks_the_target(context):
+    with LoopbackServer(Ready) as server:
+        Ready.status["code"], Ready.paths[:] = 200, []
+        ctx = context(opts("restart", restart="true", endpoints=[server.url()], ready_timeout=5.0),
+                      looks=[{"models": ["m"], "server": {"version": "1"}}, {"models": ["n"], "server": {"version": "2"}}],
+                      processes=[(P1, None), (P2, None)])
+        AXES["restart"].before_pass(ctx, PassSchedule(1, "B"))
+        assert Ready.paths == ["/v1/models"]
+    assert ctx.engine_change == "the engine changed across the restart (model list: m -> n; server version: 1 -> 2)"
 
 
 def test_a_server_never_ready_aborts_with_what_the_ready_check_said(context):
@@ -309,11 +323,12 @@ def test_restart_evidence_takes_the_worst_restart(context):
     ctx.steps["restart:2"] = {"process_before": None, "process_after": P2, "process_unobservable": "remote"}
     ctx.steps["restart:3"] = {"process_before": P2, "process_after": P2}
     worst = AXES["restart"].evidence(ctx, schedules, None)
-    assert worst["verdict"] == "not-observed" and len(worst["restarts"]) == 3
+    assert worst["verdict"] == "not-observed" and len(worst["restarts"]) == 3 and worst["event"] == "restart"
     assert worst["sentence"].startswith("no restart observed: the serving process before pass D")
     del ctx.steps["restart:3"]
-    assert AXES["restart"].evidence(ctx, schedules, None)["sentence"] == (
-        "restart unverified: the serving process could not be observed (remote)")
+    unverified = AXES["restart"].evidence(ctx, schedules, None)
+    assert (unverified["event"], unverified["verdict"]) == ("restart", "unverified")
+    assert unverified["sentence"] == "restart unverified: the serving process could not be observed (remote)"
     del ctx.steps["restart:2"]
     ctx.steps["restart:3"] = {"process_before": P2, "process_after": P1}
     last = AXES["restart"].evidence(ctx, schedules, None)
@@ -344,9 +359,11 @@ def test_describe_a_command_result():
     assert _describe(ProcResult(["sh"], 1, stderr=b"x" * 300)) == "exit 1: " + "x" * 200
 
 
-def test_run_restart_runs_the_command_in_a_shell():
+def test_run_restart_runs_the_command_in_a_shell_within_its_timeout():
     result = restart_axis.run_restart("echo $((2 + 3)); exit 4", 5.0)
     assert (result.returncode, result.text().strip()) == (4, "5")
+    slow = restart_axis.run_restart("sleep 5", 0.3)
+    assert slow.timed_out and not slow.ok
 
 
 class Ready(JsonHandler):
