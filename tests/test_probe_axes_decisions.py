@@ -7,6 +7,7 @@ endpoint (:mod:`tests.fixtures.fake_http`); the serving process it looks at is g
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -244,9 +245,15 @@ def test_a_restart_observed_is_recorded_with_both_processes(context):
     ctx = context(opts("restart", restart="true", ready="true", ready_timeout=5.0),
                   looks=[{"models": ["m"], "server": {"version": "1"}}, {"models": ["m"], "server": {"version": "1"}}],
                   processes=[(P1, None), (P2, None)])
+    began = time.monotonic()
     AXES["restart"].before_pass(ctx, PassSchedule(1, "B"))
+    took = time.monotonic() - began
     step = ctx.steps["restart:1"]
     assert (step["command"], step["changed"], step["process_before"], step["process_after"]) == ("true", [], P1, P2)
+    # seconds since the command started, to the millisecond: never a clock reading, never more than the hook took
+    assert isinstance(step["restart_s"], float) and isinstance(step["ready_s"], float)
+    assert step["restart_s"] == round(step["restart_s"], 3) and step["ready_s"] == round(step["ready_s"], 3)
+    assert step["ready_s"] <= took + 0.001
     assert step["before"] == step["after"] == {"models": ["m"], "server": {"version": "1"}}
     assert step["process_unobservable"] is None
     assert 0 <= step["restart_s"] <= step["ready_s"]
@@ -376,7 +383,7 @@ class Ready(JsonHandler):
 
 
 def wctx(url: str = "", cancel: bool = False):
-    ctx = SimpleNamespace(target_url=lambda target: url, cancel=threading.Event())
+    ctx = SimpleNamespace(target_url=lambda target: {0: url}[target], cancel=threading.Event())
     if cancel:
         ctx.cancel.set()
     return ctx
@@ -401,10 +408,17 @@ def test_wait_ready_by_url_default_and_command():
         assert wait_ready(wctx(), 0, server.url("/h"), 0.3)[0] is False
     gone = "http://127.0.0.1:9/ready"
     assert wait_ready(wctx(), 0, gone, 0.3) == (False, f"{gone}: ConnectError")
+    secure = "https://127.0.0.1:9/ready"  # polled as a URL, never run as a command
+    assert wait_ready(wctx(), 0, secure, 0.3) == (False, f"{secure}: ConnectError")
     assert wait_ready(wctx(), 0, "true", 5.0) == (True, "ready command exited 0")
     assert wait_ready(wctx(), 0, "echo no; exit 2", 0.3) == (False, "ready command: exit 2: no")
     assert wait_ready(wctx(cancel=True), 0, "true", 5.0) == (False, "cancelled")
     assert wait_ready(wctx(), 0, "true", 0.0) == (False, "not polled yet")
+
+
+def test_a_ready_command_that_never_exits_is_stopped_and_said():
+    ready, detail = wait_ready(wctx(), 0, "exec sleep 100", 0.3)
+    assert ready is False and detail.startswith("ready command: no exit within ")
 
 
 def test_runtime_changes_in_words():
