@@ -12,11 +12,12 @@ from __future__ import annotations
 import socket
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from execsys.probes import runner
 from execsys.probes.axes import AXES, Axis, PassSchedule
-from execsys.probes.cases import Case
+from execsys.probes.cases import Case, pass_indices
 from execsys.probes.client import Completion
 from execsys.probes.events import CaseDone, Note, PassFinished, PassStarted, ProbeFinished, RunOpened
 from execsys.probes.runner import ProbeAborted, ProbeInterrupted, ProbeOptions, run_probe
@@ -365,12 +366,18 @@ def test_baseline_results_take_each_case_first_pass():
 
     record = ProbeRecord.__new__(ProbeRecord)
     record.passes = [{"system_fingerprints": ["fp1"], "models": ["m1"]}]
-    record.cases = [CaseResult(id="a", passes=[{"digest": "d", "outcome": "7", "error": None}, {"digest": "e"}], agree=False),
-                    CaseResult(id="b", passes=[], agree=None)]
+    record.cases = [CaseResult(id="b", passes=[], agree=None),
+                    CaseResult(id="a", passes=[{"digest": "d", "outcome": "7", "error": None}, {"digest": "e"}],
+                               agree=False),
+                    CaseResult(id="c", passes=[{"digest": None, "outcome": None, "error": "HTTP 500"}], agree=None)]
     results = runner._baseline_results(record)
-    assert list(results) == ["a"]
+    assert list(results) == ["a", "c"]
     assert (results["a"].digest, results["a"].outcome, results["a"].fingerprint, results["a"].model) == \
         ("d", "7", "fp1", "m1")
+    assert results["a"].error is None and results["c"].error == "HTTP 500"
+    record.passes = []
+    bare = runner._baseline_results(record)
+    assert (bare["a"].fingerprint, bare["a"].model) == (None, None)
 
 
 class _Vowel(Axis):
@@ -616,3 +623,129 @@ def test_case_body_without_a_run_is_empty(tmp_path):
     with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
         assert runner._case_body(ledger, None, 0, "c") == {}
         assert runner._case_body(ledger, "run-x", 0, "c") == {}
+
+
+# -- until-width: where inside a round it stops ------------------------------------------------
+
+def _width(m: int, n: int) -> float:
+    from execsys.stats import wilson
+
+    low, high = wilson(m, n)
+    return high - low
+
+
+def test_until_width_stops_inside_a_round_at_the_exact_width_skipping_errored_cases(endpoint, tmp_path):
+    # in the seeded order: ok, flip, errored, then ok: the width of 5/6 is reached at the 7th case, inside
+    # the second round
+    order = pass_indices(15, 0, 1)
+    cases = make_cases(15, {order[1]: " [flip]", order[2]: " [error]"}, tag="w4")
+    record = probe(endpoint, tmp_path, cases, until_width=_width(5, 6))
+    assert (record.m, record.n, record.errored) == (5, 6, 1)
+    assert record.stopped["reason"] == "width" and record.stopped["early"] is True
+    assert record.stopped["width"] == _width(5, 6)
+
+
+def test_until_width_judges_at_the_probe_level(endpoint, tmp_path):
+    # every other case changes its text but keeps its number: agreeing outcomes, differing outputs
+    order = pass_indices(16, 0, 1)
+    cases = make_cases(16, {order[i]: " [flipnum]" for i in range(1, 16, 2)}, tag="w5")
+    record = probe(endpoint, tmp_path, cases, until_width=0.6, compare="outcome", extract="last-number")
+    assert (record.m, record.n) == (3, 3) and record.stopped["reason"] == "width"
+
+
+def test_until_width_against_a_baseline_compares_with_its_first_pass(endpoint, tmp_path):
+    cases = make_cases(12, tag="w6")
+    base = probe(endpoint, tmp_path, cases)
+    record = probe(endpoint, tmp_path, cases, axis="redeploy", baseline=base.id, until_width=0.5)
+    assert (record.m, record.n) == (4, 4) and record.stopped["reason"] == "width"
+
+
+def test_a_large_baseline_is_read_back_from_the_ledger(endpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "CASES_INLINE_LIMIT", 2)
+    cases = make_cases(3, {0: " [flip]"}, tag="d3")
+    base = probe(endpoint, tmp_path, cases)
+    record = probe(endpoint, tmp_path, cases, axis="redeploy", baseline=base.id)
+    assert (record.m, record.n, record.flipped) == (2, 3, ["c0"])
+
+
+# -- the run context's looks at the target -----------------------------------------------------
+
+def test_record_step_keeps_the_step_in_the_ledger_and_in_memory(tmp_path):
+    ctx, _, ledger = _context(tmp_path)
+    ctx.record_step("restart:1", {"command": "true"})
+    assert ctx.step("restart:1") == {"command": "true"} and ctx.step("restart:2") is None
+    assert ledger.child("run-1", "restart:1").body["command"] == "true"
+    ledger.close()
+
+
+def test_observe_reports_the_runtime_facts_or_why_not(endpoint, tmp_path, monkeypatch):
+    import execsys.identity
+
+    asked: list = []
+
+    def observed(declared, require_endpoint=True):
+        asked.append((declared, require_endpoint))
+        return {"engine": "llama.cpp", "endpoint": {"server_version": "7"}, "process": {"argv": ["srv", "-m", "x"]}}
+
+    monkeypatch.setattr(execsys.identity, "observe_runtime", observed)
+    options = ProbeOptions(axis="session", endpoints=[endpoint.base_url], case_list=[], api_key_env="K",
+                           declared_runtime={"engine": "llama.cpp"})
+    [client] = runner._clients(options)
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        ctx = runner.RunContext(options, runner.ProbeRunStore(ledger, "r"), [client], threading.Event(), print)
+        info = ctx.observe(0)
+        assert info["models"] == ["fake"] and info["endpoint"] == endpoint.base_url
+        assert info["runtime"] == {"engine": "llama.cpp", "server_version": "7", "build_info": None,
+                                   "system_fingerprint": None, "process_argv": ["-m", "x"], "process_exe": None,
+                                   "numerics_env": None}
+        assert asked == [({"endpoint": endpoint.base_url, "api_key_env": "K", "engine": "llama.cpp"}, False)]
+
+        def fails(declared, require_endpoint=True):
+            raise RuntimeError("no look")
+
+        monkeypatch.setattr(execsys.identity, "observe_runtime", fails)
+        info = ctx.observe(0)
+        assert info["runtime_error"] == "RuntimeError: no look" and "runtime" not in info
+    client.close()
+
+
+def test_system_runtime_takes_the_engine_and_process_the_lock_pinned(tmp_path):
+    options = ProbeOptions(axis="session", endpoints=["http://127.0.0.1:9/v1"], case_list=[],
+                           declared_runtime={"engine": "vllm", "process": "vllm serve"},
+                           pinned_declared_runtime={"engine": "llama.cpp", "process": ""})
+    client = SimpleNamespace(base_url="http://127.0.0.1:9/v1", display="t")
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        ctx = runner.RunContext(options, runner.ProbeRunStore(ledger, "r"), [client], threading.Event(), print)
+        assert ctx.system_runtime(0) == {"endpoint": "http://127.0.0.1:9/v1", "engine": "llama.cpp",
+                                         "process": "vllm serve"}
+        assert ctx.target_url(0) == "http://127.0.0.1:9/v1"
+
+
+def test_serving_process_is_found_only_where_it_can_be_seen(endpoint, tmp_path):
+    import os
+
+    def ctx_for(url, command=None):
+        options = ProbeOptions(axis="session", endpoints=[url] if url else [], command=command, case_list=[])
+        client = SimpleNamespace(base_url=url, display="t")
+        return runner.RunContext(options, runner.ProbeRunStore(ledger, "r"), [client], threading.Event(), print)
+
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        assert ctx_for("", command="cat").serving_process(0) == (None, "no endpoint to find its serving process by")
+        assert ctx_for("http://192.0.2.7:8000/v1").serving_process(0) == (
+            None, "http://192.0.2.7:8000/v1 is not served from this machine: its process is not observable here")
+        gone = f"http://127.0.0.1:{free_port()}/v1"
+        assert ctx_for(gone).serving_process(0) == (None, f"no process visible here listens on {gone}'s port")
+        facts, why = ctx_for(endpoint.base_url).serving_process(0)
+        assert why is None and facts["pid"] == os.getpid()
+
+
+def test_merge_records_combines_per_endpoint_records_or_says_why_not(endpoint, tmp_path):
+    from execsys.errors import UsageError
+
+    record = probe(endpoint, tmp_path, make_cases(1, tag="g1"))
+    with Ledger.open(tmp_path / "ledger.sqlite") as ledger:
+        with pytest.raises(UsageError, match="needs two or more probe record ids"):
+            runner.merge_records(ledger, [record.id])
+        with pytest.raises(InputError) as info:
+            runner.merge_records(ledger, [record.id, record.id])
+    assert str(info.value).startswith(f"record {record.id} has no identity")
