@@ -369,7 +369,7 @@ def test_describe_a_command_result():
 def test_run_restart_runs_the_command_in_a_shell_within_its_timeout():
     result = restart_axis.run_restart("echo $((2 + 3)); exit 4", 5.0)
     assert (result.returncode, result.text().strip()) == (4, "5")
-    slow = restart_axis.run_restart("sleep 5", 0.3)
+    slow = restart_axis.run_restart("exec sleep 1", 0.3)  # stopped at its timeout, not proc.run's default 5 s
     assert slow.timed_out and not slow.ok
 
 
@@ -416,8 +416,9 @@ def test_wait_ready_by_url_default_and_command():
     assert wait_ready(wctx(), 0, "true", 0.0) == (False, "not polled yet")
 
 
-def test_a_ready_command_that_never_exits_is_stopped_and_said():
-    ready, detail = wait_ready(wctx(), 0, "exec sleep 100", 0.3)
+def test_a_ready_command_is_stopped_after_a_second_even_when_the_deadline_is_sooner():
+    # at most the time left, but at least 1 s: a 1.5 s command never finishes in time
+    ready, detail = wait_ready(wctx(), 0, "exec sleep 1.5", 0.3)
     assert ready is False and detail.startswith("ready command: no exit within ")
 
 
