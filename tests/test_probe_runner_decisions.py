@@ -255,6 +255,16 @@ def test_an_endpoint_gone_stops_after_five_refused_connections_and_records_none(
         assert ledger.count(kind="probe-case", parent=info.value.run_id) == 0
 
 
+def test_exactly_the_streak_of_refused_connections_stops_the_probe(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.EndpointClient, "resolve_model", lambda self, requested: requested)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    assert runner.UNREACHABLE_STREAK == 5
+    options = ProbeOptions(axis="session", endpoints=[url], case_list=make_cases(5, tag="u3"), retries=0,
+                           timeout=2.0, ledger=tmp_path / "ledger.sqlite", logprobs=0, model="m")
+    with pytest.raises(ProbeAborted, match="endpoint unreachable since case c0"):
+        run_probe(options)
+
+
 def test_fewer_refused_connections_than_the_streak_are_recorded_as_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(runner.EndpointClient, "resolve_model", lambda self, requested: requested)
     url = f"http://127.0.0.1:{free_port()}/v1"
