@@ -759,3 +759,100 @@ def test_merge_records_combines_per_endpoint_records_or_says_why_not(endpoint, t
         with pytest.raises(InputError) as info:
             runner.merge_records(ledger, [record.id, record.id])
     assert str(info.value).startswith(f"record {record.id} has no identity")
+
+
+# -- the first divergence, from hand-written rows ------------------------------------------------
+
+def _rows(tmp_path, rows: dict[tuple[str, int], dict]):
+    from execsys.probes.store import ProbeRunStore, case_key
+
+    ledger = Ledger.open(tmp_path / "ledger.sqlite")
+    runs: dict[str, str] = {}
+    for (run, pass_index), body in rows.items():
+        if run not in runs:
+            runs[run] = ledger.append("probe-run", {"schema": "x"})
+        ledger.append("probe-case", {"pass": pass_index, "case": "c", **body}, parent=runs[run],
+                      key=case_key(pass_index, "c"))
+    return ledger, runs, ProbeRunStore(ledger, runs.get("run", "none"))
+
+
+def test_divergence_names_where_and_how_each_side_was_sent(tmp_path):
+    ledger, runs, store = _rows(tmp_path, {
+        ("run", 0): {"text": "abc", "after_twin": True, "logprobs_unsupported": True},
+        ("run", 1): {"text": "abd", "in_flight_with": 3},
+    })
+    schedules = [PassSchedule(0, "A"), PassSchedule(1, "B")]
+    found = runner._divergence(store, None, schedules, "c", 1)
+    ledger.close()
+    assert (found["pass"], found["char"], found["logprobs"]) == (1, 2, "unsupported")
+    assert found["sent"] == [{"pass": 0, "after_twin": True, "in_flight_with": 0},
+                             {"pass": 1, "after_twin": False, "in_flight_with": 3}]
+
+
+def test_divergence_unsupported_on_the_later_side_and_rows_without_send_conditions(tmp_path):
+    ledger, runs, store = _rows(tmp_path, {("run", 0): {"text": "abc"},
+                                           ("run", 1): {"text": "abd", "logprobs_unsupported": True}})
+    found = runner._divergence(store, None, [PassSchedule(0, "A"), PassSchedule(1, "B")], "c", 1)
+    ledger.close()
+    assert found["logprobs"] == "unsupported" and "sent" not in found
+
+
+def test_divergence_against_a_baseline_reads_the_baseline_run(tmp_path):
+    ledger, runs, store = _rows(tmp_path, {("base", 0): {"text": "xyz", "in_flight_with": 1},
+                                           ("run", 1): {"text": "xyw"}, ("run", 0): {"text": "other"}})
+    schedules = [PassSchedule(0, "baseline", source="baseline"), PassSchedule(1, "B")]
+    found = runner._divergence(store, SimpleNamespace(run=runs["base"]), schedules, "c", 1)
+    none = runner._divergence(store, None, schedules, "c", 1)
+    ledger.close()
+    assert found["char"] == 2 and found["sent"] == [{"pass": 0, "after_twin": False, "in_flight_with": 1}]
+    assert none["char"] is None  # no baseline run: nothing to compare with
+
+
+def test_divergence_judges_the_margin_at_the_probe_tie_margin(tmp_path):
+    from execsys.probes.margin import pack_logprobs
+
+    a = pack_logprobs(["x"], [-1.0], [[["x", -1.0], ["y", -1.25]]])
+    b = pack_logprobs(["y"], [-1.0], [[["y", -1.0], ["x", -1.25]]])
+    ledger, runs, store = _rows(tmp_path, {("run", 0): {"text": "x", "logprobs": a},
+                                           ("run", 1): {"text": "y", "logprobs": b}})
+    schedules = [PassSchedule(0, "A"), PassSchedule(1, "B")]
+    wide = runner._divergence(store, None, schedules, "c", 1, tie_margin=0.25)
+    narrow = runner._divergence(store, None, schedules, "c", 1)
+    ledger.close()
+    assert wide["logprobs"]["verdict"] == "near-tie" and narrow["logprobs"]["verdict"] == "not a near-tie"
+
+
+def test_a_case_missing_from_the_baseline_is_errored_not_compared(endpoint, tmp_path):
+    base = probe(endpoint, tmp_path, make_cases(2, tag="d4"))
+    events: list = []
+    record = probe(endpoint, tmp_path, make_cases(3, tag="d4"), events, axis="redeploy", baseline=base.id)
+    assert (record.m, record.n, record.errored_cases) == (2, 2, ["c2"])
+    judged = {e.case_id: e.agrees for e in events if isinstance(e, CaseDone) and e.pass_index == 1}
+    assert judged == {"c0": True, "c1": True, "c2": None}
+
+
+def test_each_answer_is_judged_as_it_arrives_at_the_probe_level(endpoint, tmp_path):
+    events: list = []
+    probe(endpoint, tmp_path, make_cases(2, {0: " [flipnum]", 1: " [flip]"}, tag="o3"), events, compare="outcome",
+          extract="last-number")
+    judged = {e.case_id: e.agrees for e in events if isinstance(e, CaseDone) and e.pass_index == 1}
+    assert judged == {"c0": True, "c1": False}
+
+
+def test_a_resumed_pass_keeps_the_window_of_the_session_that_first_sent(tmp_path):
+    import time
+
+    cancel = threading.Event()
+    when: list = []
+
+    def on_event(event) -> None:
+        if isinstance(event, CaseDone) and event.pass_index == 0 and event.done == 2:
+            when.append(time.time())
+            cancel.set()
+
+    cases = make_cases(6, tag="r6")
+    with FlipEndpoint() as served:
+        with pytest.raises(ProbeInterrupted):
+            run_probe(options_for(served, tmp_path, cases), on_event=on_event, cancel=cancel)
+        record = run_probe(options_for(served, tmp_path, cases, resume=True))
+    assert record.passes[0]["window"]["start_unix"] < when[0] < record.passes[1]["window"]["start_unix"]
