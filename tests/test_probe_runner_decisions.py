@@ -827,6 +827,7 @@ def test_a_case_missing_from_the_baseline_is_errored_not_compared(endpoint, tmp_
     events: list = []
     record = probe(endpoint, tmp_path, make_cases(3, tag="d4"), events, axis="redeploy", baseline=base.id)
     assert (record.m, record.n, record.errored_cases) == (2, 2, ["c2"])
+    assert [(p["completed"], p["errored"]) for p in record.passes] == [(2, 1), (3, 0)]  # the baseline lacks c2
     judged = {e.case_id: e.agrees for e in events if isinstance(e, CaseDone) and e.pass_index == 1}
     assert judged == {"c0": True, "c1": True, "c2": None}
 
@@ -856,3 +857,16 @@ def test_a_resumed_pass_keeps_the_window_of_the_session_that_first_sent(tmp_path
             run_probe(options_for(served, tmp_path, cases), on_event=on_event, cancel=cancel)
         record = run_probe(options_for(served, tmp_path, cases, resume=True))
     assert record.passes[0]["window"]["start_unix"] < when[0] < record.passes[1]["window"]["start_unix"]
+
+
+def test_until_width_at_the_outcome_level_counts_changed_outcomes(endpoint, tmp_path):
+    # a flip that changes the number disagrees at the outcome level too: the width of 2/3 is not 0.6
+    order = pass_indices(16, 0, 1)
+    cases = make_cases(16, {order[0]: " [flip]"}, tag="w7")
+    record = probe(endpoint, tmp_path, cases, until_width=0.6, compare="outcome", extract="last-number")
+    assert (record.m, record.n) == (4, 5) and record.stopped["reason"] == "width"
+
+
+def test_errored_cases_with_logprobs_asked_are_not_logprobs_that_came_back(endpoint, tmp_path):
+    record = probe(endpoint, tmp_path, make_cases(2, {0: " [error]", 1: " [error]"}, tag="lp2"), logprobs=5)
+    assert record.logprobs["status"] == "unsupported"
