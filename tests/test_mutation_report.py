@@ -43,3 +43,20 @@ def test_a_survivor_without_a_reason_fails_and_an_equivalent_one_counts_as_kille
     # 8 killed + 1 equivalent of 10 covered: 90%; the left: one still counts as surviving
     assert report.returncode == 0 and "90%" in report.stdout.splitlines()[1]
     assert "m.x_f__mutmut_10: LEFT -- needs a GPU" in report.stdout
+
+
+def test_a_package_row_counts_only_its_own_equivalent_survivors(tmp_path: Path) -> None:
+    # the package's own mutants (p.x_...) share their name's prefix with a submodule's (p.sub.x_...)
+    results = tmp_path / "results.txt"
+    results.write_text("    p.x_f__mutmut_1: killed\n    p.x_f__mutmut_2: killed\n"
+                       "    p.sub.x_g__mutmut_1: killed\n    p.sub.x_g__mutmut_2: survived\n"
+                       "    p.sub.x_g__mutmut_3: survived\n")
+    reasons = tmp_path / "equivalent.tsv"
+    reasons.write_text("p.sub.x_g__mutmut_2\tsame value either way\np.sub.x_g__mutmut_3\tleft: timing only\n")
+    report = _report(str(results), str(reasons))
+    assert report.returncode == 1  # p.sub's 67% is under the goal
+    rows = {line.split()[0]: line.split()[1:] for line in report.stdout.splitlines() if line.startswith(("p", "all"))}
+    # mutants killed survived equiv. no-tests killed% score not-run
+    assert rows["p"] == ["2", "2", "0", "0", "0", "100%", "100%", "0"]
+    assert rows["p.sub"] == ["3", "1", "2", "1", "0", "33%", "67%", "0"]
+    assert rows["all"] == ["5", "3", "2", "1", "0", "60%", "80%", "0"]
