@@ -79,7 +79,7 @@ modules=(
   "plan.log|execsys/plan/log.py|tests/test_plan_log_decisions.py|30"
   "plan.placement|execsys/plan/placement.py|tests/test_plan_placement_decisions.py|30"
   "plan.run|execsys/plan/run.py|tests/test_plan_run_decisions.py|30"
-  "plan.schedule|execsys/plan/schedule.py|tests/test_plan_schedule_decisions.py|30"
+  "plan.schedule|execsys/plan/schedule.py|tests/test_plan_schedule_decisions.py tests/test_plan_golden.py|30"
   "plan.system|execsys/plan/system.py|tests/test_plan_system_decisions.py|30"
   "doctor.hazards.baked_paths|execsys/doctor/hazards/baked_paths.py|tests/test_hazard_thresholds.py|30"
   "doctor.hazards.binary_aliasing|execsys/doctor/hazards/binary_aliasing.py|tests/test_hazard_thresholds.py|30"
