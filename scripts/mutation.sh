@@ -57,7 +57,7 @@ modules=(
   "doctor.hazards.stub_executables|execsys/doctor/hazards/stub_executables.py|tests/test_hazard_thresholds.py|30"
   "doctor.hazards.interop_mangling|execsys/doctor/hazards/interop_mangling.py|tests/test_hazard_thresholds.py|30"
   "doctor.remote|execsys/doctor/remote.py|tests/test_hazard_thresholds.py|30"
-  "plan.checks|execsys/plan/checks.py|tests/test_plan_decisions.py tests/test_plan_checks.py|30"
+  "plan.checks|execsys/plan/checks.py|tests/test_plan_decisions.py tests/test_plan_checks.py tests/test_plan_check_plan_decisions.py|30"
   "plan.paired|execsys/plan/paired.py|tests/test_plan_decisions.py|30"
   "probes.margin|execsys/probes/margin.py|tests/test_margin_decisions.py|30"
   "ledger|execsys/ledger.py|tests/test_ledger_decisions.py tests/test_ledger.py|60"
