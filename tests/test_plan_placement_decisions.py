@@ -117,6 +117,14 @@ def test_another_digest_on_the_host_is_an_integrity_defect(remote) -> None:
     assert evidence["digest"] == "cd" * 32
 
 
+def test_a_digest_that_differs_only_after_the_shown_prefix_is_still_a_defect(remote) -> None:
+    # the message shows 16 characters of each; the comparison is of the whole digest
+    remote.digest = FakeDigest(True, PINNED[:-1] + "0")
+    check, _ = artifact_digest_on_host("gpu1", "/m.gguf", PINNED, 60.0)
+    assert check.passed is False
+    assert check.detail == f"integrity defect: /m.gguf on gpu1 hashes to {PINNED[:16]}, the lock pins {PINNED[:16]}"
+
+
 def test_a_digest_the_host_could_not_compute_fails_with_its_error(remote) -> None:
     remote.digest = FakeDigest(False, None, "ssh: connect to host gpu1: refused")
     check, evidence = artifact_digest_on_host("gpu1", "/m.gguf", PINNED, 60.0)
