@@ -43,9 +43,9 @@ class FakeDigest:
 
 
 @pytest.fixture
-def remote(monkeypatch):
-    """What the host answers: ``remote.digest`` (a FakeDigest) and ``remote.hardware`` (a dict, or an
-    InputError to raise); the calls made are kept in ``remote.calls``."""
+def machine(monkeypatch):
+    """What the host answers: ``machine.digest`` (a FakeDigest) and ``machine.hardware`` (a dict, or an
+    InputError to raise); the calls made are kept in ``machine.calls``."""
 
     class Remote:
         digest = FakeDigest(True, PINNED)
@@ -95,73 +95,73 @@ def test_not_registered_fails(registered_at) -> None:
 # -- (b) the artifact's digest on the host -------------------------------------------------------------
 
 @pytest.mark.parametrize(("path", "digest"), [(None, PINNED), ("/m.gguf", None), ("", PINNED), ("/m.gguf", "")])
-def test_nothing_to_verify_fails_without_asking_the_host(remote, path, digest) -> None:
+def test_nothing_to_verify_fails_without_asking_the_machine(machine, path, digest) -> None:
     check, evidence = artifact_digest_on_host("gpu1", path, digest, 60.0)
     assert check == Check("b-digest", False,
                           "no artifact path and pinned digest to verify (give --lock with a pinned artifact)")
-    assert evidence is None and remote.calls == []
+    assert evidence is None and machine.calls == []
 
 
-def test_the_pinned_digest_on_the_host_passes(remote) -> None:
+def test_the_pinned_digest_on_the_machine_passes(machine) -> None:
     check, evidence = artifact_digest_on_host("gpu1", "/m.gguf", PINNED, 60.0)
     assert check == Check("b-digest", True, f"/m.gguf on gpu1 hashes to the pinned {PINNED[:16]} (blake3)")
-    assert evidence == remote.digest.to_json()
-    assert remote.calls == [("digest", "gpu1", "/m.gguf", 60.0)]
+    assert evidence == machine.digest.to_json()
+    assert machine.calls == [("digest", "gpu1", "/m.gguf", 60.0)]
 
 
-def test_another_digest_on_the_host_is_an_integrity_defect(remote) -> None:
-    remote.digest = FakeDigest(True, "cd" * 32)
+def test_another_digest_on_the_machine_is_an_integrity_defect(machine) -> None:
+    machine.digest = FakeDigest(True, "cd" * 32)
     check, evidence = artifact_digest_on_host("gpu1", "/m.gguf", PINNED, 60.0)
     assert check == Check("b-digest", False, f"integrity defect: /m.gguf on gpu1 hashes to {'cd' * 8}, "
                           f"the lock pins {PINNED[:16]}")
     assert evidence["digest"] == "cd" * 32
 
 
-def test_a_digest_that_differs_only_after_the_shown_prefix_is_still_a_defect(remote) -> None:
+def test_a_digest_that_differs_only_after_the_shown_prefix_is_still_a_defect(machine) -> None:
     # the message shows 16 characters of each; the comparison is of the whole digest
-    remote.digest = FakeDigest(True, PINNED[:-1] + "0")
+    machine.digest = FakeDigest(True, PINNED[:-1] + "0")
     check, _ = artifact_digest_on_host("gpu1", "/m.gguf", PINNED, 60.0)
     assert check.passed is False
     assert check.detail == f"integrity defect: /m.gguf on gpu1 hashes to {PINNED[:16]}, the lock pins {PINNED[:16]}"
 
 
-def test_a_digest_the_host_could_not_compute_fails_with_its_error(remote) -> None:
-    remote.digest = FakeDigest(False, None, "ssh: connect to host gpu1: refused")
+def test_a_digest_the_machine_could_not_compute_fails_with_its_error(machine) -> None:
+    machine.digest = FakeDigest(False, None, "ssh: connect to host gpu1: refused")
     check, evidence = artifact_digest_on_host("gpu1", "/m.gguf", PINNED, 60.0)
     assert check == Check("b-digest", False,
                           "could not compute the digest on gpu1: ssh: connect to host gpu1: refused")
-    assert evidence == remote.digest.to_json()
+    assert evidence == machine.digest.to_json()
 
 
 # -- (c) the host's identity ---------------------------------------------------------------------------
 
-def test_the_host_s_gpus_and_driver_are_recorded(remote) -> None:
-    remote.hardware = {"gpus": [{"name": "H100", "driver_version": None}, {"name": "A10", "driver_version": "550"}]}
+def test_the_machine_s_gpus_and_driver_are_recorded(machine) -> None:
+    machine.hardware = {"gpus": [{"name": "H100", "driver_version": None}, {"name": "A10", "driver_version": "550"}]}
     check, hardware = host_identity_recorded("gpu1", 600.0)
     assert check == Check("c-host-identity", True, "recorded gpu1: H100, A10, driver 550")
-    assert hardware is remote.hardware
-    assert remote.calls == [("hardware", "gpu1", 120.0)]  # never waits more than two minutes
+    assert hardware is machine.hardware
+    assert machine.calls == [("hardware", "gpu1", 120.0)]  # never waits more than two minutes
 
 
-def test_a_short_timeout_is_kept(remote) -> None:
+def test_a_short_timeout_is_kept(machine) -> None:
     host_identity_recorded("gpu1", 30.0)
-    assert remote.calls == [("hardware", "gpu1", 30.0)]
+    assert machine.calls == [("hardware", "gpu1", 30.0)]
 
 
 @pytest.mark.parametrize("hardware", [{}, {"gpus": None}, {"gpus": []}])
-def test_a_host_without_gpus_is_recorded_as_such(remote, hardware) -> None:
-    remote.hardware = hardware
+def test_a_machine_without_gpus_is_recorded_as_such(machine, hardware) -> None:
+    machine.hardware = hardware
     check, _ = host_identity_recorded("gpu1", 60.0)
     assert check == Check("c-host-identity", True, "recorded gpu1: no GPU")
 
 
-def test_a_gpu_without_a_driver_names_none(remote) -> None:
-    remote.hardware = {"gpus": [{"name": "H100"}]}
+def test_a_gpu_without_a_driver_names_none(machine) -> None:
+    machine.hardware = {"gpus": [{"name": "H100"}]}
     assert host_identity_recorded("gpu1", 60.0)[0].detail == "recorded gpu1: H100"
 
 
-def test_a_host_that_cannot_be_looked_at_fails(remote) -> None:
-    remote.hardware = InputError("ssh gpu1: timed out")
+def test_a_machine_that_cannot_be_looked_at_fails(machine) -> None:
+    machine.hardware = InputError("ssh gpu1: timed out")
     check, hardware = host_identity_recorded("gpu1", 60.0)
     assert check == Check("c-host-identity", False, "could not record the identity of gpu1: ssh gpu1: timed out")
     assert hardware is None
@@ -176,9 +176,9 @@ def test_a_host_that_cannot_be_looked_at_fails(remote) -> None:
                  "no residency policy declared ([placement] allowed in execsys.toml): admissibility unknown",
                  id="an-empty-policy"),
     pytest.param({"allowed": ["gpu1"]}, True, "gpu1 is gpu1, allowed by [placement] allowed = ['gpu1']",
-                 id="the-host-itself-allowed"),
+                 id="the-machine-itself-allowed"),
     pytest.param({"allowed": ["eu"]}, False, "gpu1 has no tier/region in [placement] hosts; allowed: ['eu']",
-                 id="a-host-without-labels"),
+                 id="a-machine-without-labels"),
     pytest.param({"allowed": ["eu"], "hosts": {"gpu1": "eu"}}, True,
                  "gpu1 is eu, allowed by [placement] allowed = ['eu']", id="a-label-string"),
     pytest.param({"allowed": ["eu"], "hosts": {"gpu1": "us"}}, False,
@@ -196,42 +196,42 @@ def test_a_host_that_cannot_be_looked_at_fails(remote) -> None:
     pytest.param({"allowed": ["us", "eu"], "hosts": {"gpu1": ["t2", "eu"]}}, True,
                  "gpu1 is eu, allowed by [placement] allowed = ['us', 'eu']", id="a-list-of-labels"),
     pytest.param({"allowed": ["gpu1", "eu"], "hosts": {"gpu1": "eu"}}, True,
-                 "gpu1 is gpu1, allowed by [placement] allowed = ['gpu1', 'eu']", id="the-host-named-first"),
+                 "gpu1 is gpu1, allowed by [placement] allowed = ['gpu1', 'eu']", id="the-machine-named-first"),
     pytest.param({"allowed": ["eu"], "hosts": {"gpu2": "eu"}}, False,
-                 "gpu1 has no tier/region in [placement] hosts; allowed: ['eu']", id="another-host-s-labels"),
+                 "gpu1 has no tier/region in [placement] hosts; allowed: ['eu']", id="another-machine-s-labels"),
     pytest.param({"allowed": ["eu"], "hosts": {"gpu1": 7}}, False,
                  "gpu1 () is not in [placement] allowed = ['eu']", id="a-label-of-another-type"),
     pytest.param({"allowed": [1], "hosts": {"gpu1": {"tier": 1}}}, True,
                  "gpu1 is 1, allowed by [placement] allowed = ['1']", id="numbers-compare-as-text"),
     pytest.param({"allowed": ["eu"], "hosts": None}, False,
-                 "gpu1 has no tier/region in [placement] hosts; allowed: ['eu']", id="hosts-null"),
+                 "gpu1 has no tier/region in [placement] hosts; allowed: ['eu']", id="machines-null"),
 ])
-def test_host_admissible(table, passed, detail) -> None:
+def test_machine_admissible(table, passed, detail) -> None:
     assert host_admissible("gpu1", table) == Check("d-admissible", passed, detail)
 
 
 # -- the four together ---------------------------------------------------------------------------------
 
-def test_check_placement_runs_the_four_in_order(remote) -> None:
+def test_check_placement_runs_the_four_in_order(machine) -> None:
     report = check_placement("B", "gpu1", registered_at="2026-01-01T00:00:00.000Z", artifact_path="/m.gguf",
                              expected_digest=PINNED, placement_table={"allowed": ["gpu1"]}, timeout=90.0)
     assert [c.name for c in report.checks] == ["a-registered", "b-digest", "c-host-identity", "d-admissible"]
     assert report.passed is True
     assert (report.arm, report.host, report.hardware, report.digest) == (
-        "B", "gpu1", remote.hardware, remote.digest.to_json())
-    assert remote.calls == [("digest", "gpu1", "/m.gguf", 90.0), ("hardware", "gpu1", 90.0)]
+        "B", "gpu1", machine.hardware, machine.digest.to_json())
+    assert machine.calls == [("digest", "gpu1", "/m.gguf", 90.0), ("hardware", "gpu1", 90.0)]
     assert report.to_json() == {"arm": "B", "host": "gpu1", "passed": True,
                                 "checks": [c.to_json() for c in report.checks],
-                                "hardware": remote.hardware, "digest": remote.digest.to_json()}
+                                "hardware": machine.hardware, "digest": machine.digest.to_json()}
 
 
-def test_check_placement_s_default_timeout(remote) -> None:
+def test_check_placement_s_default_timeout(machine) -> None:
     check_placement("B", "gpu1", registered_at=None, artifact_path="/m", expected_digest=PINNED,
                     placement_table={})
-    assert remote.calls == [("digest", "gpu1", "/m", 600.0), ("hardware", "gpu1", 120.0)]
+    assert machine.calls == [("digest", "gpu1", "/m", 600.0), ("hardware", "gpu1", 120.0)]
 
 
-def test_one_failed_condition_fails_the_placement(remote) -> None:
+def test_one_failed_condition_fails_the_placement(machine) -> None:
     report = check_placement("B", "gpu1", registered_at="2026-01-01T00:00:00.000Z", artifact_path="/m.gguf",
                              expected_digest=PINNED, placement_table={})
     assert [c.passed for c in report.checks] == [True, True, True, False]

@@ -613,7 +613,7 @@ def test_a_case_without_an_expected_answer_is_refused(made, endpoints, tmp_path)
     assert endpoints.requests == []
 
 
-def test_a_remote_arm_is_checked_before_the_first_case(made, endpoints, monkeypatch) -> None:
+def test_a_far_arm_is_checked_before_the_first_case(made, endpoints, monkeypatch) -> None:
     plan = new_plan(["A", "B"], made.cases, placement={"B": "gpu1", "A": "localhost"})
     with Ledger.open(made.ledger) as ledger:
         register_plan(plan, ledger)

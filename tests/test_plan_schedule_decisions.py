@@ -76,7 +76,7 @@ def test_the_reason_names_the_lock_looked_for(tmp_path) -> None:
     pytest.param(None, True, id="none"),
     pytest.param("", True, id="empty"),
     pytest.param("local", True, id="local"),
-    pytest.param("localhost", True, id="localhost"),
+    pytest.param("localhost", True, id="loopback-name"),
     pytest.param("127.0.0.1", True, id="ipv4-loopback"),
     pytest.param("::1", True, id="ipv6-loopback"),
     pytest.param("gpu1", False, id="a-named-machine"),
@@ -108,11 +108,11 @@ def test_an_arm_that_never_goes_first_still_counts_zero() -> None:
 
 @pytest.mark.parametrize(("placement", "remote"), [
     pytest.param({}, None, id="unplaced-is-this-machine"),
-    pytest.param({"A": "localhost"}, None, id="localhost-is-this-machine"),
-    pytest.param({"A": "gpu1"}, "gpu1", id="a-named-host"),
-    pytest.param({"B": "gpu1"}, None, id="the-other-arm-s-host"),
+    pytest.param({"A": "localhost"}, None, id="loopback-name-is-this-machine"),
+    pytest.param({"A": "gpu1"}, "gpu1", id="a-named-machine"),
+    pytest.param({"B": "gpu1"}, None, id="the-other-arm-s-machine"),
 ])
-def test_remote_host(placement, remote) -> None:
+def test_the_machine_an_arm_runs_on(placement, remote) -> None:
     plan = Plan(["A", "B"], [], "abba", 0, placement, {})
     assert plan.remote_host("A") == remote
 
@@ -452,6 +452,12 @@ def test_load_plan(tmp_path) -> None:
     assert str(other.value) == f"{path}: not an execsys.plan/1 plan"
 
 
+def test_a_plan_that_is_not_a_regular_file_is_named_as_the_plan(tmp_path) -> None:
+    with pytest.raises(InputError) as err:
+        load_plan(tmp_path)
+    assert str(err.value) == f"plan {tmp_path}: is a directory, not a regular file"
+
+
 # -- registration ------------------------------------------------------------------------------------
 
 def test_register_stamps_the_time_and_records_the_plan(ledger) -> None:
@@ -543,6 +549,16 @@ def test_verify_falls_back_to_the_record_s_creation_time(ledger) -> None:
     assert again.registered_at == ledger.get(plan.record_id).created_at
 
 
+def test_the_registration_time_is_the_record_s_own_not_its_creation(ledger) -> None:
+    plan = new_plan(["A", "B"], ["x", "y"])
+    ledger.append("plan", {"digest": plan.digest, "registered_at": "2020-01-01T00:00:00.000Z"},
+                  record_id=plan.record_id)
+    assert verify_registration(plan, ledger) == (plan.record_id, "2020-01-01T00:00:00.000Z")
+    again = new_plan(["A", "B"], ["x", "y"])
+    assert register_plan(again, ledger).registered_at == "2020-01-01T00:00:00.000Z"
+    assert ledger.count(kind="plan") == 1
+
+
 # -- the registered cases ----------------------------------------------------------------------------
 
 def test_the_registered_cases_by_id(tmp_path) -> None:
@@ -630,6 +646,13 @@ def test_make_plan_registers_and_lists_cases_without_an_answer(tmp_path, ledger)
     assert made.to_json() == made.plan.to_json()
     assert made.plan.identity_reason == unpinned_reason(None)
     assert made.plan.digest == new_plan(["A", "B"], path, "abba", 3, identity_reason=unpinned_reason(None)).digest
+
+
+def test_make_plan_keeps_the_placement(ledger) -> None:
+    options = NewPlanOptions.from_sources(None, None, arms=["A", "B"], cases=["x", "y"], placement={"B": "gpu1"})
+    made = make_plan(options, ledger)
+    assert made.plan.placement == {"B": "gpu1"}
+    assert ledger.get(made.record_id).body["placement"] == {"B": "gpu1"}
 
 
 def test_make_plan_from_ids_into_the_named_ledger(tmp_path) -> None:
