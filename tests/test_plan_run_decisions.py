@@ -133,6 +133,7 @@ def test_next_free_log(tmp_path) -> None:
     default.write_text("")
     assert next_free_log(default) == tmp_path / "plan.json.executed-2.jsonl"
     (tmp_path / "plan.json.executed-2.jsonl").write_text("")
+    assert next_free_log(default) == tmp_path / "plan.json.executed-3.jsonl"
     (tmp_path / "plan.json.executed-3.jsonl").symlink_to(tmp_path / "nowhere")
     assert next_free_log(default) == tmp_path / "plan.json.executed-4.jsonl"
 
@@ -175,8 +176,12 @@ def test_a_symlink_or_directory_as_the_log_is_refused(tmp_path) -> None:
     (tmp_path / "dir").mkdir()
     with pytest.raises(UsageError) as directory:
         plan_run._new_log(tmp_path / "dir", None, tmp_path / "cases.jsonl")
-    assert str(directory.value).startswith(f"--log {tmp_path / 'dir'}: cannot write the executed log (is a ")
-    assert str(directory.value).endswith(", not a new file)")
+    assert str(directory.value) == f"--log {tmp_path / 'dir'}: cannot write the executed log (is a directory, not a new file)"
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(UsageError) as fifo:
+        plan_run._new_log(tmp_path / "fifo", None, tmp_path / "cases.jsonl")
+    assert str(fifo.value) == (f"--log {tmp_path / 'fifo'}: cannot write the executed log (is a FIFO (named pipe), "
+                               "not a new file)")
 
 
 def test_a_log_under_a_file_is_refused_with_the_os_reason(tmp_path) -> None:
@@ -502,6 +507,14 @@ def test_a_clean_run_follows_the_registered_order_and_is_causal(made, endpoints,
     with Ledger.open(made.ledger) as ledger:
         record = ledger.get(result.record)
     assert (record.kind, record.parent) == ("plan-run", made.plan.record_id)
+    assert record.body == {
+        "schema": "execsys.plan-run/2", "plan": made.plan.digest, "plan_record": made.plan.record_id, "record": None,
+        "arms": result.arms, "design": "abba", "identity": None, "identity_reason": unpinned_reason(None),
+        "paired": result.stats.to_json(), "checks": [c.to_json() for c in result.checks], "placement": [],
+        "label": "causal", "statement": result.statement, "started_at": result.started_at,
+        "finished_at": result.finished_at, "log": str(log), "cancelled": False, "outcomes": result.outcomes}
+    assert result.started_at == logged[6]["at"] and result.finished_at == logged[-1]["at"]
+    assert result.to_json() == {**record.body, "record": result.record}
     body = result.to_json()
     assert body["schema"] == RUN_SCHEMA == "execsys.plan-run/2"
     assert (body["plan"], body["label"], body["design"], body["identity"]) == (made.plan.digest, "causal", "abba", None)
@@ -541,7 +554,18 @@ def test_a_failed_request_is_a_restart_and_excludes_the_pair(made, endpoints, tm
     assert failed == {"window", "no-restart"}
     assert result.statement.startswith("Descriptive only: the window, no-restart check(s) failed")
     _, logged = read_log(tmp_path / "log.jsonl")
-    assert [e["reason"] for e in logged if e["event"] == "restart"] == ["the endpoint failed mid-window (HTTP 503)"]
+    assert [(e["arm"], e["reason"]) for e in logged if e["event"] == "restart"] == [
+        ("B", "the endpoint failed mid-window (HTTP 503)")]
+
+
+def test_a_failed_request_of_the_plan_s_first_arm_excludes_the_pair_too(made, endpoints) -> None:
+    endpoints.answers[(URL_A, "c1")] = Completion(None, error="timed out")
+    events: list = []
+    result = execute(made, events=events)
+    assert result.stats.n == 3
+    assert [e.errored for e in events if isinstance(e, PairScored)] == [
+        e["case"] == "c1" for e in made.plan.order]
+    assert [e.n for e in events if isinstance(e, PairScored)][-1] == 3
 
 
 def test_a_fingerprint_that_moved_is_a_restart(made, endpoints) -> None:
