@@ -500,6 +500,11 @@ def test_a_clean_run_follows_the_registered_order_and_is_causal(made, endpoints,
     assert names[4:7] == ["system", "system", "window-start"]
     assert names[-5:] == ["endpoint", "endpoint", "system", "system", "window-end"]
     assert logged[2]["observed"] == {"models": ["m"], "server": "srv"}
+    assert [{k: v for k, v in e.items() if k != "at"} for e in logged[:4]] == [
+        {"event": "placement", "arm": "A", "host": "local", "checks": []},
+        {"event": "placement", "arm": "B", "host": "local", "checks": []},
+        {"event": "endpoint", "arm": "A", "observed": {"models": ["m"], "server": "srv"}},
+        {"event": "endpoint", "arm": "B", "observed": {"models": ["m"], "server": "srv"}}]
     cases = [e for e in logged if e["event"] == "case"]
     assert [(e["case"], e["arm"], e["position"]) for e in cases] == [
         (c, a, p) for (c, a), p in zip(sequence, ["first", "second"] * 4, strict=True)]
@@ -651,15 +656,23 @@ def test_a_far_arm_is_checked_before_the_first_case(made, endpoints, monkeypatch
     events: list = []
     the_lock = lock(artifact={"path": "/m.gguf", "digest": "d" * 64})
     got = PlanRunOptions.from_sources(Declaration({"placement": {"allowed": ["eu"]}}), the_lock, plan=plan,
-                                      endpoints={"A": URL_A, "B": URL_B}, ledger=made.ledger, timeout=30)
+                                      endpoints={"A": URL_A, "B": URL_B}, ledger=made.ledger, timeout=30,
+                                      log=made.path.parent / "placed.jsonl")
     result = run_plan(got, events.append)
+    _, logged = read_log(got.log_path) if got.log_path else (None, [])
     [(arm, host, kwargs, sent)] = calls
     assert (arm, host, sent) == ("B", "gpu1", 0)
     assert kwargs == {"registered_at": plan.registered_at, "artifact_path": "/m.gguf", "expected_digest": "d" * 64,
                       "placement_table": {"allowed": ["eu"]}, "timeout": 60.0}
     placed = [e for e in events if isinstance(e, PlacementChecked)]
-    assert placed[0] == PlacementChecked("A", "localhost", ())
-    assert placed[1].arm == "B" and placed[1].host == "gpu1" and placed[1].hardware == {"gpus": []}
+    assert placed == [PlacementChecked("A", "localhost", ()),
+                      PlacementChecked("B", "gpu1", (Check("d-admissible", False, "not allowed"),), {"gpus": []},
+                                       {"ok": True})]
+    assert [{k: v for k, v in e.items() if k != "at"} for e in logged[:2]] == [
+        {"event": "placement", "arm": "A", "host": "localhost", "checks": []},
+        {"event": "placement", "arm": "B", "host": "gpu1",
+         "checks": [{"name": "d-admissible", "passed": False, "detail": "not allowed"}],
+         "hardware": {"gpus": []}, "digest": {"ok": True}}]
     assert [p.arm for p in result.placement] == ["B"]
     assert result.arms["B"]["host"] == "gpu1" and result.arms["A"]["host"] == "localhost"
     assert [c.name for c in result.checks if not c.passed] == ["placement"]
