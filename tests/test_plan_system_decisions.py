@@ -158,6 +158,17 @@ def test_every_arm_is_looked_at_and_kept_in_arm_order(serving) -> None:
     assert {arm: len(entries) for arm, entries in arms.entries.items()} == {"A": 1, "B": 1}
 
 
+def test_the_looks_run_in_threads_named_for_the_plan(serving, monkeypatch) -> None:
+    import threading
+
+    names: list = []
+    look = serving.__call__
+    monkeypatch.setattr(serving, "__call__", lambda self, declared: names.append(
+        threading.current_thread().name) or look(self, declared))
+    observer(both(lock())).observe_all({"A": URL_A, "B": URL_B}, None, "start")
+    assert len(names) == 2 and all(name.startswith("plan-arm-system") for name in names)
+
+
 def test_a_differing_arm_is_said_once_per_difference(serving) -> None:
     serving.facts[URL_B] = DIFFERING
     arms = observer(both(lock()))
@@ -218,8 +229,13 @@ def test_an_arm_answered_by_a_model_its_lock_does_not_list_differs(serving) -> N
     result = judged(both(lock()), models=("other",), serving=serving)["A"]
     assert result["system_check"]["verdict"] == "differs"
     assert result["identity"] is None
-    assert "answered model" in result["identity_reason"] and result["identity_reason"].endswith(
+    assert result["identity_reason"] == (
+        "the engine answering this plan is not the pinned system: runtime answered model tiny -> other "
         "(identity LLLLLLLLLLLL was pinned): arm A counts toward no identity")
+    assert result["system_check"]["differences"] == [
+        {"component": "runtime.endpoint.answered_model", "pinned": ["tiny"], "observed": "other", "pass": "A",
+         "at": "responses"}]
+    assert result["system_check"]["lock"] == "L" * 64
 
 
 def test_an_arm_whose_responses_carry_another_fingerprint_differs(serving) -> None:
