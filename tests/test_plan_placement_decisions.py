@@ -195,6 +195,10 @@ def test_a_machine_that_cannot_be_looked_at_fails(machine) -> None:
                  "gpu1 is z, allowed by [placement] allowed = ['z']", id="a-zone"),
     pytest.param({"allowed": ["us", "eu"], "hosts": {"gpu1": ["t2", "eu"]}}, True,
                  "gpu1 is eu, allowed by [placement] allowed = ['us', 'eu']", id="a-list-of-labels"),
+    pytest.param({"allowed": ["x"], "hosts": {"gpu1": ["t2", "eu"]}}, False,
+                 "gpu1 (t2, eu) is not in [placement] allowed = ['x']", id="a-list-of-labels-not-allowed"),
+    pytest.param({"allowed": ["gpu1"], "hosts": {"gpu1": ["t2"]}}, True,
+                 "gpu1 is gpu1, allowed by [placement] allowed = ['gpu1']", id="the-name-itself-beside-a-list"),
     pytest.param({"allowed": ["gpu1", "eu"], "hosts": {"gpu1": "eu"}}, True,
                  "gpu1 is gpu1, allowed by [placement] allowed = ['gpu1', 'eu']", id="the-machine-named-first"),
     pytest.param({"allowed": ["eu"], "hosts": {"gpu2": "eu"}}, False,
@@ -216,6 +220,7 @@ def test_check_placement_runs_the_four_in_order(machine) -> None:
     report = check_placement("B", "gpu1", registered_at="2026-01-01T00:00:00.000Z", artifact_path="/m.gguf",
                              expected_digest=PINNED, placement_table={"allowed": ["gpu1"]}, timeout=90.0)
     assert [c.name for c in report.checks] == ["a-registered", "b-digest", "c-host-identity", "d-admissible"]
+    assert report.checks[0].detail == "placement B=gpu1 registered at 2026-01-01T00:00:00.000Z, before any case ran"
     assert report.passed is True
     assert (report.arm, report.host, report.hardware, report.digest) == (
         "B", "gpu1", machine.hardware, machine.digest.to_json())
