@@ -391,6 +391,8 @@ class Script:
     answers: dict = field(default_factory=dict)
     observe: dict = field(default_factory=dict)  # url -> list of observe() answers, one per call
     requests: list = field(default_factory=list)  # (url, case id, params)
+    facts: dict = field(default_factory=dict)  # url -> what a look at its serving runtime answers
+    looks: list = field(default_factory=list)  # the declared runtimes looked at
     closed: list = field(default_factory=list)
 
 
@@ -432,16 +434,18 @@ def endpoints(monkeypatch):
             pass
 
         def __call__(self, declared):
-            return {"runtime.process.pid": 1, "runtime.process.started_at": 1.0}
+            script.looks.append(declared)
+            return dict(script.facts.get(declared["endpoint"], {"runtime.process.pid": 1,
+                                                                "runtime.process.started_at": 1.0}))
 
     monkeypatch.setattr(execsys.probes.client, "EndpointClient", FakeClient)
     monkeypatch.setattr(execsys.identity.serving, "ServingObserver", Serving)
     return script
 
 
-def execute(made, *, events=None, cancel=None, **flags):
+def execute(made, *, events=None, cancel=None, the_lock=None, **flags):
     flags.setdefault("ledger", made.ledger)
-    got = run_plan(options(made, **flags), (events.append if events is not None else None), cancel)
+    got = run_plan(options(made, None, the_lock, **flags), (events.append if events is not None else None), cancel)
     return got
 
 
@@ -477,10 +481,12 @@ def test_a_clean_run_follows_the_registered_order_and_is_causal(made, endpoints,
     assert kinds.count("CaseSent") == kinds.count("ArmAnswered") == 8 and kinds.count("PairScored") == 4
     assert kinds[-len(result.checks) - 1] == "WindowClosed"
     opened = next(e for e in events if isinstance(e, WindowOpened))
-    assert opened.cases == 4
+    assert (opened.at, opened.cases) == (result.started_at, 4)
+    assert next(e for e in events if isinstance(e, NoPinnedIdentity)).reason == unpinned_reason(None)
     sent = [e for e in events if isinstance(e, CaseSent)]
     assert [(e.step, e.total) for e in sent] == [(i, 8) for i in range(1, 9)]
     assert [e.position for e in sent] == ["first", "second"] * 4
+    assert [e.params for e in sent] == [params for _, _, params in endpoints.requests]
     assert [(e.case_id, e.arm) for e in sent] == sequence
     answered = [e for e in events if isinstance(e, ArmAnswered)]
     assert all(e.outcome == "yes" and e.correct and e.error is None for e in answered)
@@ -710,3 +716,63 @@ def test_without_a_log_path_nothing_is_written(made, endpoints, tmp_path) -> Non
     result = execute(made)
     assert result.log is None
     assert set(os.listdir(tmp_path)) == before
+
+
+PINNED_RUNTIME = {"engine": {"version": "0.3.1"}, "endpoint": {"models": ["m"]},
+                  "process": {"argv": ["server", "--model", "tiny.gguf"]}}
+MATCHING = {"runtime.engine.version": "0.3.1", "runtime.endpoint.models": ["m"],
+            "runtime.process.argv": ["server", "--model", "tiny.gguf"], "runtime.process.pid": 42,
+            "runtime.process.started_at": 1700000000.0}
+
+
+def test_each_arm_s_system_is_looked_at_logged_and_a_differing_one_told(made, endpoints, tmp_path) -> None:
+    the_lock = Identity(id="L" * 64, recorded_at="", components={
+        "runtime": {"observed": PINNED_RUNTIME, "declared": {"endpoint": URL_A, "engine": "llama-cpp-python"}}})
+    endpoints.facts = {URL_A: MATCHING, URL_B: {**MATCHING, "runtime.process.argv": ["server", "--n_batch", "7"]}}
+    events: list = []
+    log = tmp_path / "log.jsonl"
+    result = execute(made, events=events, log=log, the_lock=the_lock, api_key_env="KEY")
+    differs = [e for e in events if type(e).__name__ == "ArmSystemDiffers"]
+    assert [(e.arm, e.at) for e in differs] == [("B", "start")]  # the same difference at the end: not told again
+    assert differs[0].message.startswith("arm B: the engine answering this plan is not the pinned system: ")
+    assert {look["api_key_env"] for look in endpoints.looks} == {"KEY"}
+    assert next(e for e in events if isinstance(e, NoPinnedIdentity)).reason == NO_PLAN_IDENTITY
+    _, logged = read_log(log)
+    systems = [e for e in logged if e["event"] == "system"]
+    assert [(e["arm"], e["when"], e["verdict"], e["process"]) for e in systems] == [
+        ("A", "start", "matches-lock", {"pid": 42, "started_at": 1700000000.0}),
+        ("B", "start", "differs", {"pid": 42, "started_at": 1700000000.0}),
+        ("A", "end", "matches-lock", {"pid": 42, "started_at": 1700000000.0}),
+        ("B", "end", "differs", {"pid": 42, "started_at": 1700000000.0})]
+    assert systems[0]["differences"] == [] and systems[0]["reason"] is None
+    assert [d["component"] for d in systems[1]["differences"]] == ["runtime.process.argv"]
+    assert (result.arms["A"]["identity"], result.arms["B"]["identity"]) == ("L" * 64, None)
+
+
+def test_an_unobservable_arm_logs_why(made, endpoints, tmp_path) -> None:
+    endpoints.facts = {URL_A: {"runtime.endpoint.error": "refused"}}
+    log = tmp_path / "log.jsonl"
+    execute(made, log=log)
+    _, logged = read_log(log)
+    first = next(e for e in logged if e["event"] == "system" and e["arm"] == "A")
+    assert (first["verdict"], first["reason"], first["process"]) == (
+        "unverified", "the endpoint did not answer: refused", None)
+
+
+def test_options_built_by_hand_judge_each_arm_against_no_lock(made, endpoints) -> None:
+    bare = PlanRunOptions(plan=made.plan, endpoints={"A": URL_A, "B": URL_B}, cases_path=made.cases,
+                          ledger=made.ledger)
+    result = run_plan(bare)
+    assert result.arms["A"]["identity_reason"] == "no pinned identity for arm A: it counts toward no identity"
+    assert result.arms["B"]["system_check"]["verdict"] == "unverified"
+
+
+def test_the_extractor_is_given_the_run_s_timeout(made, endpoints, monkeypatch) -> None:
+    import execsys.probes.compare
+
+    given: list = []
+    real = execsys.probes.compare.parse_extractor
+    monkeypatch.setattr(execsys.probes.compare, "parse_extractor",
+                        lambda spec, timeout=None: given.append((spec, timeout)) or real(spec, timeout))
+    execute(made, extract="last-number", timeout=7)
+    assert given[-1] == ("last-number", 7.0)
