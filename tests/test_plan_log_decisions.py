@@ -130,10 +130,15 @@ def test_a_directory_or_a_missing_parent_is_one_line(tmp_path) -> None:
                                   f"({os.strerror(2)})")
 
 
-def test_the_new_file_is_readable_by_its_owner(tmp_path) -> None:
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o000])
+def test_the_new_file_is_a_plain_one_under_the_umask(tmp_path, umask) -> None:
     path = tmp_path / "log.jsonl"
-    ExecutedLog(path, dict(HEADER)).close()
-    assert path.stat().st_mode & 0o600 == 0o600
+    old = os.umask(umask)
+    try:
+        ExecutedLog(path, dict(HEADER)).close()
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # never executable
 
 
 # -- reading back --------------------------------------------------------------------------------------
