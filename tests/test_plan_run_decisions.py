@@ -267,6 +267,11 @@ def test_parameters_that_are_not_objects(made) -> None:
     assert str(params.value) == "--params: expected a JSON object"
     with pytest.raises(UsageError, match="--params: temperature is NaN"):
         options(made, params={"temperature": math.nan})
+    with pytest.raises(UsageError, match="--arm-params B: top_p is NaN"):
+        options(made, arm_params={"B": {"top_p": math.nan}})
+    with pytest.raises(UsageError) as lock_file:
+        options(made, arm_locks={"B": ""})
+    assert str(lock_file.value) == "--arm-lock B=: give the lock file of arm B"
 
 
 @pytest.mark.parametrize("timeout", [0, -1, 2_000_000.5, math.inf, math.nan])
@@ -316,6 +321,8 @@ def test_the_log_beside_the_plan_and_never_an_earlier_one(made, tmp_path) -> Non
         options(made, log=f"{made.path}.executed.jsonl")
     with pytest.raises(UsageError, match="the plan file itself"):
         options(made, plan_path=made.path, log=made.path)
+    with pytest.raises(UsageError, match="the cases file itself"):
+        options(made, log=made.cases)
     assert options(made, log="").log_path is None
 
 
@@ -490,6 +497,9 @@ def test_a_clean_run_follows_the_registered_order_and_is_causal(made, endpoints,
     assert [(e.case_id, e.arm) for e in sent] == sequence
     answered = [e for e in events if isinstance(e, ArmAnswered)]
     assert all(e.outcome == "yes" and e.correct and e.error is None for e in answered)
+    assert [(e.step, e.total, e.case_id, e.arm, e.position) for e in answered] == [
+        (e.step, e.total, e.case_id, e.arm, e.position) for e in sent]
+    assert next(e for e in events if isinstance(e, WindowClosed)).at == result.finished_at
     scored = [e for e in events if isinstance(e, PairScored)]
     assert [e.n for e in scored] == [1, 2, 3, 4] and not any(e.errored for e in scored)
     assert [e.first for e in scored] == [e["first"] for e in made.plan.order]
@@ -512,6 +522,9 @@ def test_a_clean_run_follows_the_registered_order_and_is_causal(made, endpoints,
         {"event": "endpoint", "arm": "A", "observed": {"models": ["m"], "server": "srv"}},
         {"event": "endpoint", "arm": "B", "observed": {"models": ["m"], "server": "srv"}}]
     cases = [e for e in logged if e["event"] == "case"]
+    assert {(e["outcome"], e["correct"], e["error"]) for e in cases} == {("yes", True, None)}
+    assert [(e["event"], e["arm"]) for e in logged[-5:-3]] == [("endpoint", "A"), ("endpoint", "B")]
+    assert [o["at"] for o in result.arms["A"]["system_check"]["observations"]] == ["start", "end"]
     assert [(e["case"], e["arm"], e["position"]) for e in cases] == [
         (c, a, p) for (c, a), p in zip(sequence, ["first", "second"] * 4, strict=True)]
 
@@ -551,12 +564,14 @@ def test_the_pairs_are_counted_from_the_plan_s_first_arm(made, endpoints) -> Non
 
 
 def test_a_failed_request_is_a_restart_and_excludes_the_pair(made, endpoints, tmp_path) -> None:
-    endpoints.answers[(URL_B, "c2")] = Completion(None, error="HTTP 503")
+    endpoints.answers[(URL_B, "c2")] = Completion("partial", error="HTTP 503", model="m")
     events: list = []
     result = execute(made, events=events, log=tmp_path / "log.jsonl")
     assert result.stats.n == 3
     assert result.outcomes["c2"]["B"] == {"text": None, "outcome": None, "correct": False, "error": "HTTP 503",
                                           "first": result.outcomes["c2"]["B"]["first"]}
+    assert [e.error for e in events if isinstance(e, ArmAnswered) and e.case_id == "c2" and e.arm == "B"] == [
+        "HTTP 503"]
     restarts = [e for e in events if isinstance(e, RestartSeen)]
     assert restarts == [RestartSeen("B", "the endpoint failed mid-window (HTTP 503)")]
     assert [e.errored for e in events if isinstance(e, PairScored) and e.case_id == "c2"] == [True]
@@ -625,6 +640,8 @@ def test_a_run_pinned_to_its_lock_says_nothing_of_a_missing_identity(made, endpo
     result = run_plan(got, events.append)
     assert not any(isinstance(e, NoPinnedIdentity) for e in events)
     assert any(c.name == "pinned-identity" and c.passed for c in result.checks)
+    with Ledger.open(made.ledger) as ledger:
+        assert ledger.get(result.record).identity == "L" * 64
     assert result.to_json()["identity"] == "L" * 64
 
 
@@ -776,3 +793,24 @@ def test_the_extractor_is_given_the_run_s_timeout(made, endpoints, monkeypatch) 
                         lambda spec, timeout=None: given.append((spec, timeout)) or real(spec, timeout))
     execute(made, extract="last-number", timeout=7)
     assert given[-1] == ("last-number", 7.0)
+
+
+@pytest.mark.parametrize(("answer", "pinned_fingerprint", "differs"), [
+    pytest.param(Completion("yes", model="other", system_fingerprint="fp"), None, True, id="another-model-answered"),
+    pytest.param(Completion("yes", model="m", system_fingerprint="fp"), "fp0", True, id="another-fingerprint"),
+    pytest.param(Completion("yes", model="m", system_fingerprint="fp"), "fp", False, id="as-pinned"),
+    pytest.param(Completion("late", error="HTTP 500", model="other"), None, False,
+                 id="a-failed-request-s-model-is-not-counted"),
+])
+def test_what_an_arm_s_responses_say_is_held_to_its_lock(made, endpoints, answer, pinned_fingerprint,
+                                                         differs) -> None:
+    endpoint = {"models": ["m"], **({"system_fingerprint": pinned_fingerprint} if pinned_fingerprint else {})}
+    the_lock = Identity(id="L" * 64, recorded_at="", components={
+        "runtime": {"observed": {**PINNED_RUNTIME, "endpoint": endpoint}, "declared": {"endpoint": URL_A}}})
+    endpoints.facts = {URL_A: MATCHING, URL_B: MATCHING}
+    endpoints.answers[(URL_A, "c0")] = answer
+    result = execute(made, the_lock=the_lock)
+    assert result.arms["A"]["system_check"]["verdict"] == ("differs" if differs else "matches-lock")
+    assert result.arms["A"]["identity"] == (None if differs else "L" * 64)
+    # B's responses carry the same fingerprint: held to the same pin
+    assert result.arms["B"]["identity"] == (None if pinned_fingerprint == "fp0" else "L" * 64)
