@@ -266,6 +266,22 @@ def test_the_samples_file_chosen(tmp_path, stamps, mtimes, expected) -> None:
     assert ADAPTER.read(results).outcomes == {"arc/0": expected}
 
 
+@pytest.mark.parametrize(("others", "expected"), [
+    pytest.param(["arc_easy"], None, id="a-task-whose-name-starts-with-this-one-is-not-read"),
+    pytest.param(["arc_easy", "arc"], 4, id="this-task-s-own-file-beside-a-longer-named-one"),
+    pytest.param(["arc", "arc_challenge"], 3, id="the-other-newer-by-name-is-still-not-taken"),
+])
+def test_the_samples_of_another_task_are_never_read(tmp_path, others, expected) -> None:
+    # a run of ``arc`` must not score its cases from ``arc_easy``'s samples (the glob matches both)
+    for day, task in enumerate(others, 3):
+        _samples(tmp_path, task, f"2026-01-0{day}T09-00-00", day)
+    results = _results(tmp_path, _acc_config("arc"))
+    chosen = lm_eval._samples_file(results, "arc", "2026-01-05T10-00-00")
+    assert (None if chosen is None else json.loads(chosen.read_text())["acc"]) == expected
+    if expected is None:
+        assert ADAPTER.read(results).outcomes == {}
+
+
 @pytest.mark.parametrize("task", ["", "a/b", "a\0b", ".", ".."])
 def test_a_task_that_cannot_be_a_file_name_has_no_samples(tmp_path, task) -> None:
     _write(tmp_path / "samples_._2026-01-05T10-00-00.jsonl", '{"doc_id": 0, "acc": 1}')

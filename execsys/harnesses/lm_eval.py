@@ -204,7 +204,10 @@ def _samples_file(results: Path, task: str, stamp: str) -> Path | None:
     exact = results.with_name(f"samples_{task}_{stamp}.jsonl")
     if exact.is_file():
         return exact
-    candidates = sorted(results.parent.glob(f"samples_{glob_escape(task)}_*.jsonl"))
+    # the glob for task ``arc`` also matches ``samples_arc_easy_<time>.jsonl``: only a name whose task
+    # part is this task exactly is this task's (the stamp has no ``_``, so the task is all before it)
+    candidates = sorted(path for path in results.parent.glob(f"samples_{glob_escape(task)}_*.jsonl")
+                        if (named := SAMPLES_NAME.match(path.name)) and named["task"] == task)
     return candidates[-1] if candidates else None
 
 

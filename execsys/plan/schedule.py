@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 SCHEMA = "execsys.plan/1"
 DESIGNS = ("abba", "random")
 LOCAL_HOSTS = ("", "local", "localhost", "127.0.0.1", "::1")
-_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # whole name: "$" would let a trailing newline in
 NO_PLAN_IDENTITY = "the plan was registered without a pinned identity: this plan will not count toward any scope"
 
 
@@ -161,7 +161,7 @@ def validate_schedule(arms: Sequence[str], design: str, placement: Mapping[str, 
     if len(arms) != 2 or arms[0] == arms[1]:
         raise UsageError("--arms takes exactly two distinct arm names (e.g. --arms A B)")
     for arm in arms:
-        if not _ARM_NAME.match(arm):
+        if not _ARM_NAME.fullmatch(arm):
             raise UsageError(f"arm name {arm!r}: letters, digits, '_', '.', '-' only")
     if design not in DESIGNS:
         raise UsageError(f"--design {design!r}: expected one of {', '.join(DESIGNS)}")
