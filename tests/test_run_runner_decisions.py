@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from execsys.ledger import Ledger
@@ -397,16 +398,28 @@ def test_a_sigterm_the_harness_obeys_is_forwarded_once(tmp_path, monkeypatch) ->
 
 
 def test_a_second_ctrl_c_kills_the_group(tmp_path, monkeypatch) -> None:
-    def press_twice() -> None:
+    forwarded: list[str] = []
+
+    def press_twice(pid: int) -> None:
         _wait_ready(tmp_path)
-        time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.3)
-        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while not forwarded and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the second press only while the harness (which ignores SIGINT) still runs: a first press
+        # wrongly taken for a second one has killed it, and the run is over
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            alive = False
+        if alive:
+            os.kill(os.getpid(), signal.SIGINT)
 
     def on_event(event) -> None:
         if isinstance(event, ChildStarted):
-            threading.Thread(target=press_twice, daemon=True).start()
+            threading.Thread(target=press_twice, args=(event.pid,), daemon=True).start()
+        if isinstance(event, SignalForwarded):
+            forwarded.append(event.signal)
 
     before = signal.getsignal(signal.SIGINT)
     record, _ = _run(_options(tmp_path, monkeypatch, IGNORING.format(sig="INT"), grace_s=30), on_event=on_event)
