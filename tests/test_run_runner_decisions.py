@@ -558,10 +558,19 @@ def test_a_second_ctrl_c_kills_the_group(tmp_path, monkeypatch, system) -> None:
         if isinstance(event, SignalForwarded):
             forwarded.append(event.signal)
 
-    before = signal.getsignal(signal.SIGINT)
-    record, _ = _run(_options(tmp_path, monkeypatch, IGNORING.format(sig="INT"), grace_s=30), on_event=on_event)
-    assert signal.getsignal(signal.SIGINT) is before  # handed back as it was
+    reached_outside: list[int] = []  # a press after the run handed SIGINT back lands here, not in pytest
+
+    def outside(signum, _frame) -> None:
+        reached_outside.append(signum)
+
+    previous = signal.signal(signal.SIGINT, outside)
+    try:
+        record, _ = _run(_options(tmp_path, monkeypatch, IGNORING.format(sig="INT"), grace_s=30), on_event=on_event)
+        assert signal.getsignal(signal.SIGINT) is outside  # handed back as it was
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert record.signals == ["SIGINT", "SIGKILL"] and record.exit_code == -signal.SIGKILL
+    assert reached_outside == []
 
 
 def test_a_sigterm_after_the_identity_but_before_the_start_never_starts_the_harness(tmp_path, monkeypatch,
