@@ -117,7 +117,8 @@ def test_adapters_in_order_other_last() -> None:
 
 
 @pytest.mark.parametrize(("name", "found"), [("lm-eval", "lm-eval"), ("inspect", "inspect"), ("other", "other"),
-                                             ("nope", "other"), ("", "other")])
+                                             ("nope", "other"), ("", "other"),
+                                             ("inspect-ai", "other"), ("LM-EVAL", "other")])
 def test_by_name(name, found) -> None:
     assert registry.by_name(name).name == found
 

@@ -18,8 +18,9 @@ def test_other_claims_everything_and_changes_nothing(tmp_path) -> None:
     prepared = ADAPTER.prepare(argv, "identity", "run_1")
     assert prepared == argv and prepared is not argv
     assert ADAPTER.output_dirs(argv, tmp_path, {"HOME": str(tmp_path)}) == []
-    assert ADAPTER.owns(tmp_path / "x.json") is True
-    assert ADAPTER.is_primary(tmp_path / "x.json") is True
+    for name in ("x.json", "scores.csv", "out"):
+        assert ADAPTER.owns(tmp_path / name) is True
+        assert ADAPTER.is_primary(tmp_path / name) is True
 
 
 @pytest.mark.parametrize(("argv", "task"), [

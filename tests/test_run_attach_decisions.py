@@ -4,7 +4,9 @@ say, the exit code by verify-now's verdict, and provenance never downgraded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,12 +31,33 @@ from execsys.sources import load_sources
 LEDGER = "ledger.sqlite3"
 
 
-@pytest.fixture
-def node(tmp_path, monkeypatch):
-    """tmp_path with a declaration (one env file), its lock pinned, and a result file."""
-    monkeypatch.chdir(tmp_path)
+@dataclass
+class FakeLock:
+    id: str
+
+
+@dataclass
+class Check:
+    status: str
+
+
+@dataclass
+class Report:
+    verdict: str
+    components: dict
+    sentence: str
+
+
+def _clean_env(monkeypatch) -> None:
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
     monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
+
+
+@pytest.fixture
+def real_node(tmp_path, monkeypatch):
+    """tmp_path with a declaration (one env file), its lock pinned for real, and a result file."""
+    monkeypatch.chdir(tmp_path)
+    _clean_env(monkeypatch)
     (tmp_path / "env").write_text("OMP_NUM_THREADS=1\n")
     (tmp_path / "execsys.toml").write_text('[runtime]\nenv_file = "env"\n')
     identity = pin(load_sources(None, None).declaration)
@@ -43,8 +66,33 @@ def node(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """tmp_path with a result file and a stand-in lock: verify answers from the file ``system`` (its
+    text is the identity), so each row costs milliseconds, not a pin (real_node's rows pin for real)."""
+    monkeypatch.chdir(tmp_path)
+    _clean_env(monkeypatch)
+    (tmp_path / "system").write_text("s1")
+    (tmp_path / "scores.json").write_text('{"acc": 0.5}')
+
+    def verify(identity, declaration=None, exclude=()):
+        observed = (tmp_path / "system").read_text()
+        assert exclude == [tmp_path / "execsys.lock.json"]
+        if identity.id == observed:
+            return Report("same-system", {"runtime": Check("same")}, "the same system")
+        return Report("new-identity", {"runtime": Check("changed"), "os": Check("same"), "hw": Check("missing")},
+                      "runtime changed")
+
+    monkeypatch.setattr("execsys.identity.verify", verify)
+    return tmp_path
+
+
 def _sources(tmp_path: Path):
-    return load_sources(None, None, ledger=tmp_path / LEDGER)
+    """The sources of tmp_path; under the stand-in lock unless a real one is there."""
+    if (tmp_path / "execsys.lock.json").is_file():
+        return load_sources(None, None, ledger=tmp_path / LEDGER)
+    sources = load_sources(None, None, read_lock=False, ledger=tmp_path / LEDGER)
+    return dataclasses.replace(sources, lock=FakeLock("s1"))
 
 
 def _rows(tmp_path: Path, kind: str) -> list[dict]:
@@ -52,7 +100,8 @@ def _rows(tmp_path: Path, kind: str) -> list[dict]:
         return [r.body for r in ledger.iter(kind=kind)]
 
 
-def test_an_attach_digests_verifies_now_writes_the_sidecar_and_the_row(node) -> None:
+def test_an_attach_digests_verifies_now_writes_the_sidecar_and_the_row(real_node) -> None:
+    node = real_node
     options = AttachOptions.from_sources(_sources(node), results=["scores.json"], environ={})
     assert options.results == [node / "scores.json"] and options.lock_path == node / "execsys.lock.json"
     assert options.ledger == node / LEDGER and options.shard is None and options.sidecar_dir is None
@@ -77,12 +126,26 @@ def test_an_attach_digests_verifies_now_writes_the_sidecar_and_the_row(node) -> 
     assert len(_rows(node, "receipt")) == 1
 
 
-def test_a_system_that_moved_since_the_pin_is_attached_with_exit_1(node) -> None:
+def test_a_system_that_moved_since_the_pin_is_attached_with_exit_1(real_node) -> None:
+    node = real_node
     (node / "env").write_text("OMP_NUM_THREADS=2\n")
     report = attach_results(AttachOptions.from_sources(_sources(node), results=["scores.json"], environ={}))
     assert report.verify_now["verdict"] == "new-identity" and report.verify_now["changed"] == ["runtime"]
     assert report.exit_code == 1
     assert report.to_json()["summary"] == "attached after the run: 1 result(s); verify now new-identity"
+
+
+def test_verify_now_lists_every_component_not_the_same(node) -> None:
+    (node / "system").write_text("s2")
+    report = attach_results(AttachOptions.from_sources(_sources(node), results=["scores.json"], environ={}))
+    assert report.verify_now == {"verdict": "new-identity", "changed": ["runtime", "hw"], "sentence": "runtime changed"}
+    assert report.exit_code == 1 and report.identity_id == "s1" and report.lock_path == str(node / "execsys.lock.json")
+    assert report.recorded_at and report.to_json()["identity"] == {"id": "s1", "lock": str(node / "execsys.lock.json")}
+    [row] = _rows(node, "attach")
+    assert row["verify_now"]["verdict"] == "new-identity"
+    with Ledger.open(node / LEDGER) as ledger:
+        [record] = ledger.iter(kind="attach")
+        assert record.identity == "s1" and record.id == report.id
 
 
 @pytest.mark.parametrize(("verdict", "code"), [("same-system", 0), ("new-identity", 1), ("unverified", 1),
@@ -123,7 +186,7 @@ def test_without_a_lock_nothing_can_be_attached(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "scores.json").write_text("{}")
     with pytest.raises(InputError) as caught:
-        AttachOptions.from_sources(_sources(tmp_path), results=["scores.json"], environ={})
+        AttachOptions.from_sources(load_sources(None, None, ledger=tmp_path / LEDGER), results=["scores.json"], environ={})
     assert str(caught.value) == (f"no pinned identity (looked for {tmp_path / 'execsys.lock.json'}): nothing can be "
                                  "attached will not count toward any scope; run 'execsys pin' first")
 
