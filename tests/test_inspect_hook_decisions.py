@@ -219,6 +219,8 @@ def test_task_start_that_cannot_write_is_an_error_not_a_crash(hook, tmp_path, mo
     pytest.param([_answer("a"), _answer("a")], 1, 0, 0, id="same-event-twice-counted-once"),
     pytest.param([_answer("a"), _answer("b")], 2, 0, 0, id="two-events"),
     pytest.param([ModelEvent(uuid="p", pending=True), _answer("p")], 1, 0, 0, id="pending-then-complete"),
+    pytest.param([ModelEvent(uuid="p", pending=True), _answer("p", model="big")], 1, 0, 1,
+                 id="pending-then-complete-is-checked-when-complete"),
     pytest.param([ModelEvent(uuid="f", error="timeout"), _answer("g")], 1, 1, 0, id="failed-attempt-not-compared"),
     pytest.param([_answer("a", model="other")], 1, 0, 1, id="other-model"),
     pytest.param([_answer("a", fingerprint="fp-2")], 1, 0, 1, id="other-fingerprint"),
