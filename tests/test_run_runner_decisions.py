@@ -468,11 +468,11 @@ def test_the_gate_step(tmp_path, monkeypatch, system, mode, failing, override, f
 
 # -- signals and cancel ------------------------------------------------------------------------------------
 
-IGNORING = "trap '' {sig}; : > ready; sleep 60"
+IGNORING = "trap '' {sig}; : > ready; sleep 8"
 # Python, not sh: a shell cannot trap a signal ignored when it started (SIGINT, for a run started in the
 # background), and the harness must stop on it whatever this process was started under
 STOPS = (f"exec {shlex.quote(sys.executable)} -c 'import signal, sys, time; "
-         "signal.signal(signal.SIG{sig}, lambda *a: sys.exit(9)); open(\"ready\", \"w\").close(); time.sleep(60)'")
+         "signal.signal(signal.SIG{sig}, lambda *a: sys.exit(9)); open(\"ready\", \"w\").close(); time.sleep(8)'")
 
 
 def _wait_ready(tmp_path: Path) -> None:
