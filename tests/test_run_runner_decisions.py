@@ -540,9 +540,16 @@ def test_a_sigterm_the_harness_obeys_is_forwarded_once(tmp_path, monkeypatch, sy
 def test_a_second_ctrl_c_kills_the_group(tmp_path, monkeypatch, system) -> None:
     forwarded: list[str] = []
 
+    main = threading.main_thread().ident
+    assert main is not None
+
     def press_twice(pid: int) -> None:
         _wait_ready(tmp_path)
-        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 30
+        # ChildStarted is said just before run_eval takes SIGINT over: press once it has
+        while signal.getsignal(signal.SIGINT) is outside and time.monotonic() < deadline:
+            time.sleep(0.005)
+        signal.pthread_kill(main, signal.SIGINT)
         deadline = time.monotonic() + 30
         while not forwarded and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -553,7 +560,7 @@ def test_a_second_ctrl_c_kills_the_group(tmp_path, monkeypatch, system) -> None:
         except psutil.NoSuchProcess:
             alive = False
         if alive:
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.pthread_kill(main, signal.SIGINT)
 
     def on_event(event) -> None:
         if isinstance(event, ChildStarted):
@@ -567,11 +574,13 @@ def test_a_second_ctrl_c_kills_the_group(tmp_path, monkeypatch, system) -> None:
         reached_outside.append(signum)
 
     previous = signal.signal(signal.SIGINT, outside)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
     try:
         record, _ = _run(_options(tmp_path, monkeypatch, IGNORING.format(sig="INT"), grace_s=30), on_event=on_event)
         assert signal.getsignal(signal.SIGINT) is outside  # handed back as it was
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     assert record.signals == ["SIGINT", "SIGKILL"] and record.exit_code == -signal.SIGKILL
     assert reached_outside == []
 
