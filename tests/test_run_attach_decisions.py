@@ -243,7 +243,7 @@ def test_a_result_a_run_in_the_ledger_recorded_is_refused_unless_it_changed_sinc
         ledger.append("run", {"id": "run_5", "verdict": "failed", "results": ["junk", entry]})
     with pytest.raises(InputError) as caught:
         attach_results(options)
-    assert "recorded by execsys run run_5 (verdict failed)" in str(caught.value)
+    assert str(caught.value).startswith(f"{node / 'scores.json'}: recorded by execsys run run_5 (verdict failed)")
     assert not (node / "scores.json.execsys.json").exists() and _rows(node, "attach") == []
     (node / "scores.json").write_text('{"acc": 0.7}')  # rewritten since: that run did not record this content
     assert attach_results(options).results[0]["blake3"] != entry["blake3"]
@@ -303,3 +303,11 @@ def test_a_ledger_that_cannot_take_the_row_discards_the_receipts(node, monkeypat
     with pytest.raises(OSError, match="disk full"):
         attach_results(options)
     assert receipts.discarded and not (node / "scores.json.execsys.json").exists()
+
+
+def test_a_result_attached_before_can_be_attached_again(node) -> None:
+    """Only a run's record is provenance: an earlier attach of the same bytes refuses nothing."""
+    options = AttachOptions.from_sources(_sources(node), results=["scores.json"], environ={})
+    first = attach_results(options)
+    second = attach_results(options)
+    assert second.results == first.results and len(_rows(node, "attach")) == 2

@@ -279,3 +279,8 @@ def test_run_sources_a_job_lock_brings_its_declaration(sources, tmp_path) -> Non
     other.write_text('[runtime]\nenv_file = "other"\n')
     got, _ = run_sources(str(other), None, {JOB_LOCK_ENV: str(lock)})
     assert got.declaration.get("runtime", "env_file") == "other"
+
+
+def test_no_command_given_at_all_is_a_usage_error(sources) -> None:
+    with pytest.raises(UsageError, match="no harness command"):
+        RunOptions.from_sources(sources)
