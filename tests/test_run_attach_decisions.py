@@ -78,6 +78,7 @@ def node(tmp_path, monkeypatch):
     def verify(identity, declaration=None, exclude=()):
         observed = (tmp_path / "system").read_text()
         assert exclude == [tmp_path / "execsys.lock.json"]
+        assert declaration is not None  # the declaration's paths, not only the lock's, are re-observed
         if identity.id == observed:
             return Report("same-system", {"runtime": Check("same")}, "the same system")
         return Report("new-identity", {"runtime": Check("changed"), "os": Check("same"), "hw": Check("missing")},
@@ -311,3 +312,17 @@ def test_a_result_attached_before_can_be_attached_again(node) -> None:
     first = attach_results(options)
     second = attach_results(options)
     assert second.results == first.results and len(_rows(node, "attach")) == 2
+
+
+def test_the_attach_record_body(node) -> None:
+    report = attach_results(AttachOptions.from_sources(_sources(node), results=["scores.json"], shard="0/2",
+                                                       environ={}))
+    body = report.to_json()
+    assert body == {"schema": "execsys.attach/1", "id": report.id, "attached_after": True,
+                    "statement": ATTACHED_SENTENCE, "verdict": "attached",
+                    "summary": "attached after the run: 1 result(s); verify now same-system",
+                    "identity": {"id": "s1", "lock": str(node / "execsys.lock.json")},
+                    "verify_now": report.verify_now, "recorded_at": report.recorded_at, "results": report.results,
+                    "sidecars": [str(node / "scores.json.execsys.json")], "receipts": report.receipts,
+                    "shard": {"index": 0, "count": 2, "source": "flag", "job": None}}
+    assert report.receipts == [str(node / "scores.json.execsys.intoto.json")]
