@@ -809,6 +809,8 @@ def test_hook_reports_are_read_summed_and_the_directory_removed(tmp_path) -> Non
     empty = tmp_path / "empty"
     empty.mkdir()
     assert runner._hook_reports(empty) == {"reports": [], "model_calls": 0, "mismatches": 0}
+    # a hook directory the harness removed itself: nothing reported, nothing raised
+    assert runner._hook_reports(tmp_path / "gone") == {"reports": [], "model_calls": 0, "mismatches": 0}
 
 
 def test_background_returns_or_reraises() -> None:
