@@ -624,3 +624,37 @@ def test_the_inspected_venv_is_the_one_checked(tmp_path) -> None:
     env_file.write_bytes(f"PATH={tmp_path}\n".encode())
     again = run_node_check(opts)
     assert again.host is not None and "virtual environment does not exist" not in again.host.hazards[0].summary
+
+
+def test_slurm_drains_only_when_asked_by_default() -> None:
+    slurm = registry.load("slurm")
+    assert slurm.outcome(Verdict("fail", "fail x")).drain is False
+    assert slurm.outcome(Verdict("fail", "fail x"), True).drain is True
+
+
+# -- the TaskProlog lines ----------------------------------------------------------------------------------
+
+def test_the_task_prolog_exports_the_identity_and_the_absolute_lock(tmp_path, monkeypatch) -> None:
+    from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
+
+    monkeypatch.chdir(tmp_path)
+    assert task_prolog_exports("sha256:abc", "execsys.lock") == [
+        "export EXECSYS_IDENTITY=sha256:abc", f"export EXECSYS_LOCK={tmp_path}/execsys.lock"]
+    assert task_prolog_exports("id with space", tmp_path / "a b.lock") == [
+        "export EXECSYS_IDENTITY=id with space", f"export EXECSYS_LOCK={tmp_path}/a b.lock"]
+
+
+@pytest.mark.parametrize(("identity", "lock", "message"), [
+    pytest.param("a\nexport X=1", "/l", "EXECSYS_IDENTITY: cannot export 'a\\nexport X=1' through a TaskProlog line",
+                 id="newline-in-the-identity"),
+    pytest.param("", "/l", "EXECSYS_IDENTITY: cannot export '' through a TaskProlog line", id="empty-identity"),
+    pytest.param("id", "/l\n", "EXECSYS_LOCK: cannot export '/l\\n' through a TaskProlog line",
+                 id="newline-in-the-lock"),
+    pytest.param("id", "", "EXECSYS_LOCK: cannot export '' through a TaskProlog line", id="empty-lock"),
+])
+def test_the_task_prolog_refuses_what_one_line_cannot_carry(identity, lock, message) -> None:
+    from execsys.doctor.node_checks.slurm_prolog import task_prolog_exports
+
+    with pytest.raises(ValueError) as caught:
+        task_prolog_exports(identity, lock)
+    assert str(caught.value) == message
