@@ -144,6 +144,7 @@ def test_refused_flags(kwargs, needle) -> None:
 @pytest.mark.parametrize(("kwargs", "check"), [
     pytest.param({"mode": "slurm", "drain": True}, lambda o: o.drain is True, id="drain-in-slurm"),
     pytest.param({"mode": "npd", "drain": False}, lambda o: o.drain is False, id="no-drain-anywhere"),
+    pytest.param({"mode": "npd", "path": "X"}, lambda o: o.path == "X", id="a-relative-one-letter-path"),
     pytest.param({"mode": "npd", "env_from": "pid:1"}, lambda o: o.env_from == "pid:1", id="pid-1"),
     pytest.param({"mode": "npd", "timeout": 7.0}, lambda o: o.doctor.timeout == 7.0, id="timeout-7-fits"),
     pytest.param({"mode": "npd", "timeout": 23 / 3}, lambda o: o.doctor_deadline() + 10.0 == BUDGET_S,
@@ -188,6 +189,9 @@ def options(**kwargs) -> NodeCheckOptions:
                  id="colons-only-process-path-gets-the-default"),
     pytest.param({"PATH": "/decl/bin"}, {"PATH": "/proc/bin"}, "/flag/bin", "/flag/bin", "--path",
                  id="the-flag-beats-all"),
+    pytest.param({"PATH": "X"}, {"PATH": "/proc/bin"}, None, "X", "the declaration's [environment] variables",
+                 id="a-declared-one-letter-path"),
+    pytest.param({}, {"PATH": "X"}, None, "X", "this process's environment", id="a-one-letter-process-path"),
 ])
 def test_inspected_path(declared, process, path, expected_path, path_source) -> None:
     env = inspected_environment(options(declared=declared, path=path), process_env=process)
@@ -211,6 +215,8 @@ def test_inspected_source(declared, source) -> None:
     pytest.param(b"A=1\n", None, None, True, id="env-file-without-path-cannot-check"),
     pytest.param(b"A=1\n", "/flag/bin", "/flag/bin", False, id="path-flag-fills-the-env-file"),
     pytest.param(b"PATH=\n", None, None, True, id="empty-path-cannot-check"),
+    pytest.param(b"PATH=::\n", None, None, True, id="colons-only-path-cannot-check"),
+    pytest.param(b"PATH=X\n", None, "X", False, id="a-one-letter-path-is-a-path"),
 ])
 def test_env_from_file(tmp_path, content, path, expected, cannot) -> None:
     env_file = tmp_path / "env"
