@@ -812,10 +812,12 @@ def test_pip_config_file_devnull_and_xdg_config_home(clean_env, tmp_path, monkey
     assert without_etc(package_prefixes.pip_config_files()) == [str(xdg / "pip" / "pip.conf")]
 
 
-def test_the_default_xdg_config_dirs(clean_env, monkeypatch) -> None:
-    monkeypatch.delenv("XDG_CONFIG_DIRS")
-    files_found = package_prefixes.pip_config_files()
-    assert all(not f.startswith("/etc/xdg") or f == "/etc/xdg/pip/pip.conf" for f in files_found)
+def test_an_empty_xdg_config_dirs_names_no_relative_file(clean_env, tmp_path, monkeypatch) -> None:
+    (tmp_path / "pip").mkdir()
+    (tmp_path / "pip" / "pip.conf").write_text("[global]\ntarget = /t\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_DIRS", "")
+    assert without_etc(package_prefixes.pip_config_files()) == []
 
 
 def test_an_unreadable_pip_configuration_is_skipped(clean_env, tmp_path) -> None:
