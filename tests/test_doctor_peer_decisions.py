@@ -154,8 +154,9 @@ def test_peer_clock_ahead_fails_the_clock_row(peer) -> None:
     report = run_remote_doctor(dest, opts(only=["clock-skew"], strict=True))
     skew = report.result("clock-skew")
     assert skew.status == "fail" and [f.id for f in skew.findings] == ["clock-skew/inter-host-skew"]
-    assert re.fullmatch(r"clock is \+(29999|30000|30001) ms off the local clock \(± \d+ ms\), over 250 ms",
-                        skew.summary)
+    shown = re.fullmatch(r"clock is \+(\d+) ms off the local clock \(± (\d+) ms\), over 250 ms", skew.summary)
+    assert shown is not None, skew.summary
+    assert abs(int(shown.group(1)) - 30_000) <= int(shown.group(2)) + 1  # the true offset lies within the bound
     assert skew.fix.startswith("Synchronise both clocks to the same time source")
     assert 29_000 < report.host["clock_offset_ms"] < 31_000
     assert report.strict is True
