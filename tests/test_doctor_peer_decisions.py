@@ -128,7 +128,8 @@ def test_peer_report_of_a_full_answer(peer) -> None:
                                 row("stub-executables", "warn", "a stub"), row("clock-skew", "ok", "synchronised"),
                                 "END"])
     events: list = []
-    report = run_remote_doctor(dest, opts(), on_event=events.append)
+    # a threshold far over any round trip here: the row stays as the far side sent it, plus the measurement
+    report = run_remote_doctor(dest, opts(clock_skew_threshold_ms=60_000), on_event=events.append)
     assert report.error is None and report.name == "gpu-a"
     assert (report.host["name"], report.host["destination"], report.host["hostname"], report.host["python"]) == \
         ("gpu-a", "gpu-a", "gpu-a.internal", "3.11")
@@ -142,8 +143,9 @@ def test_peer_report_of_a_full_answer(peer) -> None:
     assert skew.summary.startswith("skew +") or skew.summary.startswith("skew -")
     assert skew.summary.endswith(" ms vs local; synchronised")
     assert re.fullmatch(r"clock vs local: [+-]\d+\.\d ms ± \d+\.\d ms \(RTT \d+\.\d ms, best of 5\); "
-                        r"threshold 250 ms", skew.evidence[0])
-    assert abs(report.host["clock_offset_ms"]) < 250 and 0 <= report.host["clock_bound_ms"] < 250
+                        r"threshold 60000 ms", skew.evidence[0])
+    assert abs(report.host["clock_offset_ms"]) <= report.host["clock_bound_ms"] + 1
+    assert report.host["clock_bound_ms"] >= 0
     assert report.duration_s > 0
     assert "asked 5 then 'GO'" in log.read_text()
 
