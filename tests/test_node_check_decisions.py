@@ -485,31 +485,6 @@ def test_the_drain_runs_scontrol_with_the_reason(tmp_path, monkeypatch) -> None:
     assert (tmp_path / "argv").read_text().splitlines() == drained["argv"][1:]
 
 
-def test_the_drain_finds_scontrol_on_the_default_path_when_path_is_unset(tmp_path, monkeypatch) -> None:
-    from execsys.doctor.node_checks.check import drain_node
-
-    monkeypatch.delenv("PATH", raising=False)
-    drained = drain_node("n", "x")
-    import shutil
-
-    found = shutil.which("scontrol", path=DEFAULT_PATH)
-    if found is None:
-        assert drained["returncode"] is None
-        assert drained["output"] == f"scontrol not found on {DEFAULT_PATH}"
-        assert drained["argv"] == ["scontrol", "update", "NodeName=n", "State=DRAIN", "Reason=execsys: x"]
-    else:
-        assert drained["argv"][0] == found
-
-
-def test_the_drain_without_scontrol_says_where_it_looked(tmp_path, monkeypatch) -> None:
-    from execsys.doctor.node_checks.check import drain_node
-
-    monkeypatch.setenv("PATH", str(tmp_path))
-    drained = drain_node("n", "x")
-    if drained["returncode"] is None and drained["output"].startswith("scontrol not found"):
-        assert drained["output"] == f"scontrol not found on {tmp_path}:{DEFAULT_PATH}"
-
-
 def test_a_hanging_scontrol_is_bounded(tmp_path, monkeypatch) -> None:
     from execsys.doctor.node_checks.check import drain_node
 
