@@ -490,7 +490,8 @@ def test_a_hanging_scontrol_is_bounded(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setenv("PATH", scontrol(tmp_path, "exec sleep 30"))
     drained = drain_node("n", "x", timeout=0.25)
-    assert (drained["returncode"], drained["output"]) == (None, "scontrol did not answer in 0.25 s")
+    argv = [str(tmp_path / "bin" / "scontrol"), "update", "NodeName=n", "State=DRAIN", "Reason=execsys: x"]
+    assert drained == {"node": "n", "argv": argv, "returncode": None, "output": "scontrol did not answer in 0.25 s"}
 
 
 def test_an_scontrol_that_cannot_start_says_so(tmp_path, monkeypatch) -> None:
@@ -500,7 +501,9 @@ def test_an_scontrol_that_cannot_start_says_so(tmp_path, monkeypatch) -> None:
     (tmp_path / "bin" / "scontrol").write_text("#!/nonexistent/interpreter\n")
     monkeypatch.setenv("PATH", bindir)
     drained = drain_node("n", "x")
-    assert (drained["returncode"], drained["output"]) == (None, "cannot run scontrol: No such file or directory")
+    argv = [str(tmp_path / "bin" / "scontrol"), "update", "NodeName=n", "State=DRAIN", "Reason=execsys: x"]
+    assert drained == {"node": "n", "argv": argv, "returncode": None,
+                       "output": "cannot run scontrol: No such file or directory"}
 
 
 def test_the_drain_passes_the_process_environment_and_the_searched_path(tmp_path, monkeypatch) -> None:
