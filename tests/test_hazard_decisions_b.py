@@ -170,6 +170,13 @@ def test_a_pinned_path_under_home_is_expanded(on_path, tmp_path, monkeypatch) ->
     assert result.summary == f"tool: PATH runs {on_path[0] / 'tool'}, execsys.toml pins {tmp_path}/x/tool"
 
 
+def test_the_pinned_digest_is_the_first_match_s(on_path) -> None:
+    first = program(on_path[0], "tool", "echo first")
+    program(on_path[1], "tool", "echo second")
+    result = binary_aliasing.check(ctx(commands=["tool"], pins={"tool": {"digest": files.digest(str(first))}}))
+    assert ids(result) == ["binary-aliasing/several-programs"]
+
+
 def test_a_pinned_digest(on_path) -> None:
     tool = program(on_path[0], "tool")
     digest = files.digest(str(tool))
@@ -982,8 +989,24 @@ def test_two_processes_sharing_a_port_fail(child_listener) -> None:
     assert result.fix.startswith("Stop the stray listener")
 
 
+def v6_listener_free_on_v4(reuse: bool = False) -> socket.socket:
+    """A socket listening on [::1]:P where 127.0.0.1:P is free too (the ephemeral port is chosen for IPv6 only:
+    another process on the machine may hold it on IPv4)."""
+    for _ in range(50):
+        s = listening(socket.AF_INET6, "::1", reuse=reuse)
+        probe = socket.socket()
+        try:
+            probe.bind(("127.0.0.1", s.getsockname()[1]))
+            return s
+        except OSError:
+            s.close()
+        finally:
+            probe.close()
+    raise AssertionError("no port free on both families")
+
+
 def test_ipv4_and_ipv6_held_by_different_processes(child_listener) -> None:
-    with listening(socket.AF_INET6, "::1") as s:
+    with v6_listener_free_on_v4() as s:
         port = s.getsockname()[1]
         other = child_listener(port)
         result = port_collisions.check(ctx(ports=[port]))
@@ -994,7 +1017,7 @@ def test_ipv4_and_ipv6_held_by_different_processes(child_listener) -> None:
 
 
 def test_two_families_one_shared_is_shared(child_listener) -> None:
-    with listening(socket.AF_INET6, "::1", reuse=True) as s:
+    with v6_listener_free_on_v4(reuse=True) as s:
         port = s.getsockname()[1]
         child_listener(port)
         child_listener(port, "AF_INET6", "::1")
