@@ -654,9 +654,9 @@ def test_a_cancelled_check_is_unknown_never_ok_or_fail() -> None:
 
     cancel = threading.Event()
     cancel.set()
-    report = run_node_check(node_check("npd", commands=["execsys-no-such-tool"]), cancel=cancel)
-    assert (report.exit_code, report.status, report.hazard) == (2, "unknown", "binary-aliasing")
-    assert report.line == "unknown binary-aliasing: the check cancelled; abandoned"
+    report = run_node_check(node_check("slurm", commands=["execsys-no-such-tool"]), cancel=cancel)
+    assert (report.mode, report.exit_code, report.status, report.hazard) == ("slurm", 2, "unknown", "binary-aliasing")
+    assert report.line == report.log == "unknown binary-aliasing: the check cancelled; abandoned"
 
 
 def test_strict_makes_a_whole_check_fail_on_a_warning(tmp_path) -> None:
