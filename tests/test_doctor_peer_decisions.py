@@ -404,3 +404,32 @@ def test_the_program_runs_under_this_python_and_answers_the_clock(tmp_path) -> N
 def test_a_module_without_source_is_named() -> None:
     with pytest.raises(RuntimeError, match="^cannot find the source of execsys.no_such_module$"):
         remote._source("execsys.no_such_module")
+
+
+def test_the_bundled_source_is_the_module_s_file() -> None:
+    from execsys.doctor import model
+
+    assert remote._source("execsys.doctor.model") == Path(model.__file__).read_text(encoding="utf-8")
+
+
+def test_the_unreachable_rows_say_how_to_fix_it() -> None:
+    report = unreachable_report("gpu-r", opts(), "gone")
+    assert report.name == "gpu-r"
+    assert {r.fix for r in report.hazards} == {
+        "Check that `ssh DEST python3 -V` works non-interactively (keys/agent, BatchMode) and that python3 >= 3.9 "
+        "is installed."}
+
+
+def test_the_skew_line_comes_first_and_an_accepted_one_second() -> None:
+    result = HazardResult("clock-skew", "ok", "fine", evidence=["local: synchronised", "clocksource tsc"])
+    apply_skew(result, ClockSample(1.0, 0.0, 0.0, 5), 250.0, ["clock-skew/inter-host-skew"])
+    assert result.evidence[0].startswith("clock vs local: +1000.0 ms")
+    assert result.evidence[1] == result.findings[0].shown()
+    assert result.evidence[2:] == ["local: synchronised", "clocksource tsc"]
+
+
+def test_a_failing_skew_says_how_to_fix_it() -> None:
+    result = HazardResult("clock-skew", "ok", "fine")
+    apply_skew(result, ClockSample(1.0, 0.0, 0.0, 5), 250.0)
+    assert result.fix == ("Synchronise both clocks to the same time source (chrony/NTP/PTP); until then, do not "
+                          "order events across these hosts by timestamp.")
