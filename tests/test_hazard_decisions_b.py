@@ -1121,3 +1121,20 @@ def test_several_findings_on_the_fail_level_are_headlined(child_listener, strang
     assert result.summary.endswith(" (+2 more)")
     assert len([f for f in result.findings if f.level == "fail"]) == 3
 
+
+
+def test_zsh_is_asked_with_whence(tmp_path, monkeypatch) -> None:
+    shell_answering(tmp_path, monkeypatch, "zsh", f'printf "%s|" "$@" > {tmp_path}/asked')
+    binary_aliasing._shell_shadows(ctx(), ["a"])
+    script = 'for n in "$@"; do printf "%s\\t%s\\n" "$n" "$(whence -w -- "$n" 2>/dev/null)"; done'
+    assert (tmp_path / "asked").read_text() == f"-ic|{script}|execsys-doctor|a|"
+
+
+def test_the_shell_s_note_reaches_the_evidence(tmp_path, monkeypatch, on_path) -> None:
+    shell_answering(tmp_path, monkeypatch, "fish", "exit 0")
+    program(on_path[0], "tool")
+    result = binary_aliasing.check(ctx(commands=["tool"], shell_aliases=True))
+    assert result.evidence[-1] == "shell fish: aliases not checked (bash and zsh are)"
+    quiet = binary_aliasing.check(ctx(commands=["tool"]))
+    assert quiet.evidence[-1] == ("shell aliases not checked: a node check runs under a daemon, which starts no "
+                                  "interactive shell (`execsys doctor` checks them)")
