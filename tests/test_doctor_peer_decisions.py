@@ -321,16 +321,16 @@ def test_the_unreachable_report_keeps_what_arrived() -> None:
 
 
 @pytest.mark.parametrize(("returncode", "stderr", "timed_out", "elapsed", "text"), [
-    (None, "x", True, 4.6, "no answer within 5s"),
-    (255, "a\nb\n", True, 2.0, "no answer within 2s"),
-    (255, "", False, 0, "ssh failed: connection error"),
-    (127, "python3: not found", False, 0, "remote has no usable python3 (python3: not found)"),
-    (2, "a python3 line\nzsh: python3: not found\n", False, 0, "remote has no usable python3 (zsh: python3: not found)"),
-    (2, "python2: not found", False, 0, "remote doctor exited 2: python2: not found"),
-    (3, "needs python3 >= 3.9", False, 0, "needs python3 >= 3.9"),
-    (3, "needs python3 >= 3.9\nlater", False, 0, "remote doctor exited 3: later"),
-    (4, "needs python3 >= 3.9", False, 0, "remote doctor exited 4: needs python3 >= 3.9"),
-    (None, "", False, 0, "remote doctor exited None: no output"),
+    pytest.param(None, "x", True, 4.6, "no answer within 5s", id="reason-1"),
+    pytest.param(255, "a\nb\n", True, 2.0, "no answer within 2s", id="reason-2"),
+    pytest.param(255, "", False, 0, "ssh failed: connection error", id="reason-3"),
+    pytest.param(127, "python3: not found", False, 0, "remote has no usable python3 (python3: not found)", id="reason-4"),
+    pytest.param(2, "a python3 line\nzsh: python3: not found\n", False, 0, "remote has no usable python3 (zsh: python3: not found)", id="reason-5"),
+    pytest.param(2, "python2: not found", False, 0, "remote doctor exited 2: python2: not found", id="reason-6"),
+    pytest.param(3, "needs python3 >= 3.9", False, 0, "needs python3 >= 3.9", id="reason-7"),
+    pytest.param(3, "needs python3 >= 3.9\nlater", False, 0, "remote doctor exited 3: later", id="reason-8"),
+    pytest.param(4, "needs python3 >= 3.9", False, 0, "remote doctor exited 4: needs python3 >= 3.9", id="reason-9"),
+    pytest.param(None, "", False, 0, "remote doctor exited None: no output", id="reason-10"),
 ])
 def test_the_reason_given(returncode, stderr, timed_out, elapsed, text) -> None:
     assert remote._describe(returncode, stderr, timed_out, elapsed) == text
