@@ -1,0 +1,530 @@
+"""Five hazards' decisions as tables, in process, on planted evidence: clock-skew, unread-env-config,
+stub-executables, interop-mangling and baked-paths (tests/test_hazard_decisions_b.py has the others).
+
+Each hazard's ``check`` is called with a real ``Context`` over ``DoctorOptions``; the evidence it reads
+is planted where the hazard reads it: a temp directory standing in for sysfs's clocksource, a stand-in
+libc whose ``adjtimex`` fills the struct with chosen bits, env files and real child processes with a
+chosen environment and argv, executables written into a temp PATH (0-byte, dead shebang, foreign ELF,
+a script that prints a stub's words and exits non-zero), layers that are real commands (``env``, a
+relay script that re-splits), and venv trees with moved interpreters, dangling links and ``.pth``
+lines. What is asserted is what an operator reads: the status, the finding ids, the summary line and
+the evidence lines word for word.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+from execsys.doctor import sysinfo
+from execsys.doctor.context import Context, DoctorOptions
+from execsys.doctor.hazards import clock_skew
+
+# -- clock-skew: the kernel's reading -----------------------------------------------------------------
+
+
+class _Libc:
+    """A C library whose ``adjtimex`` fills the struct with planted values (the kernel's answer)."""
+
+    def __init__(self, state: int, status: int = 0, offset: int = 0, maxerror: int = 0, esterror: int = 0,
+                 errno: int = 0) -> None:
+        self.values = (state, status, offset, maxerror, esterror, errno)
+        self.modes: list[int] = []
+
+    def adjtimex(self, ref) -> int:
+        state, status, offset, maxerror, esterror, errno = self.values
+        tx = ref._obj
+        self.modes.append(tx.modes)
+        tx.status, tx.offset, tx.maxerror, tx.esterror = status, offset, maxerror, esterror
+        if errno:
+            ctypes.set_errno(errno)
+        return state
+
+
+@pytest.mark.parametrize(("libc", "reading"), [
+    pytest.param(_Libc(0, offset=1500, maxerror=2000, esterror=30), {
+        "state": 0, "unsynchronised": False, "maxerror_us": 2000, "esterror_us": 30, "offset_us": 1500.0},
+        id="synchronised-offset-in-microseconds"),
+    pytest.param(_Libc(0, status=clock_skew.STA_NANO, offset=1500), {
+        "state": 0, "unsynchronised": False, "maxerror_us": 0, "esterror_us": 0, "offset_us": 1.5},
+        id="sta-nano-offset-in-nanoseconds"),
+    pytest.param(_Libc(0, status=clock_skew.STA_UNSYNC), {
+        "state": 0, "unsynchronised": True, "maxerror_us": 0, "esterror_us": 0, "offset_us": 0.0},
+        id="sta-unsync-bit"),
+    pytest.param(_Libc(0, status=clock_skew.STA_UNSYNC ^ 0xFFFF), {
+        "state": 0, "unsynchronised": False, "maxerror_us": 0, "esterror_us": 0, "offset_us": 0.0},
+        id="every-other-status-bit-is-not-unsync"),
+    pytest.param(_Libc(clock_skew.TIME_ERROR), {
+        "state": 5, "unsynchronised": True, "maxerror_us": 0, "esterror_us": 0, "offset_us": 0.0},
+        id="time-error-state-is-unsynchronised"),
+    pytest.param(_Libc(4), {
+        "state": 4, "unsynchronised": False, "maxerror_us": 0, "esterror_us": 0, "offset_us": 0.0},
+        id="time-wait-state-is-not"),
+    pytest.param(_Libc(1, status=clock_skew.STA_NANO | clock_skew.STA_UNSYNC, offset=-2000), {
+        "state": 1, "unsynchronised": True, "maxerror_us": 0, "esterror_us": 0, "offset_us": -2.0},
+        id="state-1-and-negative-nanoseconds"),
+    pytest.param(_Libc(-1, errno=1), {"error": os.strerror(1)}, id="a-failed-call-says-why"),
+])
+def test_kernel_sync_reads_adjtimex(monkeypatch, libc, reading) -> None:
+    assert (clock_skew.STA_UNSYNC, clock_skew.STA_NANO, clock_skew.TIME_ERROR) == (0x40, 0x2000, 5)
+    monkeypatch.setattr(clock_skew, "_libc", lambda: libc)
+    assert clock_skew.kernel_sync() == reading
+    assert libc.modes == [0]  # read only: modes=0 changes nothing
+
+
+def test_kernel_sync_on_this_kernel_reads_without_error() -> None:
+    """The real call: glibc's adjtimex with modes=0 is allowed to anyone and never fails."""
+    reading = clock_skew.kernel_sync()
+    assert reading is not None and "error" not in reading
+    assert 0 <= reading["state"] <= 5
+    assert isinstance(reading["unsynchronised"], bool)
+    assert isinstance(reading["offset_us"], float)
+
+
+def test_kernel_sync_is_linux_only(monkeypatch) -> None:
+    monkeypatch.setattr(clock_skew.sys, "platform", "darwin")
+    monkeypatch.setattr(clock_skew, "_libc", lambda: pytest.fail("no libc call off Linux"))
+    assert clock_skew.kernel_sync() is None
+
+
+def test_libc_by_soname_and_by_find_library_otherwise(monkeypatch) -> None:
+    real = ctypes.CDLL
+    asked: list[str] = []
+
+    def cdll(name, use_errno=False):
+        asked.append(name)
+        assert use_errno is True  # the errno a failed adjtimex leaves is read back
+        if name == "libc.so.6" and len(asked) == 1 and refuse:
+            raise OSError("not glibc")
+        return real("libc.so.6" if name == "libc-by-find-library" else name, use_errno=use_errno)
+
+    monkeypatch.setattr(clock_skew.ctypes, "CDLL", cdll)
+    refuse = False
+    assert hasattr(clock_skew._libc(), "adjtimex")
+    assert asked == ["libc.so.6"]
+    asked.clear()
+    refuse = True
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libc-by-find-library" if name == "c" else None)
+    assert hasattr(clock_skew._libc(), "adjtimex")
+    assert asked == ["libc.so.6", "libc-by-find-library"]
+    asked.clear()
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    clock_skew._libc()
+    assert asked == ["libc.so.6", "libc.so.6"]  # nothing found: the soname once more
+
+
+# -- clock-skew: the whole check's words -----------------------------------------------------------------
+
+SYNCED = {"state": 0, "unsynchronised": False, "maxerror_us": 123456, "esterror_us": 98765, "offset_us": 123456.0}
+ADJTIMEX = "adjtimex: state 0, maxerror 123.5 ms, esterror 98.8 ms, offset 123.456 ms"
+UNSYNC = "kernel clock is not synchronised (no NTP/PTP discipline: STA_UNSYNC)"
+
+
+def _clock(tmp_path, monkeypatch, sync, current, available, virt=()):
+    source = tmp_path / "clocksource0"
+    source.mkdir()
+    if current is not None:
+        (source / "current_clocksource").write_text(current + "\n")
+    if available is not None:
+        (source / "available_clocksource").write_text(available + "\n")
+    monkeypatch.setattr(clock_skew, "CLOCKSOURCE", str(source))
+    monkeypatch.setattr(clock_skew, "kernel_sync", lambda: sync)
+    monkeypatch.setattr(clock_skew.sysinfo, "virtualization", lambda: list(virt))
+    return clock_skew.check(Context(DoctorOptions()))
+
+
+@pytest.mark.parametrize(("sync", "current", "available", "virt", "status", "summary", "evidence"), [
+    pytest.param(SYNCED, "tsc", "tsc hpet", (), "ok", "kernel clock synchronised, clocksource tsc",
+                 [ADJTIMEX, "clocksource: tsc (available: tsc hpet)"], id="synced-tsc"),
+    pytest.param(None, None, None, (), "ok", "kernel clock synchronised, clocksource unknown",
+                 ["kernel synchronisation state: not readable on this OS (adjtimex is Linux-only)"],
+                 id="nothing-readable"),
+    pytest.param({"error": "Operation not permitted"}, "kvm-clock", None, (), "ok",
+                 "kernel clock synchronised, clocksource kvm-clock",
+                 ["adjtimex failed: Operation not permitted", "clocksource: kvm-clock (available: ?)"],
+                 id="adjtimex-failed-and-no-available-list"),
+    pytest.param(dict(SYNCED, unsynchronised=True), "tsc", "tsc", (), "warn", UNSYNC,
+                 [UNSYNC, ADJTIMEX, "clocksource: tsc (available: tsc)"], id="unsynchronised"),
+    pytest.param(SYNCED, "hpet", "hpet acpi_pm", (), "warn",
+                 "clocksource is hpet: tsc was probably marked unstable by the kernel",
+                 ["clocksource is hpet: tsc was probably marked unstable by the kernel", ADJTIMEX,
+                  "clocksource: hpet (available: hpet acpi_pm)"], id="hpet-no-tsc"),
+    pytest.param(SYNCED, "acpi_pm", "tsc acpi_pm", (), "warn", "clocksource is acpi_pm although tsc is available",
+                 ["clocksource is acpi_pm although tsc is available", ADJTIMEX,
+                  "clocksource: acpi_pm (available: tsc acpi_pm)"], id="acpi-pm-although-tsc"),
+    pytest.param(SYNCED, "jiffies", "jiffies tsc", (), "warn", "clocksource is jiffies although tsc is available",
+                 None, id="jiffies-although-tsc"),
+    pytest.param(SYNCED, "hpet", "", (), "warn",
+                 "clocksource is hpet: tsc was probably marked unstable by the kernel", None, id="hpet-empty-list"),
+    pytest.param(SYNCED, "acpi_pm", "acpi_pm", (), "warn",
+                 "clocksource is acpi_pm: tsc was probably marked unstable by the kernel", None, id="acpi-pm-alone"),
+    pytest.param(SYNCED, "jiffies", None, (), "warn",
+                 "clocksource is jiffies: tsc was probably marked unstable by the kernel", None, id="jiffies-alone"),
+    pytest.param(SYNCED, "xen", "xen hpet", (), "ok", "kernel clock synchronised, clocksource xen", None,
+                 id="xen-is-a-hypervisor-clock"),
+    pytest.param(SYNCED, "hyperv_clocksource_tsc_page", "hyperv_clocksource_tsc_page", (), "ok",
+                 "kernel clock synchronised, clocksource hyperv_clocksource_tsc_page", None, id="hyperv"),
+    pytest.param(SYNCED, "tsc", "tsc", ("hypervisor", "docker container"), "ok",
+                 "kernel clock synchronised, clocksource tsc",
+                 [ADJTIMEX, "clocksource: tsc (available: tsc)", "virtualisation: hypervisor, docker container",
+                  "tsc inside a VM: fine when the host exposes an invariant TSC; kvm-clock/hyperv otherwise"],
+                 id="tsc-in-a-vm-is-noted"),
+    pytest.param(SYNCED, "kvm-clock", "kvm-clock", ("hypervisor",), "ok",
+                 "kernel clock synchronised, clocksource kvm-clock",
+                 [ADJTIMEX, "clocksource: kvm-clock (available: kvm-clock)", "virtualisation: hypervisor"],
+                 id="kvm-clock-in-a-vm-needs-no-note"),
+    pytest.param(SYNCED, "tsc", "tsc", ("docker container",), "ok", "kernel clock synchronised, clocksource tsc",
+                 [ADJTIMEX, "clocksource: tsc (available: tsc)", "virtualisation: docker container"],
+                 id="tsc-in-a-container-needs-no-note"),
+    pytest.param(dict(SYNCED, unsynchronised=True), "hpet", "hpet tsc", (), "warn", UNSYNC,
+                 [UNSYNC, "clocksource is hpet although tsc is available", ADJTIMEX,
+                  "clocksource: hpet (available: hpet tsc)"], id="both-findings-first-is-the-summary"),
+])
+def test_clock_check_words(tmp_path, monkeypatch, sync, current, available, virt, status, summary, evidence) -> None:
+    result = _clock(tmp_path, monkeypatch, sync, current, available, virt)
+    assert (result.id, result.status, result.summary) == ("clock-skew", status, summary)
+    if evidence is not None:
+        assert result.evidence == evidence
+    assert result.fix == (clock_skew.FIX if status == "warn" else "")
+    assert "chrony" in clock_skew.FIX
+
+
+def test_an_accepted_local_clock_finding_does_not_warn(tmp_path, monkeypatch) -> None:
+    source = tmp_path / "clocksource0"
+    source.mkdir()
+    monkeypatch.setattr(clock_skew, "CLOCKSOURCE", str(source))
+    monkeypatch.setattr(clock_skew, "kernel_sync", lambda: dict(SYNCED, unsynchronised=True))
+    monkeypatch.setattr(clock_skew.sysinfo, "virtualization", lambda: [])
+    result = clock_skew.check(Context(DoctorOptions(accept=["clock-skew/kernel-clock-unsynchronised"])))
+    assert result.status == "ok"
+    assert result.findings[0].accepted
+
+
+def test_clocksource_reads_sysfs_files(tmp_path, monkeypatch) -> None:
+    (tmp_path / "current_clocksource").write_text("  tsc \n")
+    (tmp_path / "available_clocksource").write_text("tsc  hpet\tacpi_pm\n")
+    monkeypatch.setattr(clock_skew, "CLOCKSOURCE", str(tmp_path))
+    assert clock_skew.clocksource() == ("tsc", ["tsc", "hpet", "acpi_pm"])
+    monkeypatch.setattr(clock_skew, "CLOCKSOURCE", str(tmp_path / "absent"))
+    assert clock_skew.clocksource() == (None, [])
+
+
+# -- unread-env-config -------------------------------------------------------------------------------------
+
+from execsys.doctor.hazards import unread_env_config as uec  # noqa: E402
+
+MODEL = "/srv/models/served-model.gguf"
+SERVED_CODE = ("import socket, sys, time\n"
+               "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+               "print(s.getsockname()[1], flush=True)\n"
+               "time.sleep(120)  # execsys-decisions-a-served\n")
+
+
+@pytest.fixture(scope="module")
+def served():
+    """A real serving process: its argv names a model, its environment is A=1 and a secret."""
+    proc = subprocess.Popen(["execsys-decisions-a-served", "-c", SERVED_CODE, "--model", MODEL],
+                            executable=sys.executable, stdout=subprocess.PIPE, text=True,
+                            env={"A": "1", "HF_TOKEN": "hf-live-value-1", "PATH": "/bin"})
+    try:
+        port = int(proc.stdout.readline())
+        yield types.SimpleNamespace(pid=proc.pid, port=port)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _env_check(**options) -> object:
+    return uec.check(Context(DoctorOptions(**options)))
+
+
+def _env_file(tmp_path, text: str, name: str = "serving.env") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    os.utime(path, (time.time() - 3600, time.time() - 3600))  # older than any process here
+    return str(path)
+
+
+def test_nothing_declared_is_a_skip() -> None:
+    result = _env_check()
+    assert (result.status, result.summary, result.evidence, result.fix) == (
+        "skip", "no declared environment (--env-file, [environment] variables) or artifact", [], "")
+
+
+def test_a_missing_env_file_fails(tmp_path) -> None:
+    path = str(tmp_path / "absent.env")
+    result = _env_check(env_file=path)
+    assert (result.status, result.summary) == ("fail", f"env file {path} does not exist")
+    assert [f.id for f in result.findings] == ["unread-env-config/env-file-missing"]
+    assert result.fix == "Point --env-file / [runtime] env_file at the file the service reads."
+    accepted = _env_check(env_file=path, accept=["unread-env-config/env-file-missing"])
+    assert accepted.status == "ok" and accepted.findings[0].accepted
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    pytest.param(None, "is a directory", id="a-directory"),
+    pytest.param(b"A=\xff\n", "codec can't decode", id="not-utf-8"),
+])
+def test_an_unreadable_env_file_is_an_error(tmp_path, content, why) -> None:
+    path = tmp_path / "bad.env"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    result = _env_check(env_file=str(path))
+    assert result.status == "error"
+    assert result.summary.startswith(f"cannot read env file {path}: ") and why in result.summary
+    assert [f.id for f in result.findings] == ["unread-env-config/env-file-unreadable"]
+    assert result.fix == ""
+    # an error is never accepted: "not read" must not become "clean"
+    assert _env_check(env_file=str(path), accept=["unread-env-config/env-file-unreadable"]).status == "error"
+
+
+def test_a_user_relative_env_file_is_expanded(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _env_file(tmp_path, "A=1\n")
+    result = _env_check(env_file="~/serving.env")
+    assert result.status == "skip"  # read (no error, no missing file): only the process is missing
+    assert result.summary == "no serving process given (--pid, --process, [runtime] process or endpoint)"
+
+
+@pytest.mark.parametrize(("options", "summary"), [
+    pytest.param({"pid": 2 ** 22 + 12345}, f"pid {2 ** 22 + 12345}: no such process", id="no-such-pid"),
+    pytest.param({"process": "execsys-no-such-process-x"}, "no process named 'execsys-no-such-process-x'",
+                 id="no-such-name"),
+    pytest.param({"endpoint_port": 1}, "nothing (visible) listens on the declared endpoint port 1",
+                 id="nothing-on-the-port"),
+])
+def test_no_serving_process_found_is_a_skip_saying_why(tmp_path, options, summary) -> None:
+    result = _env_check(env_file=_env_file(tmp_path, "A=1\n"), **options)
+    assert (result.status, result.summary) == ("skip", summary)
+    assert result.evidence == [summary]
+
+
+def _declared(served, **options):
+    return _env_check(pid=served.pid, **options)
+
+
+def test_the_live_environment_matches(served, tmp_path) -> None:
+    path = _env_file(tmp_path, "A=1\nHF_TOKEN=hf-live-value-1\n")
+    result = _declared(served, env_file=path)
+    assert (result.status, result.summary) == ("ok", f"pid {served.pid} runs with the declared environment")
+    assert result.evidence[0] == f"process: pid {served.pid} (--pid)"
+    assert result.evidence[1].startswith(f"pid {served.pid} argv: execsys-decisions-a-served -c ")
+    assert result.evidence[1].endswith(f"--model {MODEL}")
+    assert result.evidence[2:] == [f"2 declared variable(s) from {path}; 2 match"]
+    assert result.fix == ""
+
+
+def test_declared_variables_missing_and_different(served, tmp_path) -> None:
+    path = _env_file(tmp_path, "A=2\nB=1\nHF_TOKEN=hf-other-value\n")
+    result = _declared(served, env_file=path, declared_env={"C": "x"})
+    pid = served.pid
+    texts = [f"A: declared '2', pid {pid} has '1'", f"B: declared, missing in pid {pid}",
+             f"C: declared, missing in pid {pid}", f"HF_TOKEN: declared <redacted>, pid {pid} has <redacted>"]
+    assert result.status == "fail"
+    assert [f.text for f in result.findings] == texts
+    assert [f.id.split("/")[1] for f in result.findings] == [
+        "variable-differs", "variable-missing", "variable-missing", "variable-differs"]
+    assert result.summary == "; ".join(texts[:3]) + " ..."
+    assert f"4 declared variable(s) from {path}, [environment] variables; 0 match" in result.evidence
+    assert result.fix == uec.FIX
+    assert "hf-live-value-1" not in str(result.to_json()) and "hf-other-value" not in str(result.to_json())
+
+
+def test_three_failures_have_no_ellipsis(served) -> None:
+    result = _declared(served, declared_env={"A": "2", "B": "1", "C": "1"})
+    assert result.summary == (f"A: declared '2', pid {served.pid} has '1'; B: declared, missing in pid {served.pid}; "
+                              f"C: declared, missing in pid {served.pid}")
+    assert f"3 declared variable(s) from [environment] variables; 0 match" in result.evidence
+
+
+def test_one_of_two_matches(served) -> None:
+    result = _declared(served, declared_env={"A": "1", "B": "1"})
+    assert result.summary == f"B: declared, missing in pid {served.pid}"
+    assert "2 declared variable(s) from [environment] variables; 1 match" in result.evidence
+
+
+@pytest.mark.parametrize(("after_start_s", "warned"), [
+    pytest.param(uec.START_TIME_SLACK_S - 0.25, False, id="within-the-slack"),
+    pytest.param(uec.START_TIME_SLACK_S, False, id="at-the-slack"),
+    pytest.param(uec.START_TIME_SLACK_S + 0.25, True, id="beyond-the-slack"),
+])
+def test_an_env_file_changed_after_the_process_started(served, tmp_path, after_start_s, warned) -> None:
+    path = _env_file(tmp_path, "A=1\n")
+    started = sysinfo.process(served.pid).create_time
+    os.utime(path, (started + after_start_s, started + after_start_s))
+    result = _declared(served, env_file=path)
+    assert result.status == ("warn" if warned else "ok")
+    if warned:
+        text = result.findings[0].text
+        assert result.summary == text  # a warning is shown alone
+        assert text.startswith(f"{path} changed ") and f", after pid {served.pid} started " in text
+        assert text.endswith(" ago -- it may serve the old config")
+        assert result.findings[0].id == "unread-env-config/env-file-newer-than-process"
+
+
+def test_a_warning_beside_a_failure_summarises_the_failure(served, tmp_path) -> None:
+    path = _env_file(tmp_path, "A=2\n")
+    started = sysinfo.process(served.pid).create_time
+    os.utime(path, (started + 30, started + 30))
+    result = _declared(served, env_file=path)
+    assert (result.status, result.summary) == ("fail", f"A: declared '2', pid {served.pid} has '1'")
+
+
+@pytest.mark.parametrize(("artifact", "status", "line"), [
+    pytest.param(MODEL, "ok", f"artifact {MODEL} is on pid {{pid}}'s command line", id="the-declared-model"),
+    pytest.param("/srv/models/other.gguf", "fail", f"artifact: declared /srv/models/other.gguf, pid {{pid}} serves "
+                 f"{MODEL}", id="another-model"),
+])
+def test_the_served_artifact(served, artifact, status, line) -> None:
+    result = _declared(served, artifact_path=artifact)
+    line = line.format(pid=served.pid)
+    assert result.status == status
+    if status == "ok":
+        assert line in result.evidence
+        assert result.summary == f"pid {served.pid} runs with the declared environment"
+    else:
+        assert result.summary == line
+        assert [f.id for f in result.findings] == ["unread-env-config/artifact-differs"]
+
+
+def test_an_artifact_with_no_model_on_the_command_line(tmp_path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={"PATH": "/bin"})
+    try:
+        result = _env_check(pid=proc.pid, artifact_path="/m.gguf")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert result.status == "ok"
+    assert f"artifact /m.gguf: no model path on pid {proc.pid}'s command line to compare" in result.evidence
+
+
+def test_the_process_by_name_and_by_port(served, tmp_path) -> None:
+    by_name = _env_check(process="execsys-decisions-a-served", declared_env={"A": "1"})
+    assert by_name.status == "ok"
+    assert by_name.evidence[0] == f"process: pid {served.pid} ('execsys-decisions-a-served')"
+    by_port = _env_check(endpoint_port=served.port, declared_env={"A": "1"})
+    assert by_port.status == "ok"
+    assert by_port.evidence[0] == f"process: pid {served.pid}, the listener on port {served.port}"
+
+
+def test_two_processes_by_one_name_check_the_oldest(served) -> None:
+    second = subprocess.Popen(["execsys-decisions-a-served", "-c", "import time; time.sleep(60)"],
+                              executable=sys.executable, env={"A": "2"})
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and not sysinfo.process(second.pid).cmdline:
+            time.sleep(0.01)
+        result = _env_check(process="execsys-decisions-a-served", declared_env={"A": "1"})
+    finally:
+        second.kill()
+        second.wait()
+    assert result.status == "ok"  # the oldest is the first one, with A=1
+    assert result.evidence[0] == (f"2 processes match 'execsys-decisions-a-served' (pids {served.pid}, "
+                                  f"{second.pid}); checking the oldest")
+    assert result.evidence[1] == f"process: pid {served.pid} ('execsys-decisions-a-served')"
+
+
+@pytest.mark.parametrize(("own", "declared", "status", "texts"), [
+    pytest.param({"EXECSYS_A_X": "1"}, {"EXECSYS_A_X": "1"}, "ok", [], id="holds"),
+    pytest.param({}, {"EXECSYS_A_X": "1"}, "warn", [f"EXECSYS_A_X: declared, missing ({uec.OWN_ENVIRONMENT})"],
+                 id="missing"),
+    pytest.param({"EXECSYS_A_X": "2"}, {"EXECSYS_A_X": "1"}, "warn",
+                 [f"EXECSYS_A_X: declared '1', has '2' ({uec.OWN_ENVIRONMENT})"], id="differs"),
+    pytest.param({"EXECSYS_A_TOKEN": "zzzzzz2"}, {"EXECSYS_A_TOKEN": "zzzzzz1"}, "warn",
+                 [f"EXECSYS_A_TOKEN: declared <redacted>, has <redacted> ({uec.OWN_ENVIRONMENT})"],
+                 id="a-secret-is-never-shown"),
+    pytest.param({}, {"EXECSYS_A_1": "1", "EXECSYS_A_2": "1", "EXECSYS_A_3": "1", "EXECSYS_A_4": "1"}, "warn",
+                 [f"EXECSYS_A_{i}: declared, missing ({uec.OWN_ENVIRONMENT})" for i in range(1, 5)], id="four"),
+])
+def test_declared_variables_without_a_process_are_checked_here(monkeypatch, own, declared, status, texts) -> None:
+    for name in ("EXECSYS_A_X", "EXECSYS_A_TOKEN", *declared):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in own.items():
+        monkeypatch.setenv(name, value)
+    result = _env_check(declared_env=declared)
+    assert result.status == status
+    assert [f.text for f in result.findings] == texts
+    matched = len(declared) - len(texts)
+    assert result.evidence[-1] == (f"{len(declared)} declared variable(s) from [environment] variables; "
+                                   f"{matched} match ({uec.OWN_ENVIRONMENT})")
+    if texts:
+        assert result.summary == "; ".join(texts[:3]) + (" ..." if len(texts) > 3 else "")
+        assert result.fix == uec.FIX
+    else:
+        assert result.summary == f"the declared [environment] variables hold ({uec.OWN_ENVIRONMENT})"
+
+
+@pytest.mark.parametrize(("argv", "found"), [
+    pytest.param(["vllm", "serve", "--model", "/m/a"], ["/m/a"], id="model-flag"),
+    pytest.param(["x", "--model=/m/a"], ["/m/a"], id="model-equals"),
+    pytest.param(["x", "--model-path=/m/a=b"], ["/m/a=b"], id="equals-in-the-path"),
+    pytest.param(["x", "-m", "/m/a", "--served-model-path", "/m/b"], ["/m/a", "/m/b"], id="two-flags"),
+    pytest.param(["x", "/m/a.GGUF"], ["/m/a.GGUF"], id="a-model-file-by-suffix"),
+    pytest.param(["x", "--lora=/m/a.bin"], [], id="a-flag-with-a-suffix-is-not-the-model"),
+    pytest.param(["/m/a.gguf", "x"], [], id="argv0-is-the-program"),
+    pytest.param(["x", "--model", "/m/a", "/m/a"], ["/m/a"], id="once-each"),
+    pytest.param(["x", "--port", "8000"], [], id="nothing"),
+    pytest.param(["x", "--tokenizer=/m/t"], [], id="another-flag-equals"),
+])
+def test_artifact_arguments(argv, found) -> None:
+    assert uec._artifact_args(argv) == found
+
+
+def test_same_path(tmp_path) -> None:
+    real = tmp_path / "m.gguf"
+    real.write_text("x")
+    (tmp_path / "link.gguf").symlink_to(real)
+    assert uec._same_path(str(real), str(tmp_path / "link.gguf"))
+    assert uec._same_path("/absent/a", "/absent/a")
+    assert not uec._same_path(str(real), str(tmp_path / "absent"))
+    assert not uec._same_path(str(tmp_path / "absent"), str(real))
+    other = tmp_path / "n.gguf"
+    other.write_text("x")
+    assert not uec._same_path(str(real), str(other))
+
+
+def test_a_symlinked_artifact_is_the_served_one(tmp_path) -> None:
+    real = tmp_path / "m.gguf"
+    real.write_text("x")
+    (tmp_path / "link.gguf").symlink_to(real)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--model", str(real)],
+                            env={"PATH": "/bin"})
+    try:
+        result = _env_check(pid=proc.pid, artifact_path=str(tmp_path / "link.gguf"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert result.status == "ok"
+
+
+def test_not_a_systemd_service_adds_no_env_file(served) -> None:
+    assert uec._systemd_env_files(served.pid, 3.0) == []
+    assert uec._systemd_env_files(2 ** 22 + 12345, 3.0) == []
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("A", None, "(unset)"), ("A", "x y", "'x y'"), ("DB_PASSWORD", "p", "<redacted>"), ("A", "", "''")])
+def test_show(name, value, shown) -> None:
+    assert uec._show(name, value) == shown
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    pytest.param("export   A=1", {"A": "1"}, id="export-then-spaces"),
+    pytest.param("exportA=1", {"exportA": "1"}, id="export-needs-a-space"),
+    pytest.param("  # c\n\nA=1\n  B = 'x' ", {"A": "1", "B": "x"}, id="indented-comment-blank-lines"),
+    pytest.param("A='x\nA=y", {"A": "y"}, id="the-last-wins"),
+    pytest.param("A=\"'", {"A": "\"'"}, id="mixed-quotes"),
+    pytest.param("A='", {"A": "'"}, id="one-quote"),
+    pytest.param("A=x'", {"A": "x'"}, id="quote-at-the-end-only"),
+])
+def test_parse_env_text(text, parsed) -> None:
+    assert uec.parse_env_text(text) == parsed
