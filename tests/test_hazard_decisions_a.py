@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -343,7 +342,7 @@ def test_three_failures_have_no_ellipsis(served) -> None:
     result = _declared(served, declared_env={"A": "2", "B": "1", "C": "1"})
     assert result.summary == (f"A: declared '2', pid {served.pid} has '1'; B: declared, missing in pid {served.pid}; "
                               f"C: declared, missing in pid {served.pid}")
-    assert f"3 declared variable(s) from [environment] variables; 0 match" in result.evidence
+    assert "3 declared variable(s) from [environment] variables; 0 match" in result.evidence
 
 
 def test_one_of_two_matches(served) -> None:
