@@ -527,3 +527,201 @@ def test_show(name, value, shown) -> None:
 ])
 def test_parse_env_text(text, parsed) -> None:
     assert uec.parse_env_text(text) == parsed
+
+
+# -- stub-executables ---------------------------------------------------------------------------------------
+
+from execsys.doctor import files  # noqa: E402
+from execsys.doctor.hazards import stub_executables as stubs  # noqa: E402
+
+
+def _program(directory, name: str, body: str | bytes, mode: int = 0o755) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(body.encode() if isinstance(body, str) else body)
+    path.chmod(mode)
+    return str(path)
+
+
+def _elf(machine: int) -> bytes:
+    return b"\x7fELF" + bytes([2, 1, 1]) + bytes(9) + (2).to_bytes(2, "little") + machine.to_bytes(2, "little") \
+        + bytes(44)
+
+
+FOREIGN = 183 if files.host_elf_machine() != 183 else 62
+
+
+def _inspect(path: str, timeout: float = 3.0):
+    return stubs.inspect(path, Context(DoctorOptions(timeout=timeout)))
+
+
+@pytest.mark.parametrize(("body", "status", "kind", "line"), [
+    pytest.param("#!/bin/sh\necho 'tool 1.2'\n", "ok", "", "tool: {path} --version: exit 0: tool 1.2", id="works"),
+    pytest.param("", "fail", "zero-byte", "{path}: 0-byte file ({path})", id="zero-byte"),
+    pytest.param("#!/nonexistent/python3\n", "fail", "dead-shebang",
+                 "{path}: #!/nonexistent/python3: interpreter /nonexistent/python3 does not exist", id="dead-shebang"),
+    pytest.param(_elf(FOREIGN), "fail", "foreign-architecture",
+                 f"{{path}}: ELF for {files.ELF_MACHINES[FOREIGN]}, this host is "
+                 f"{files.ELF_MACHINES.get(files.host_elf_machine())}", id="foreign-elf"),
+    pytest.param("not a program at all\n", "fail", "cannot-start", None, id="no-format-cannot-start"),
+    pytest.param("#!/bin/sh\nexit 126\n", "fail", "exec-format-error", "{path}: {path} --version: exit 126",
+                 id="exit-126"),
+    pytest.param("#!/bin/sh\necho 'cannot execute: Exec format error'; exit 1\n", "fail", "exec-format-error",
+                 "{path}: {path} --version: exit 1: cannot execute: Exec format error", id="says-exec-format-error"),
+    pytest.param("#!/bin/sh\necho \"pyenv: version \\`3.9.1' is not installed\"; exit 1\n", "fail",
+                 "shim-uninstalled", "{path}: shim for an uninstalled version (pyenv: the selected version is not "
+                 "installed) -- {path} --version: exit 1: pyenv: version `3.9.1' is not installed",
+                 id="a-pyenv-stub-anywhere"),
+    pytest.param("#!/bin/sh\necho \"pyenv: version \\`3.9.1' is not installed\"; exit 0\n", "ok", "", None,
+                 id="stub-words-with-exit-0"),
+    pytest.param("#!/bin/sh\necho 'usage: tool' >&2; exit 2\n", "warn", "version-failed",
+                 "{path}: {path} --version: exit 2: usage: tool (runs, but --version failed)", id="version-failed"),
+    pytest.param("#!/bin/sh\necho 'tool: not installed'; exit 1\n", "warn", "version-failed", None,
+                 id="not-installed-words-off-a-shim-dir"),
+])
+def test_inspect_one_program(tmp_path, body, status, kind, line) -> None:
+    path = _program(tmp_path / "bin", "tool", body)
+    got_status, evidence, got_kind = _inspect(path)
+    assert (got_status, got_kind) == (status, kind)
+    if line is not None:
+        assert evidence == [line.format(path=path)]
+    if kind == "cannot-start":
+        assert evidence[0].startswith(f"{path}: {path} --version: could not run (")
+
+
+def test_inspect_a_file_that_cannot_be_read(tmp_path) -> None:
+    link = tmp_path / "tool"
+    link.symlink_to(tmp_path / "gone")
+    assert _inspect(str(link)) == ("fail", [f"{link}: No such file or directory ({tmp_path / 'gone'})"], "unreadable")
+
+
+def test_a_windows_app_alias_by_its_directory(tmp_path) -> None:
+    path = _program(tmp_path / "Microsoft" / "WindowsApps", "python3.exe", "#!/bin/sh\necho ok\n")
+    status, evidence, kind = _inspect(path)
+    assert (status, kind) == ("fail", "windows-app-alias")
+    assert evidence == [f"{path}: a Windows App Execution Alias stub (WindowsApps) -- it opens the Store instead "
+                        "of running anything"]
+
+
+def test_a_windows_app_alias_by_what_it_says(tmp_path) -> None:
+    path = _program(tmp_path / "bin", "python", "#!/bin/sh\necho 'Python was not found; run without arguments to "
+                    "install from the Microsoft Store, or disable this shortcut'; exit 49\n")
+    status, evidence, kind = _inspect(path)
+    assert (status, kind) == ("fail", "windows-app-alias")
+    assert evidence[0].startswith(f"{path}: a Windows App Execution Alias stub -- it offers the Microsoft Store")
+
+
+def test_a_program_that_hangs(tmp_path) -> None:
+    path = _program(tmp_path / "bin", "tool", "#!/bin/sh\nexec sleep 30\n")
+    status, evidence, kind = _inspect(path, timeout=0.25)
+    assert (status, kind) == ("fail", "hangs")
+    assert evidence == [f"{path}: hangs -- {path} --version: no answer within 0.2s (killed)"]
+
+
+def test_a_program_that_floods(tmp_path) -> None:
+    path = _program(tmp_path / "bin", "tool", "#!/bin/sh\nexec yes flood\n")
+    status, evidence, kind = _inspect(path, timeout=20)
+    assert (status, kind) == ("fail", "floods-output")
+    assert evidence[0].startswith(f"{path}: {path} --version: flooded its output (killed after ")
+
+
+@pytest.mark.parametrize(("shims", "body", "status", "kind", "evidence"), [
+    pytest.param(".pyenv/shims", "#!/bin/sh\necho 'tool: command not found'; exit 127\n", "fail", "shim-uninstalled",
+                 ["{path}: shim for an uninstalled version -- {path} --version: exit 127: tool: command not found"],
+                 id="pyenv-shim-command-not-found"),
+    pytest.param(".asdf/shims", "#!/bin/sh\necho 'tool 3.1 not installed'; exit 1\n", "fail", "shim-uninstalled",
+                 None, id="asdf-shim-not-installed"),
+    pytest.param("pyenv/shims", "#!/bin/sh\necho 'no preset version here'; exit 1\n", "fail", "shim-uninstalled",
+                 None, id="no-preset-version"),
+    pytest.param("asdf/shims", "#!/bin/sh\necho 'tool: not found'; exit 1\n", "fail", "shim-uninstalled", None,
+                 id="not-found"),
+    pytest.param(".pyenv/shims", "#!/bin/sh\necho 'tool 1.0'\n", "ok", "",
+                 ["tool: {path} --version: exit 0: tool 1.0", "{path}: a version-manager shim"],
+                 id="a-working-shim-is-noted"),
+    pytest.param(".pyenv/shims", "#!/bin/sh\necho 'tool: command not found'; exit 0\n", "ok", "", None,
+                 id="shim-words-with-exit-0"),
+    pytest.param(".pyenv/shims", "#!/bin/sh\necho 'bad flag'; exit 3\n", "warn", "version-failed",
+                 ["{path}: {path} --version: exit 3: bad flag (runs, but --version failed)",
+                  "{path}: a version-manager shim"], id="shim-failing-otherwise"),
+    pytest.param(".pyenv/shims", "#!/bin/sh\nexit 126\n", "fail", "exec-format-error",
+                 ["{path}: {path} --version: exit 126", "{path}: a version-manager shim"], id="shim-exit-126"),
+    pytest.param("pyenv/bin", "#!/bin/sh\necho 'tool: command not found'; exit 1\n", "warn", "version-failed", None,
+                 id="not-a-shim-directory"),
+])
+def test_version_manager_shims(tmp_path, shims, body, status, kind, evidence) -> None:
+    path = _program(tmp_path / shims, "tool", body)
+    got_status, got_evidence, got_kind = _inspect(path)
+    assert (got_status, got_kind) == (status, kind)
+    if evidence is not None:
+        assert got_evidence == [line.format(path=path) for line in evidence]
+
+
+def test_the_check_over_path(tmp_path, monkeypatch) -> None:
+    bin_dir = tmp_path / "bin"
+    good = _program(bin_dir, "good", "#!/bin/sh\necho 'good 1'\n")
+    empty = _program(bin_dir, "empty", "")
+    dead = _program(bin_dir, "dead", "#!/nonexistent/sh\n")
+    odd = _program(bin_dir, "odd", "#!/bin/sh\nexit 2\n")
+    later = _program(tmp_path / "later", "good", "")  # only the first match on PATH is inspected
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{tmp_path / 'later'}")
+    result = stubs.check(Context(DoctorOptions(commands=["good", "empty", "absent", "dead", "odd"])))
+    assert result.status == "fail"
+    assert result.summary == "cannot run: empty, dead"
+    assert [f.id for f in result.findings] == ["stub-executables/zero-byte", "stub-executables/dead-shebang",
+                                               "stub-executables/version-failed"]
+    assert [f.level for f in result.findings] == ["fail", "fail", "warn"]
+    assert result.evidence == [f"good: {good} --version: exit 0: good 1", f"{empty}: 0-byte file ({empty})",
+                               f"{dead}: #!/nonexistent/sh: interpreter /nonexistent/sh does not exist",
+                               f"{odd}: {odd} --version: exit 2 (runs, but --version failed)"]
+    assert result.fix == stubs.FIX
+    assert later not in " ".join(result.evidence)
+
+    warned = stubs.check(Context(DoctorOptions(commands=["good", "odd"])))
+    assert (warned.status, warned.summary) == ("warn", "--version failed: odd")
+    accepted = stubs.check(Context(DoctorOptions(commands=["good", "odd"], accept=["stub-executables/version-failed"])))
+    assert accepted.status == "ok"
+    assert f"accepted (stub-executables/version-failed): {odd}: {odd} --version: exit 2 (runs, but --version failed)" \
+        in accepted.evidence
+
+
+@pytest.mark.parametrize(("commands", "summary"), [
+    pytest.param(["good"], "1 command start and answer", id="one"),
+    pytest.param(["good", "also"], "2 commands start and answer", id="two"),
+])
+def test_the_check_all_good(tmp_path, monkeypatch, commands, summary) -> None:
+    for name in commands:
+        _program(tmp_path, name, f"#!/bin/sh\necho '{name} 1'\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = stubs.check(Context(DoctorOptions(commands=commands)))
+    assert (result.status, result.summary, result.fix) == ("ok", summary, "")
+
+
+def test_no_command_on_path_is_a_skip(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = stubs.check(Context(DoctorOptions(commands=["absent"])))
+    assert (result.status, result.summary, result.evidence) == ("skip", "none of the commands is on PATH", [])
+
+
+def test_inspecting_many_keeps_their_order_and_raises_what_one_raised(tmp_path) -> None:
+    paths = [_program(tmp_path, f"t{i}", f"#!/bin/sh\necho 't{i} 1'\n") for i in range(10)]
+    ctx = Context(DoctorOptions())
+    outcomes = stubs._inspect_all(paths, ctx)
+    assert [o[1][0].split(":")[0] for o in outcomes] == [f"t{i}" for i in range(10)]
+    with pytest.raises(TypeError):
+        stubs._inspect_all([paths[0], None], ctx)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(("output", "returncode", "what"), [
+    pytest.param("pyenv: black: command not found\n\nThe `black' command exists in these Python versions:", 127,
+                 "shim for an uninstalled version (pyenv: the command exists only in a Python version that is not "
+                 "selected)", id="pyenv-which"),
+    pytest.param("No preset version installed for command python\nPlease install", 126,
+                 "shim for an uninstalled version (asdf)", id="asdf-preset"),
+    pytest.param("No version is set for command python", 1,
+                 "shim for an uninstalled version (asdf: no version selected for it)", id="asdf-unset"),
+    pytest.param("pyenv: : command not found", 127, None, id="an-empty-command-name-is-not-pyenv-s"),
+    pytest.param("no preset version installed for command python", 126, None, id="case-matters"),
+])
+def test_stub_signature_words(output, returncode, what) -> None:
+    found = stubs.stub_signature(output, returncode)
+    assert (found.what if found else None) == what
