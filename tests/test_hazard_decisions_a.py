@@ -725,3 +725,158 @@ def test_inspecting_many_keeps_their_order_and_raises_what_one_raised(tmp_path) 
 def test_stub_signature_words(output, returncode, what) -> None:
     found = stubs.stub_signature(output, returncode)
     assert (found.what if found else None) == what
+
+
+# -- interop-mangling ------------------------------------------------------------------------------------------
+
+import json  # noqa: E402
+
+from execsys.doctor.hazards import interop_mangling as interop  # noqa: E402
+
+# What `exec $*` with globbing off hands on: every argument split again at blanks, the empty one gone.
+RESPLIT = ["two", "words", "'single", "quoted'", "say", '"hi"', "$HOME", "%PATH%", "`id`", "back\\slash", "*.py",
+           "?", "[ab]", "naïve", "—", "日本語", "tab", "here"]
+
+
+@pytest.fixture
+def relay(tmp_path):
+    """A relay script that re-splits its arguments, as ``ssh host cmd args`` does."""
+    return _program(tmp_path, "relay", "#!/bin/sh\nset -f\nexec $*\n")
+
+
+def test_the_canary_carries_every_character_a_layer_mangles() -> None:
+    joined = "".join(interop.CANARY)
+    for char in (" ", "'", '"', "$", "%", "`", "\\", "*", "?", "[", "]", "\t", "ï", "日"):
+        assert char in joined, char
+    assert "" in interop.CANARY
+    assert not set(";&|") & set(joined)  # a re-evaluating layer runs nothing but the reporter and `id`
+
+
+def test_an_intact_layer(tmp_path) -> None:
+    status, evidence = interop.probe_layer("env", 10.0)
+    assert (status, evidence) == ("ok", ["layer 'env': all 13 canary arguments arrived intact"])
+
+
+def test_a_layer_that_re_splits(relay) -> None:
+    status, evidence = interop.probe_layer(relay, 10.0)
+    assert status == "fail"
+    assert evidence[:3] == [f"layer {relay!r}: arguments altered",
+                            f"sent:     {json.dumps(interop.CANARY, ensure_ascii=False)}",
+                            f"received: {json.dumps(RESPLIT, ensure_ascii=False)}"]
+    assert evidence[3:] == interop.compare(interop.CANARY, RESPLIT)
+    assert evidence[3] == "sent 13 arguments, received 18"
+    assert evidence[4] == 'arg 0: sent "two words" received "two"'
+
+
+@pytest.mark.parametrize(("layer", "line"), [
+    pytest.param("false", "layer 'false': the reporter did not run: false python3 - ", id="fails"),
+    pytest.param("true", "layer 'true': the reporter did not run: true python3 - ", id="exits-0-silently"),
+])
+def test_a_layer_that_never_runs_the_reporter(layer, line) -> None:
+    status, evidence = interop.probe_layer(layer, 10.0)
+    assert status == "error"
+    assert evidence[0].startswith(line)
+    assert evidence[0].endswith(" -- the layer did not pass stdin through (docker exec needs -i)") is (layer == "true")
+    assert evidence[1] == f"sent: {json.dumps(interop.CANARY, ensure_ascii=False)}"
+
+
+def test_a_layer_that_prints_output_but_no_report(tmp_path) -> None:
+    layer = _program(tmp_path, "chatty", "#!/bin/sh\necho 'Password:'\n")
+    status, evidence = interop.probe_layer(layer, 10.0)
+    assert status == "error"
+    assert evidence[0] == f"layer {layer!r}: the reporter did not run: {layer} python3 - " + " ".join(
+        interop.CANARY) + ": exit 0: Password:"
+
+
+@pytest.mark.parametrize(("layer", "evidence"), [
+    pytest.param("sh -c 'x", ["layer \"sh -c 'x\": cannot split (No closing quotation)"], id="unbalanced-quote"),
+    pytest.param("  ", ["empty layer"], id="blank"),
+])
+def test_a_layer_that_cannot_be_split(layer, evidence) -> None:
+    assert interop.probe_layer(layer, 10.0) == ("error", evidence)
+
+
+@pytest.mark.parametrize(("output", "received"), [
+    pytest.param('EXECSYS-CANARY ["a", "b"]\n', ["a", "b"], id="report"),
+    pytest.param('banner\nEXECSYS-CANARY ["a"]\nEXECSYS-CANARY ["b"]', ["a"], id="the-first-report-after-a-banner"),
+    pytest.param("EXECSYS-CANARY [1, null]", ["1", "None"], id="as-strings"),
+    pytest.param("EXECSYS-CANARY {\"a\": 1}", None, id="not-a-list"),
+    pytest.param("EXECSYS-CANARY [", None, id="not-json"),
+    pytest.param(' EXECSYS-CANARY ["a"]', None, id="not-at-the-line-start"),
+    pytest.param('EXECSYS-CANARY["a"]', None, id="no-space"),
+    pytest.param("", None, id="nothing"),
+])
+def test_received(output, received) -> None:
+    assert interop._received(output) == received
+
+
+def test_the_reporter_prints_what_arrived() -> None:
+    done = subprocess.run([sys.executable, "-", "a b", ""], input=interop.REPORTER, capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == 'EXECSYS-CANARY ["a b", ""]\n'
+
+
+def _interop(monkeypatch, wsl=False, **options):
+    monkeypatch.setattr(interop.sysinfo, "is_wsl", lambda: wsl)
+    return interop.check(Context(DoctorOptions(**options)))
+
+
+@pytest.mark.parametrize(("layers", "status", "summary"), [
+    pytest.param(["env"], "ok", "1 layer pass arguments intact", id="one-intact"),
+    pytest.param(["env", "env -u EXECSYS_X"], "ok", "2 layers pass arguments intact", id="two-intact"),
+    pytest.param(["env", "RELAY"], "fail", "arguments altered crossing 'RELAY'", id="one-altered"),
+    pytest.param(["false", "env"], "error", "could not send the canary through 'false'", id="one-did-not-run"),
+    pytest.param(["false", "RELAY"], "fail", "arguments altered crossing 'RELAY'", id="altered-outranks-not-run"),
+])
+def test_the_check_over_layers(monkeypatch, relay, layers, status, summary) -> None:
+    layers = [relay if layer == "RELAY" else layer for layer in layers]
+    result = _interop(monkeypatch, layers=layers)
+    assert result.status == status
+    assert result.summary == summary.replace("RELAY", relay)
+    kinds = {"fail": "interop-mangling/arguments-altered", "error": "interop-mangling/layer-did-not-run"}
+    assert [f.id for f in result.findings] == [kinds[f.level] for f in result.findings]
+    assert result.fix == {"ok": "", "fail": interop.FIX,
+                          "error": "Check that the layer runs and that python3 exists on its far side."}[status]
+    assert result.evidence[0].startswith(f"layer {layers[0]!r}: ")
+
+
+def test_an_accepted_mangling_is_shown_and_does_not_fail(monkeypatch, relay) -> None:
+    result = _interop(monkeypatch, layers=[relay], accept=["interop-mangling/arguments-altered"])
+    assert result.status == "ok"
+    assert result.evidence[0] == f"accepted (interop-mangling/arguments-altered): layer {relay!r}: arguments altered"
+
+
+def test_untrusted_layers_are_not_run(monkeypatch, tmp_path) -> None:
+    marker = tmp_path / "ran"
+    layer = f"touch {marker}"
+    result = _interop(monkeypatch, withheld_layers=[layer], untrusted="execsys.toml is not trusted")
+    assert (result.status, result.summary) == ("skip", "execsys.toml is not trusted")
+    assert result.evidence == [f"layer {layer!r}: not run (the declaration is not trusted)"]
+    assert result.fix == "Review the declaration, then `execsys trust` it (or pass --trust for one run)."
+    assert not marker.exists()
+    result = _interop(monkeypatch, withheld_layers=[layer])
+    assert result.summary == "declaration not trusted"
+
+
+@pytest.mark.parametrize(("wsl", "status", "summary"), [
+    pytest.param(False, "skip", "no layers declared (--layer \"ssh gpu1\", [environment] layers)", id="no-layers"),
+    pytest.param(True, "warn", "WSL interop present and no layer declared to test", id="wsl-no-layers"),
+])
+def test_no_layers(monkeypatch, wsl, status, summary) -> None:
+    result = _interop(monkeypatch, wsl=wsl)
+    assert (result.status, result.summary) == (status, summary)
+    if wsl:
+        assert [f.id for f in result.findings] == ["interop-mangling/wsl-interop-untested"]
+        assert result.evidence == ["WSL interop detected: Windows programs re-parse their command line "
+                                   "(CommandLineToArgvW); pass arguments to them through a script file"]
+        assert result.fix == interop.FIX
+    else:
+        assert (result.evidence, result.fix) == ([], "")
+
+
+def test_wsl_is_noted_beside_the_layers(monkeypatch) -> None:
+    result = _interop(monkeypatch, wsl=True, layers=["env"])
+    assert result.status == "ok"
+    assert result.evidence == ["layer 'env': all 13 canary arguments arrived intact",
+                               "WSL interop detected: Windows programs re-parse their command line "
+                               "(CommandLineToArgvW); pass arguments to them through a script file"]
