@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -880,3 +881,272 @@ def test_wsl_is_noted_beside_the_layers(monkeypatch) -> None:
     assert result.evidence == ["layer 'env': all 13 canary arguments arrived intact",
                                "WSL interop detected: Windows programs re-parse their command line "
                                "(CommandLineToArgvW); pass arguments to them through a script file"]
+
+
+# -- baked-paths ---------------------------------------------------------------------------------------------------
+
+import shutil  # noqa: E402
+
+from execsys.doctor.hazards import baked_paths as baked  # noqa: E402
+
+
+def _venv(root, home: str | None = "/usr/bin", command: str | None = None, bindir: str = "bin"):
+    root.mkdir(parents=True, exist_ok=True)
+    lines = [f"home = {home}"] if home is not None else []
+    lines += ["include-system-site-packages = false", "version = 3.11.4"]
+    if command is not None:
+        lines.append(f"command = {command}")
+    (root / "pyvenv.cfg").write_text("\n".join(lines) + "\n")
+    (root / bindir).mkdir(exist_ok=True)
+    return root
+
+
+def test_a_healthy_venv(tmp_path) -> None:
+    venv = _venv(tmp_path / "v", command="/usr/bin/python3 -m venv /x/v")
+    _program(venv / "bin", "tool", f"#!{venv}/bin/python\nimport tool\n")
+    _program(venv / "bin", "envtool", "#!/usr/bin/env python3\n")
+    _program(venv / "bin", "shtool", "#!/bin/sh\n")
+    _program(venv / "bin", "reltool", "#!python\n")
+    _program(venv / "bin", "activate", f"VIRTUAL_ENV='{venv}'\nexport VIRTUAL_ENV\n", 0o644)
+    _program(venv / "bin", "activate.csh", f"setenv VIRTUAL_ENV \"{venv}/\"\n", 0o644)
+    _program(venv / "bin", "README", "VIRTUAL_ENV=/elsewhere\n", 0o644)  # not an activate script
+    (venv / "bin" / "python").symlink_to("/usr/bin/env")
+    problems, evidence = baked.check_venv(str(venv))
+    assert problems == []
+    assert evidence == [f"{venv}: created by `/usr/bin/python3 -m venv /x/v`",
+                        f"{venv}: home = /usr/bin, 4 script(s) with shebangs checked"]
+
+
+def test_a_venv_reached_through_a_symlink_is_itself(tmp_path) -> None:
+    venv = _venv(tmp_path / "real")
+    (tmp_path / "link").symlink_to(venv)
+    _program(venv / "bin", "tool", f"#!{venv}/bin/python\n")
+    _program(venv / "bin", "activate", f"VIRTUAL_ENV=\"{venv}\"\n", 0o644)
+    problems, evidence = baked.check_venv(str(tmp_path / "link"))
+    assert problems == []
+    assert evidence == [f"{tmp_path / 'link'}: home = /usr/bin, 1 script(s) with shebangs checked"]
+
+
+def test_a_moved_venv(tmp_path) -> None:
+    venv = _venv(tmp_path / "new", home="/nonexistent/python/bin")
+    for i in range(6):
+        _program(venv / "bin", f"tool{i}", "#!/old/venv/bin/python3.11\n")
+    _program(venv / "bin", "here", f"#!{sys.executable}\n")  # outside the venv, present
+    _program(venv / "bin", "activate", "VIRTUAL_ENV=/old/venv\nexport VIRTUAL_ENV\nVIRTUAL_ENV=/old/other\n", 0o644)
+    (venv / "bin" / "python3").symlink_to("/old/venv/bin/python3.11")
+    problems, evidence = baked.check_venv(str(venv))
+    assert [p.id for p in problems] == ["baked-paths/venv-home-missing", "baked-paths/activate-names-other-venv",
+                                        "baked-paths/script-interpreter-outside-venv",
+                                        "baked-paths/dangling-python-link"]
+    assert {p.level for p in problems} == {"fail"}
+    texts = [p.text for p in problems]
+    assert texts[0] == f"{venv / 'pyvenv.cfg'}: home = /nonexistent/python/bin does not exist"
+    assert texts[1] == f"{venv / 'bin' / 'activate'}: activates /old/venv, not this venv"  # the first only
+    assert texts[2] == (f"{venv}: 7 script(s) run an interpreter outside the venv (moved?): "
+                        f"here -> #!{sys.executable}, " + ", ".join(
+                            f"tool{i} -> #!/old/venv/bin/python3.11 (missing)" for i in range(4)) + " ...")
+    assert texts[3] == f"{venv / 'bin' / 'python3'} -> /old/venv/bin/python3.11 (dangling)"
+    assert evidence == [f"{venv}: home = /nonexistent/python/bin, 7 script(s) with shebangs checked"]
+
+
+def test_five_stale_scripts_have_no_ellipsis(tmp_path) -> None:
+    venv = _venv(tmp_path / "v")
+    for i in range(5):
+        _program(venv / "bin", f"t{i}", "#!/old/bin/python\n")
+    problems, _ = baked.check_venv(str(venv))
+    assert problems[0].text.endswith("t4 -> #!/old/bin/python (missing)")
+    assert problems[0].text.startswith(f"{venv}: 5 script(s) run an interpreter outside the venv (moved?): t0 -> ")
+
+
+def test_a_prefix_of_the_venv_is_not_inside_it(tmp_path) -> None:
+    venv = _venv(tmp_path / "v")
+    _program(venv / "bin", "tool", f"#!{tmp_path / 'v2'}/bin/python\n")
+    _program(venv / "bin", "activate", f"VIRTUAL_ENV='{tmp_path / 'v2'}'\n", 0o644)
+    problems, _ = baked.check_venv(str(venv))
+    assert [p.id.split("/")[1] for p in problems] == ["activate-names-other-venv", "script-interpreter-outside-venv"]
+
+
+@pytest.mark.parametrize(("path", "root", "inside"), [
+    ("/a/b", "/a/b", True), ("/a/b/c", "/a/b", True), ("/a/b/c", "/a/b/", True), ("/a/bc", "/a/b", False),
+    ("/a", "/a/b", False), ("/a/b/../c", "/a/b", False), ("/a/./b/c", "/a/b", True), ("/x", "/", True),
+])
+def test_inside(path, root, inside) -> None:
+    assert baked._inside(path, root) is inside
+
+
+def test_not_a_venv_and_a_windows_layout(tmp_path) -> None:
+    (tmp_path / "plain").mkdir()
+    problems, evidence = baked.check_venv(str(tmp_path / "plain"))
+    assert [(p.id, p.text) for p in problems] == [
+        ("baked-paths/not-a-venv", f"{tmp_path / 'plain'}: not a virtual environment (no pyvenv.cfg)")]
+    assert evidence == []
+    win = _venv(tmp_path / "win", home=None, bindir="Scripts")
+    shutil.rmtree(win / "bin", ignore_errors=True)
+    _program(win / "Scripts", "tool", "#!/old/python.exe\n")
+    problems, evidence = baked.check_venv(str(win))
+    assert [p.id.split("/")[1] for p in problems] == ["script-interpreter-outside-venv"]
+    assert evidence == [f"{win}: home = None, 1 script(s) with shebangs checked"]
+    empty = _venv(tmp_path / "nobin")
+    (empty / "bin").rmdir()
+    assert baked.check_venv(str(empty)) == ([], [f"{empty}: home = /usr/bin, 0 script(s) with shebangs checked"])
+
+
+def test_pyvenv_cfg_keys_are_read_case_blind_and_split_at_the_first_equals(tmp_path) -> None:
+    venv = tmp_path / "v"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("HOME = /nonexistent/a=b\nno equals here\nCommand=python -m venv x\n")
+    problems, evidence = baked.check_venv(str(venv))
+    assert [p.text for p in problems] == [f"{venv / 'pyvenv.cfg'}: home = /nonexistent/a=b does not exist"]
+    assert evidence[0] == f"{venv}: created by `python -m venv x`"
+
+
+def test_pth_lines(tmp_path) -> None:
+    pth = tmp_path / "extra.pth"
+    pth.write_text(f"# comment\n\nimport site\nimport\tx\nrelative/dir\n{tmp_path}\n  /nonexistent/a  \n"
+                   "importlib-is-a-path-word\n/nonexistent/b\n")
+    assert [(p.id, p.text) for p in baked.check_pth_file(str(pth))] == [
+        ("baked-paths/pth-path-missing", f"{pth}:7: /nonexistent/a does not exist"),
+        ("baked-paths/pth-path-missing", f"{pth}:9: /nonexistent/b does not exist")]
+    assert baked.check_pth_file(str(tmp_path / "absent.pth")) == []
+    (tmp_path / "b.pth").write_text("/nonexistent/c\n")
+    (tmp_path / "c.txt").write_text("/nonexistent/d\n")
+    assert [p.text.split(": ", 1)[1] for p in baked.check_pth(str(tmp_path))] == [
+        "/nonexistent/c does not exist", "/nonexistent/a does not exist", "/nonexistent/b does not exist"]
+
+
+def test_site_packages_of_a_venv(tmp_path) -> None:
+    for d in ("lib/python3.11/site-packages", "lib/python3.9/site-packages", "Lib/site-packages", "lib/other"):
+        (tmp_path / d).mkdir(parents=True)
+    assert baked._site_packages(str(tmp_path)) == sorted(
+        str(tmp_path / d) for d in ("lib/python3.11/site-packages", "lib/python3.9/site-packages", "Lib/site-packages"))
+
+
+@pytest.fixture(scope="module")
+def elves(tmp_path_factory):
+    """Binaries linked with an RPATH, a RUNPATH and an ELF interpreter that do not exist."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to link test binaries with")
+    out = tmp_path_factory.mktemp("elves")
+    (out / "main.c").write_text("int main(void) { return 0; }\n")
+    builds = {
+        "rpath": ["-Wl,--disable-new-dtags", "-Wl,-rpath,/nonexistent/rp:$ORIGIN"],
+        "runpath": ["-Wl,--enable-new-dtags", "-Wl,-rpath,/nonexistent/run"],
+        "interp": ["-Wl,--dynamic-linker=/nonexistent/ld.so"],
+        "fine": ["-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN"],
+    }
+    for name, flags in builds.items():
+        subprocess.run([cc, "-o", str(out / name), str(out / "main.c"), *flags], check=True, capture_output=True)
+    (out / "main.c").unlink()
+    return out
+
+
+def test_a_tree_of_binaries(elves) -> None:
+    problems, evidence = baked.check_tree(str(elves))
+    assert [(p.id, p.text) for p in problems] == [
+        ("baked-paths/elf-interpreter-missing", f"{elves / 'interp'}: ELF interpreter /nonexistent/ld.so does not exist"),
+        ("baked-paths/rpath-missing", f"{elves / 'rpath'}: RPATH /nonexistent/rp does not exist"),
+        ("baked-paths/runpath-missing", f"{elves / 'runpath'}: RUNPATH /nonexistent/run does not exist")]
+    assert evidence == [f"{elves}: 4 executable/shared files read"]
+
+
+def test_a_tree_of_scripts_and_pth_files(tmp_path) -> None:
+    _program(tmp_path / "bin", "dead", "#!/nonexistent/perl\n")
+    _program(tmp_path / "bin", "fine", "#!/bin/sh\n")
+    _program(tmp_path / "bin", "data", "#!/nonexistent/perl\n", 0o644)  # not executable: not read
+    _program(tmp_path / "lib", "libx.so.1", "#!/nonexistent/so\n", 0o644)  # a shared object by name
+    _program(tmp_path / "lib", "junk", b"\x7fELF garbage", 0o755)
+    _program(tmp_path / "lib", "text", "plain\n", 0o755)
+    _program(tmp_path / "lib", "paths.pth", "/nonexistent/pth\n", 0o644)
+    (tmp_path / "lib" / "link").symlink_to("/nonexistent/target")
+    problems, evidence = baked.check_tree(str(tmp_path))
+    assert sorted((p.id, p.text) for p in problems) == [
+        ("baked-paths/dead-shebang", f"{tmp_path / 'bin' / 'dead'}: #!/nonexistent/perl: interpreter "
+                                     "/nonexistent/perl does not exist"),
+        ("baked-paths/dead-shebang", f"{tmp_path / 'lib' / 'libx.so.1'}: #!/nonexistent/so: interpreter "
+                                     "/nonexistent/so does not exist"),
+        ("baked-paths/pth-path-missing", f"{tmp_path / 'lib' / 'paths.pth'}:1: /nonexistent/pth does not exist")]
+    assert evidence == [f"{tmp_path}: 5 executable/shared files read"]
+
+
+def test_an_unparsable_elf_is_counted(tmp_path) -> None:
+    # section headers a gigabyte past the end of a 264-byte file
+    header = struct.pack("<HHIQQQIHHHHHH", 2, files.host_elf_machine() or 62, 1, 0, 0, 10 ** 9, 0, 64, 56, 0, 64, 5, 0)
+    _program(tmp_path, "broken", b"\x7fELF" + bytes([2, 1, 1]) + bytes(9) + header + bytes(200))
+    problems, evidence = baked.check_tree(str(tmp_path))
+    assert problems == []
+    assert evidence == [f"{tmp_path}: 1 executable/shared files read", f"{tmp_path}: 1 ELF file(s) could not be parsed"]
+
+
+def test_a_single_file_is_a_tree_of_one(tmp_path) -> None:
+    path = _program(tmp_path, "dead", "#!/nonexistent/sh\n")
+    problems, evidence = baked.check_tree(path)
+    assert [p.id for p in problems] == ["baked-paths/dead-shebang"]
+    assert evidence == [f"{path}: 1 executable/shared files read"]
+
+
+@pytest.mark.parametrize(("limit", "truncated"), [(2, True), (3, False)])
+def test_the_scan_stops_at_the_file_limit(tmp_path, monkeypatch, limit, truncated) -> None:
+    assert baked.MAX_FILES == 4000
+    for i in range(3):
+        _program(tmp_path, f"t{i}", "#!/bin/sh\n")
+    monkeypatch.setattr(baked, "MAX_FILES", limit)
+    problems, evidence = baked.check_tree(str(tmp_path))
+    assert [(p.id, p.text) for p in problems] == (
+        [("baked-paths/scan-truncated", f"{tmp_path}: stopped after 2 files")] if truncated else [])
+    assert evidence == [f"{tmp_path}: {2 if truncated else 3} executable/shared files read"]
+
+
+def test_the_check_over_venvs_and_paths(tmp_path) -> None:
+    venv = _venv(tmp_path / "v", home="/nonexistent/home")
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "x.pth").write_text("/nonexistent/pth\n")
+    tree = tmp_path / "tree"
+    _program(tree, "dead", "#!/nonexistent/sh\n")
+    result = baked.check(Context(DoctorOptions(venvs=[str(venv), str(tmp_path / "gone")],
+                                               paths=[str(tree), str(tmp_path / "nowhere")])))
+    assert result.status == "fail"
+    assert [f.id.split("/")[1] for f in result.findings] == [
+        "venv-home-missing", "pth-path-missing", "venv-missing", "dead-shebang", "path-missing"]
+    texts = [f.text for f in result.findings]
+    assert texts[2] == f"{tmp_path / 'gone'}: virtual environment does not exist"
+    assert texts[4] == f"{tmp_path / 'nowhere'}: does not exist"
+    assert result.summary == f"{texts[0]} (+4 more)"
+    assert result.evidence[5:] == [f"{venv}: home = /nonexistent/home, 0 script(s) with shebangs checked",
+                                   f"{tree}: 1 executable/shared files read"]
+    assert result.fix == baked.FIX
+
+
+@pytest.mark.parametrize(("venvs", "paths", "summary"), [
+    pytest.param(1, 0, "1 venv: every baked path exists", id="one-venv"),
+    pytest.param(2, 0, "2 venvs: every baked path exists", id="two-venvs"),
+    pytest.param(0, 1, "1 path: every baked path exists", id="one-path"),
+    pytest.param(1, 2, "1 venv and 2 paths: every baked path exists", id="both"),
+])
+def test_the_check_all_clean(tmp_path, venvs, paths, summary) -> None:
+    v = [str(_venv(tmp_path / f"v{i}")) for i in range(venvs)]
+    p = []
+    for i in range(paths):
+        (tmp_path / f"p{i}").mkdir()
+        p.append(str(tmp_path / f"p{i}"))
+    result = baked.check(Context(DoctorOptions(venvs=v, paths=p)))
+    assert (result.status, result.summary, result.fix) == ("ok", summary, "")
+
+
+def test_with_nothing_declared_the_doctor_s_own_pth_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.setattr(sys, "base_prefix", sys.prefix)
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [str(site), str(tmp_path / "absent-site-packages"), str(tmp_path)])
+    result = baked.check(Context(DoctorOptions()))
+    assert (result.status, result.summary) == ("skip", "no virtual environment active and no --venv/--path given")
+    assert result.evidence == [f".pth files checked in {site}"]
+    (site / "x.pth").write_text("/nonexistent/own\n")
+    result = baked.check(Context(DoctorOptions()))
+    assert (result.status, result.summary) == ("fail", f"{site / 'x.pth'}:1: /nonexistent/own does not exist")
+    assert result.fix == baked.FIX
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    result = baked.check(Context(DoctorOptions()))
+    assert (result.status, result.evidence) == ("skip", [])
