@@ -74,6 +74,7 @@ class _Libc:
 ])
 def test_kernel_sync_reads_adjtimex(monkeypatch, libc, reading) -> None:
     assert (clock_skew.STA_UNSYNC, clock_skew.STA_NANO, clock_skew.TIME_ERROR) == (0x40, 0x2000, 5)
+    libc.modes.clear()  # the same stand-in serves every run of this case
     monkeypatch.setattr(clock_skew, "_libc", lambda: libc)
     assert clock_skew.kernel_sync() == reading
     assert libc.modes == [0]  # read only: modes=0 changes nothing
