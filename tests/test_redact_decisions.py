@@ -205,6 +205,17 @@ def test_keys_that_redact_alike_stay_apart() -> None:
     assert scrub({"token abcdefgh123": 1}) == {f"token {R}": 1}  # a key with a space gets the full redactor
 
 
+@pytest.mark.parametrize(("key", "clean"), [
+    pytest.param("--db-pwd\thunter2hunter2", f"--db-pwd\t{R}", id="a-tab-before-the-value"),
+    pytest.param("--api-key\nhunter2hunter2", f"--api-key\n{R}", id="a-newline-before-the-value"),
+    pytest.param("token\tabcdefXYZ1", f"token {R}", id="a-token-after-a-tab"),
+    pytest.param("https://u:pw@h", f"https://u:{R}@h", id="a-url"),
+    pytest.param("max_tokens", "max_tokens", id="a-field-name"),
+])
+def test_a_key_is_redacted_whatever_whitespace_it_holds(key, clean) -> None:
+    assert scrub({key: 1}) == {clean: 1}
+
+
 def test_a_scheme_relative_url_keeps_no_password() -> None:
     assert redact_url("//alice:hunter22@host/x") == f"//alice:{REDACTED}@host/x"
     assert redact_url("//ghp_abcdefghijklmnop@github.com/o/r") == f"//{REDACTED}@github.com/o/r"
