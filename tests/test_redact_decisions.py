@@ -9,6 +9,8 @@ output and the boundaries a slip moves: a password with an ``@`` in it, a ``sig=
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from execsys import redact
@@ -225,3 +227,72 @@ def test_a_header_shaped_key_is_redacted_like_the_header() -> None:
     """A key such as ``authorization:abc`` (a header line used as a JSON key) is the header's text."""
     assert scrub({"authorization:abc": 1}) == {f"authorization:{REDACTED}": 1}
     assert scrub({"runtime.process:pid": 1}) == {"runtime.process:pid": 1}
+
+
+# -- the live secrets: os.environ read once per change, a copy handed out ----------------------------------
+
+
+def test_live_secrets_come_from_the_environment_when_none_is_given(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)  # a first call, nothing remembered
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "live-value-1")
+    monkeypatch.setenv("EXECSYS_LIVE_NAME", "not-a-secret-1")
+    first = live_secret_values()
+    assert "live-value-1" in first and "not-a-secret-1" not in first
+    assert live_secret_values() == first  # the remembered answer
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "live-value-22")
+    again = live_secret_values()
+    assert "live-value-22" in again and "live-value-1" not in again
+    monkeypatch.delenv("EXECSYS_LIVE_TOKEN")
+    assert "live-value-22" not in live_secret_values()
+
+
+def test_live_secrets_are_longest_first_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setattr(os, "environ", os._Environ(  # type: ignore[attr-defined]
+        {b"A_TOKEN": b"abcdef", b"B_TOKEN": b"abcdefghij", b"C_KEY": b"abcdefgh", b"D_TOKEN": b"abcde"},
+        os.environ.encodekey, os.environ.decodekey, os.environ.encodevalue, os.environ.decodevalue))
+    assert live_secret_values() == ["abcdefghij", "abcdefgh", "abcdef"]
+    assert live_secret_values() == ["abcdefghij", "abcdefgh", "abcdef"]  # the remembered answer likewise
+
+
+def test_what_the_caller_does_with_the_list_does_not_change_the_next_answer(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "live-value-3")
+    for _ in range(3):  # the first answer (just computed) and the remembered ones alike
+        values = live_secret_values()
+        assert "live-value-3" in values
+        values.clear()
+    assert scrub_known_secrets("x live-value-3 y") == f"x {R} y"
+
+
+def test_an_explicit_mapping_is_not_remembered_as_the_environment(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.delenv("EXECSYS_LIVE_TOKEN", raising=False)
+    assert live_secret_values({"EXECSYS_LIVE_TOKEN": "mapping-only-1"}) == ["mapping-only-1"]
+    assert "mapping-only-1" not in live_secret_values()
+    assert scrub_known_secrets("mapping-only-1") == "mapping-only-1"
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "env-value-44")
+    live_secret_values()  # remembered now
+    assert live_secret_values({"OTHER_TOKEN": "mapping-only-2"}) == ["mapping-only-2"]  # not the remembered one
+
+
+def test_registered_and_live_secrets_scrub_together_longest_first(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_extra_secrets", set())
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "abcdefgh")
+    register_secret("abcdefghijkl")
+    register_secret("xyzxyz")
+    assert scrub_known_secrets("abcdefghijkl abcdefgh xyzxyz abcdefg") == f"{R} {R} {R} abcdefg"
+    assert scrub_known_secrets("nothing here") == "nothing here"
+    assert scrub_known_secrets("") == ""
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("authorization", True), ("Authorization", True), ("api_key", True), ("APIKEY", True), ("password", True),
+    ("passwd", True), ("token", True), ("secret", True), ("cookie", True), ("private_key", True),
+    ("HF_TOKEN", True), ("DB_PWD", True), ("X1_SECRET", True), ("HF_TOKEN ", False), ("1_TOKEN", False),
+    ("Hf_TOKEN", False), ("_TOKEN", False), ("max_tokens", False), ("api_key_env", False), ("PWD", False),
+    ("PATH", False), ("tokens", False), ("", False),
+])
+def test_which_record_fields_hold_a_secret(key, secret) -> None:
+    assert (scrub({key: "value-1"}) == {key: R}) is secret
