@@ -1151,3 +1151,10 @@ def test_with_nothing_declared_the_doctor_s_own_pth_files(tmp_path, monkeypatch)
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     result = baked.check(Context(DoctorOptions()))
     assert (result.status, result.evidence) == ("skip", [])
+
+
+def test_given_layers_run_while_the_declaration_s_stay_withheld(monkeypatch, tmp_path) -> None:
+    marker = tmp_path / "ran"
+    result = _interop(monkeypatch, layers=["env"], withheld_layers=[f"touch {marker}"], untrusted="not trusted")
+    assert (result.status, result.summary) == ("ok", "1 layer pass arguments intact")
+    assert not marker.exists()
