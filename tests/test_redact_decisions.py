@@ -90,6 +90,7 @@ def test_redact_url_falls_back_to_text(url, clean) -> None:
     pytest.param("see https://u:pw@h/x now", f"see https://u:{R}@h/x now", id="url-userinfo"),
     pytest.param("git clone https://tok123@h/r", f"git clone https://{R}@h/r", id="lone-userinfo"),
     pytest.param("ssh://git@h/r", "ssh://git@h/r", id="git-kept"),
+    pytest.param("see https://u:pa:ss@h/x", f"see https://u:{R}@h/x", id="url-password-with-a-colon"),
     pytest.param("Authorization: Bearer abcdefgh123", f"Authorization: {R}", id="authorization-header"),
     pytest.param("x-api-key=abc, next", f"x-api-key={R}, next", id="api-key-header-to-the-comma"),
     pytest.param("Cookie: a=1; b=2", f"Cookie: {R}; b=2", id="cookie-to-the-semicolon"),
