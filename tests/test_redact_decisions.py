@@ -297,3 +297,15 @@ def test_registered_and_live_secrets_scrub_together_longest_first(monkeypatch) -
 ])
 def test_which_record_fields_hold_a_secret(key, secret) -> None:
     assert (scrub({key: "value-1"}) == {key: R}) is secret
+
+
+def test_longest_first_is_by_length_not_by_spelling(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setattr(redact, "_extra_secrets", set())
+    monkeypatch.setattr(os, "environ", os._Environ(  # type: ignore[attr-defined]
+        {b"A_TOKEN": b"zzzzzz", b"B_TOKEN": b"aaaaaaaa"},
+        os.environ.encodekey, os.environ.decodekey, os.environ.encodevalue, os.environ.decodevalue))
+    assert live_secret_values() == ["aaaaaaaa", "zzzzzz"]
+    register_secret("bcdefg")
+    register_secret("abcdefg")  # holds the other, and sorts before it by spelling
+    assert scrub_known_secrets("x abcdefg y") == f"x {R} y"
