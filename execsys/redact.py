@@ -311,12 +311,16 @@ def scrub(obj: Any) -> Any:
     return obj
 
 
+# Where a pattern of redact_text can start in a key: a URL's "://" and a header's ":", an "=", or any
+# whitespace (a flag's value or a Bearer token after a tab or a newline is redacted as after a space).
+_KEY_MAY_HIDE = re.compile(r"[:=\s]")
+
+
 def _scrub_key(key: str, taken: Mapping[str, Any]) -> str:
     """``key`` redacted as any text is; two keys that redact alike stay two (``<redacted>``,
     ``<redacted>#2``) so no value is lost. The common key (a field name) costs one substring scan."""
     # a field name is rarely more than a word: the full redactor only where a pattern could start
-    may_hide = ("://" in key or "=" in key or " " in key or ":" in key
-                or any(prefix in key for prefix in _KEY_PREFIXES))
+    may_hide = _KEY_MAY_HIDE.search(key) is not None or any(prefix in key for prefix in _KEY_PREFIXES)
     clean = redact_text(key) if may_hide else scrub_known_secrets(key)
     if clean == key:
         return key

@@ -9,6 +9,8 @@ output and the boundaries a slip moves: a password with an ``@`` in it, a ``sig=
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from execsys import redact
@@ -88,6 +90,7 @@ def test_redact_url_falls_back_to_text(url, clean) -> None:
     pytest.param("see https://u:pw@h/x now", f"see https://u:{R}@h/x now", id="url-userinfo"),
     pytest.param("git clone https://tok123@h/r", f"git clone https://{R}@h/r", id="lone-userinfo"),
     pytest.param("ssh://git@h/r", "ssh://git@h/r", id="git-kept"),
+    pytest.param("see https://u:pa:ss@h/x", f"see https://u:{R}@h/x", id="url-password-with-a-colon"),
     pytest.param("Authorization: Bearer abcdefgh123", f"Authorization: {R}", id="authorization-header"),
     pytest.param("x-api-key=abc, next", f"x-api-key={R}, next", id="api-key-header-to-the-comma"),
     pytest.param("Cookie: a=1; b=2", f"Cookie: {R}; b=2", id="cookie-to-the-semicolon"),
@@ -205,6 +208,17 @@ def test_keys_that_redact_alike_stay_apart() -> None:
     assert scrub({"token abcdefgh123": 1}) == {f"token {R}": 1}  # a key with a space gets the full redactor
 
 
+@pytest.mark.parametrize(("key", "clean"), [
+    pytest.param("--db-pwd\thunter2hunter2", f"--db-pwd\t{R}", id="a-tab-before-the-value"),
+    pytest.param("--api-key\nhunter2hunter2", f"--api-key\n{R}", id="a-newline-before-the-value"),
+    pytest.param("token\tabcdefXYZ1", f"token {R}", id="a-token-after-a-tab"),
+    pytest.param("https://u:pw@h", f"https://u:{R}@h", id="a-url"),
+    pytest.param("max_tokens", "max_tokens", id="a-field-name"),
+])
+def test_a_key_is_redacted_whatever_whitespace_it_holds(key, clean) -> None:
+    assert scrub({key: 1}) == {clean: 1}
+
+
 def test_a_scheme_relative_url_keeps_no_password() -> None:
     assert redact_url("//alice:hunter22@host/x") == f"//alice:{REDACTED}@host/x"
     assert redact_url("//ghp_abcdefghijklmnop@github.com/o/r") == f"//{REDACTED}@github.com/o/r"
@@ -214,3 +228,84 @@ def test_a_header_shaped_key_is_redacted_like_the_header() -> None:
     """A key such as ``authorization:abc`` (a header line used as a JSON key) is the header's text."""
     assert scrub({"authorization:abc": 1}) == {f"authorization:{REDACTED}": 1}
     assert scrub({"runtime.process:pid": 1}) == {"runtime.process:pid": 1}
+
+
+# -- the live secrets: os.environ read once per change, a copy handed out ----------------------------------
+
+
+def test_live_secrets_come_from_the_environment_when_none_is_given(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)  # a first call, nothing remembered
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "live-value-1")
+    monkeypatch.setenv("EXECSYS_LIVE_NAME", "not-a-secret-1")
+    first = live_secret_values()
+    assert "live-value-1" in first and "not-a-secret-1" not in first
+    assert live_secret_values() == first  # the remembered answer
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "live-value-22")
+    again = live_secret_values()
+    assert "live-value-22" in again and "live-value-1" not in again
+    monkeypatch.delenv("EXECSYS_LIVE_TOKEN")
+    assert "live-value-22" not in live_secret_values()
+
+
+def test_live_secrets_are_longest_first_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setattr(os, "environ", os._Environ(  # type: ignore[attr-defined]
+        {b"A_TOKEN": b"abcdef", b"B_TOKEN": b"abcdefghij", b"C_KEY": b"abcdefgh", b"D_TOKEN": b"abcde"},
+        os.environ.encodekey, os.environ.decodekey, os.environ.encodevalue, os.environ.decodevalue))
+    assert live_secret_values() == ["abcdefghij", "abcdefgh", "abcdef"]
+    assert live_secret_values() == ["abcdefghij", "abcdefgh", "abcdef"]  # the remembered answer likewise
+
+
+def test_what_the_caller_does_with_the_list_does_not_change_the_next_answer(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "live-value-3")
+    for _ in range(3):  # the first answer (just computed) and the remembered ones alike
+        values = live_secret_values()
+        assert "live-value-3" in values
+        values.clear()
+    assert scrub_known_secrets("x live-value-3 y") == f"x {R} y"
+
+
+def test_an_explicit_mapping_is_not_remembered_as_the_environment(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.delenv("EXECSYS_LIVE_TOKEN", raising=False)
+    assert live_secret_values({"EXECSYS_LIVE_TOKEN": "mapping-only-1"}) == ["mapping-only-1"]
+    assert "mapping-only-1" not in live_secret_values()
+    assert scrub_known_secrets("mapping-only-1") == "mapping-only-1"
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "env-value-44")
+    live_secret_values()  # remembered now
+    assert live_secret_values({"OTHER_TOKEN": "mapping-only-2"}) == ["mapping-only-2"]  # not the remembered one
+
+
+def test_registered_and_live_secrets_scrub_together_longest_first(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_extra_secrets", set())
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setenv("EXECSYS_LIVE_TOKEN", "abcdefgh")
+    register_secret("abcdefghijkl")
+    register_secret("xyzxyz")
+    assert scrub_known_secrets("abcdefghijkl abcdefgh xyzxyz abcdefg") == f"{R} {R} {R} abcdefg"
+    assert scrub_known_secrets("nothing here") == "nothing here"
+    assert scrub_known_secrets("") == ""
+
+
+@pytest.mark.parametrize(("key", "secret"), [
+    ("authorization", True), ("Authorization", True), ("api_key", True), ("APIKEY", True), ("password", True),
+    ("passwd", True), ("token", True), ("secret", True), ("cookie", True), ("private_key", True),
+    ("HF_TOKEN", True), ("DB_PWD", True), ("X1_SECRET", True), ("HF_TOKEN ", False), ("1_TOKEN", False),
+    ("Hf_TOKEN", False), ("_TOKEN", False), ("max_tokens", False), ("api_key_env", False), ("PWD", False),
+    ("PATH", False), ("tokens", False), ("", False),
+])
+def test_which_record_fields_hold_a_secret(key, secret) -> None:
+    assert (scrub({key: "value-1"}) == {key: R}) is secret
+
+
+def test_longest_first_is_by_length_not_by_spelling(monkeypatch) -> None:
+    monkeypatch.setattr(redact, "_live_cache", None)
+    monkeypatch.setattr(redact, "_extra_secrets", set())
+    monkeypatch.setattr(os, "environ", os._Environ(  # type: ignore[attr-defined]
+        {b"A_TOKEN": b"zzzzzz", b"B_TOKEN": b"aaaaaaaa"},
+        os.environ.encodekey, os.environ.decodekey, os.environ.encodevalue, os.environ.decodevalue))
+    assert live_secret_values() == ["aaaaaaaa", "zzzzzz"]
+    register_secret("bcdefg")
+    register_secret("abcdefg")  # holds the other, and sorts before it by spelling
+    assert scrub_known_secrets("x abcdefg y") == f"x {R} y"

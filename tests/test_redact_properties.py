@@ -210,3 +210,13 @@ def test_innocent_flags_in_any_order_come_back_unchanged(words) -> None:
     # a secret-worded switch takes the next non-option word as its value
     assume(all(i + 1 == len(words) or words[i + 1].startswith("--") for i, w in enumerate(words) if w == "--no-auth"))
     assert redact_argv(words) == words
+
+
+@SETTINGS
+@given(flag=secret_flags(), secret=SECRET, sep=st.sampled_from([" ", "\t", "\n", "=", "  "]))
+@example(flag="--db-pwd", secret="hunter2hunter2", sep="\t")
+def test_a_secret_flag_s_value_in_a_key_never_survives(flag, secret, sep) -> None:
+    """A command line used as a JSON key (a record keyed by the argv that ran) is redacted as text is,
+    whatever whitespace separates the flag from its value."""
+    assume(secret not in flag)
+    _gone(secret, str(scrub({f"{flag}{sep}{secret}": 1, "nested": {f"run {flag}{sep}{secret}": 2}})))
