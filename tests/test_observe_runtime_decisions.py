@@ -14,6 +14,8 @@ import json
 import os
 import socket
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +214,9 @@ class Engine(JsonHandler):
         path = self.path.split("?")[0]
         self.server.seen.append((self.command, path, self.headers.get("Authorization"),  # type: ignore[attr-defined]
                                  self.read_json() if self.command == "POST" else None))
-        status, ctype, body = routes.get(path, (404, "application/json", b'{"detail": "Not Found"}'))
+        status, ctype, body, *delay = routes.get(path, (404, "application/json", b'{"detail": "Not Found"}'))
+        if delay:  # an engine computing its answer: nothing is sent meanwhile
+            time.sleep(delay[0])
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -625,3 +629,117 @@ def test_the_native_account_is_asked_with_the_key_fingerprint_and_capped_timeout
          "system_fingerprint": None},
     ]
     assert "engine_native" not in observed
+
+
+def test_an_unknown_engine_is_read_by_its_own_name_as_a_distribution(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runtime.engine_version("pytest") == {"name": "pytest", "version": pytest.__version__,
+                                                "source": "package metadata (pytest)"}
+
+
+def test_the_fingerprint_waits_for_its_own_timeout_not_the_client_s(engine) -> None:
+    import httpx
+
+    server = engine({"/v1/chat/completions": (*_ok({"system_fingerprint": "fp_slow"}), 0.6)})
+    with httpx.Client(timeout=httpx.Timeout(0.2)) as client:
+        assert runtime._fingerprint(client, server.url(), ["m"], 5.0) == "fp_slow"
+        # and a completion that never comes is given up at its timeout
+        server.server.routes["/v1/chat/completions"] = (*_ok({"system_fingerprint": "fp_never"}), 60)
+        assert runtime._fingerprint(client, server.url(), ["m"], 0.3) is None
+
+
+def test_a_fingerprint_answer_of_exactly_the_size_cap_is_read_across_its_chunks(engine) -> None:
+    from execsys.observe.http import OBSERVE_BODY_LIMIT
+
+    head, tail = b'{"system_fingerprint": "fp_cap", "pad": "', b'"}'
+    body = head + b"x" * (OBSERVE_BODY_LIMIT - len(head) - len(tail)) + tail
+    assert len(body) == OBSERVE_BODY_LIMIT
+    server = engine({"/v1/chat/completions": _ok(body)})
+    import httpx
+
+    with httpx.Client(timeout=5.0) as client:
+        assert runtime._fingerprint(client, server.url(), ["m"], 10.0) == "fp_cap"
+        server.server.routes["/v1/chat/completions"] = _ok(body[:-2] + b'x"}')
+        assert runtime._fingerprint(client, server.url(), ["m"], 10.0) is None  # one byte past the cap
+
+
+# -- the declared runtime, part by part ------------------------------------------------------------------
+
+
+@pytest.fixture
+def parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """Each witness replaced by one that records what it was asked and answers a known value."""
+    from execsys.observe import kernels, listener, stack
+
+    calls: dict[str, list] = {}
+
+    def record(name: str, answer: Any):
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            calls.setdefault(name, []).append((args, kwargs))
+            return answer(*args, **kwargs) if callable(answer) else answer
+        return fake
+
+    monkeypatch.setattr(runtime, "engine_version", record("engine_version", {"name": "vllm", "version": "0.6.3"}))
+    monkeypatch.setattr(runtime, "observe_endpoint", record("observe_endpoint", lambda url, **k: {"url": url}))
+    calls["process"] = [{"exe": "/venv/bin/python", "argv": ["python", "-m", "vllm.entrypoints"]}]
+    monkeypatch.setattr(runtime, "serving_process", record("serving_process", lambda *a: calls["process"][0]))
+    monkeypatch.setattr(runtime, "_observe_engine_native", record("native", None))
+    monkeypatch.setattr(listener, "listening_pid", record("listening_pid", 4242))
+    monkeypatch.setattr(stack, "observe_stack", record("observe_stack", {"stack": "read"}))
+    monkeypatch.setattr(kernels, "observe_kernels", record("observe_kernels", {"found": []}))
+    return calls
+
+
+def test_each_declared_part_reaches_its_witness(parts: dict, monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    from execsys.redact import redact_text
+
+    key = f"sk-declared-{uuid.uuid4().hex}"
+    monkeypatch.setenv("PARTS_KEY", key)
+    env = tmp_path / "serve.env"
+    env.write_text("VLLM_USE_V1=1\n")
+    declared = {"engine": "vllm", "process": "vllm.entrypoints", "endpoint": "http://127.0.0.1:1/v1",
+                "api_key_env": "PARTS_KEY", "log": "/logs/engine.log", "env_file": str(env)}
+    seen = runtime.observe_runtime(declared)
+    process = parts["process"][0]
+    assert parts["engine_version"] == [(("vllm", "vllm.entrypoints"), {})]
+    assert parts["observe_endpoint"] == [(("http://127.0.0.1:1/v1",),
+                                          {"api_key": key, "timeout": 5.0, "ask_fingerprint": True})]
+    assert parts["serving_process"] == [(("http://127.0.0.1:1/v1", "vllm.entrypoints"), {})]
+    assert parts["native"] == [((seen, declared, "http://127.0.0.1:1/v1", process), {})]
+    assert parts["observe_stack"] == [((process, 4242), {})]
+    assert parts["listening_pid"] == [(("http://127.0.0.1:1/v1",), {})]
+    assert parts["observe_kernels"] == [(("/logs/engine.log", "vllm", "0.6.3"), {})]
+    assert seen["engine"] == {"name": "vllm", "version": "0.6.3"} and seen["process"] is process
+    assert seen["stack"] == {"stack": "read"} and seen["kernels"] == {"found": []}
+    assert seen["env_file_numerics"] == {"VLLM_USE_V1": "1"}
+    # the key is a secret from now on: redacted wherever it is written
+    assert key not in redact_text(f"curl -H 'Authorization: Bearer x' --token {key}")
+
+
+def test_an_endpoint_that_failed_gets_no_native_account(parts: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(url: str, **kwargs: Any) -> dict:
+        raise InputError("endpoint x: unreachable")
+
+    monkeypatch.setattr(runtime, "observe_endpoint", refuse)
+    seen = runtime.observe_runtime({"endpoint": "http://127.0.0.1:1/v1"}, require_endpoint=False)
+    assert seen["endpoint"] == {"url": "http://127.0.0.1:1/v1", "error": "endpoint x: unreachable"}
+    assert "native" not in parts
+
+
+def test_a_process_seen_by_its_argv_or_its_exe_alone_has_its_stack_read(parts: dict) -> None:
+    for process in ({"argv": ["llama-server"]}, {"exe": "/usr/bin/llama-server"}):
+        parts["process"][0] = process
+        parts.pop("observe_stack", None)
+        seen = runtime.observe_runtime({"process": "llama-server"})
+        assert seen["stack"] == {"stack": "read"} and parts["observe_stack"] == [((process, None), {})]
+    parts["process"][0] = {"note": "its environment is not readable from this user"}
+    parts.pop("observe_stack", None)
+    assert "stack" not in runtime.observe_runtime({"process": "llama-server"}) and "observe_stack" not in parts
+
+
+def test_no_fingerprint_is_asked_when_the_caller_says_so(parts: dict) -> None:
+    runtime.observe_runtime({"endpoint": "http://127.0.0.1:1/v1"}, ask_fingerprint=False)
+    assert parts["observe_endpoint"][0][1]["ask_fingerprint"] is False
+    assert parts["observe_endpoint"][0][1]["api_key"] is None
