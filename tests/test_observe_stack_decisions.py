@@ -214,7 +214,7 @@ def fake_nvml(count: int, links: dict[int, int], *, p2p_ok: set[tuple[int, int]]
     module = types.ModuleType("pynvml")
     module.NVMLError = NVMLError
     module.NVML_FEATURE_ENABLED = 1
-    module.NVML_P2P_CAPS_INDEX_READ = 0
+    module.NVML_P2P_CAPS_INDEX_READ = 7
     module.NVML_P2P_STATUS_OK = 0
     module.NVML_NVLINK_MAX_LINKS = 6
     module.shutdowns = 0
@@ -229,7 +229,7 @@ def fake_nvml(count: int, links: dict[int, int], *, p2p_ok: set[tuple[int, int]]
         return count
 
     def state(handle: int, link: int) -> int:
-        if link >= 4:
+        if link >= 4 and fail != "no-link-limit":
             raise NVMLError("Not Supported")
         return 1 if link < links.get(handle, 0) else 0
 
@@ -241,10 +241,14 @@ def fake_nvml(count: int, links: dict[int, int], *, p2p_ok: set[tuple[int, int]]
     def p2p(a: int, b: int, index: int) -> int:
         if (a, b) == (1, 2):
             raise NVMLError("Not Supported")
+        if index != 7:  # another capability than reading is not what was asked
+            return 0 if (a, b) not in p2p_ok else 2
         return 0 if (a, b) in p2p_ok else 2
 
     def shutdown() -> None:
         module.shutdowns += 1
+        if fail == "shutdown":
+            raise NVMLError("Uninitialized")
 
     module.nvmlInit = init
     module.nvmlDeviceGetCount = count_
@@ -381,3 +385,28 @@ def test_with_a_pid_the_interpreter_is_the_path_that_started_it_and_the_containe
     # a named interpreter is not looked for again
     stack.observe_stack({"interpreter": "/bin/sh"}, 79)
     assert len(started) == 2
+
+
+def test_without_the_library_s_link_maximum_eighteen_links_are_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = fake_nvml(1, {0: 30}, fail="no-link-limit")
+    del nvml.NVML_NVLINK_MAX_LINKS
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert stack.gpu_topology()["gpus"] == [{"index": 0, "nvlink_active_links": 18}]
+
+
+def test_an_nvml_that_fails_to_shut_down_still_gives_its_topology(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(1, {0: 1}, fail="shutdown"))
+    assert stack.gpu_topology() == {"gpus": [{"index": 0, "nvlink_active_links": 1}], "pairs": [], "peers": 0}
+
+
+def test_bytes_that_are_not_utf8_in_proc_or_version_py_are_read_past(proc, tmp_path: Path) -> None:
+    (tmp_path / "proc" / "4242" / "cgroup").write_bytes(b"0::/\xff/docker-" + CID.encode() + b".scope\n")
+    (tmp_path / "proc" / "4242" / "mountinfo").write_bytes(b"1 0 0:1 / /\xff rw - ext4 /dev/x rw\n" +
+                                                          ROOT_OVERLAY.encode())
+    assert stack.container_of(4242)["identifier"] == f"cgroup container {CID[:12]}"
+    (tmp_path / "proc" / "4242" / "cgroup").write_bytes(b"0::/\xff\n")
+    assert stack.container_of(4242)["identifier"] == "overlay root (/var/lib/docker/overlay2/abc/diff)"
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "version.py").write_bytes(b"# \xff\n__version__ = '2.5.1'\n")
+    assert stack.torch_build([str(site)])["version"] == "2.5.1"
