@@ -674,3 +674,35 @@ def test_vllm_s_models_are_listed_in_id_order_with_their_lengths(serve) -> None:
                                        {"id": "b", "root": None, "max_model_len": 4096}]
     assert seen.identity["version"] is None
     assert seen.identity["flags"] == {} and seen.identity["backend_env"] == {}
+
+
+def test_info_gauge_samples_without_an_engine_index_come_first_and_other_sample_names_are_skipped() -> None:
+    text = """\
+# TYPE x_info summary
+x_info_sum{engine="1"} 2.0
+x_info{engine="1",quantile="0.5"} 1.0
+x_info_count{engine="1"} 3.0
+# TYPE y_info gauge
+y_info{engine="0",a="1"} 1.0
+y_info{a="2"} 1.0
+y_info{a="3"} 1.0
+"""
+    configured, measured = vllm.info_gauges(text)
+    assert configured == {"x_info": [{"engine": "1", "quantile": "0.5"}],
+                          "y_info": [{"a": "2"}, {"a": "3"}, {"a": "1", "engine": "0"}]}
+    assert measured == {}
+
+
+def test_lora_info_keeps_its_maximum_and_engine_index_inside_the_id() -> None:
+    text = ('# TYPE vllm:lora_requests_info gauge\n'
+            'vllm:lora_requests_info{engine="0",max_lora="4",running_lora_adapters="a,b",waiting_lora_adapters=""} 1.0\n')
+    configured, measured = vllm.info_gauges(text)
+    assert configured == {"vllm:lora_requests_info": [{"engine": "0", "max_lora": "4"}]}
+    assert measured == {"vllm:lora_requests_info": [{"engine": "0", "max_lora": "4", "running_lora_adapters": "a,b",
+                                                     "waiting_lora_adapters": ""}]}
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "sglang", "ollama", "vllm", "llama-cpp-python"])
+def test_each_engine_s_observation_is_named_by_its_engine(serve, engine: str) -> None:
+    seen = engines.introspect(engine, serve({}).url(""))
+    assert seen is not None and seen.engine == engine and seen.to_identity_json()["engine"] == engine
