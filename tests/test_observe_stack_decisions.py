@@ -78,7 +78,9 @@ def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(stack, "Path", planted)
     kind: dict[str, Any] = {"value": None}
-    monkeypatch.setattr(hardware, "container_kind", lambda pid=None: kind["value"])
+    # the marker of pid 4242's own root, never of this process's
+    monkeypatch.setattr(hardware, "container_kind",
+                        lambda pid=None: kind["value"] if pid == 4242 else ("observer's", "not the pid asked"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
@@ -410,3 +412,9 @@ def test_bytes_that_are_not_utf8_in_proc_or_version_py_are_read_past(proc, tmp_p
     (site / "torch").mkdir(parents=True)
     (site / "torch" / "version.py").write_bytes(b"# \xff\n__version__ = '2.5.1'\n")
     assert stack.torch_build([str(site)])["version"] == "2.5.1"
+
+
+def test_podman_alone_names_the_image(proc) -> None:
+    proc.cgroup(f"0::/libpod-{CID}.scope\n")
+    proc.cli("podman", "echo sha256:only-podman")
+    assert stack.container_of(4242) == {"verdict": "image", "runtime": "podman", "image": "sha256:only-podman"}
