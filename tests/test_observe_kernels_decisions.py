@@ -124,7 +124,7 @@ def test_a_log_past_the_cap_is_read_from_its_tail(tmp_path: Path, monkeypatch: p
     log = tmp_path / "engine.log"
     head = "Using FlashInfer backend.\n"
     tail = "x" * 20 + "\nUsing Triton backend.\n"
-    log.write_text(head + "y" * 100 + "\n" + tail)
+    log.write_text("Using MarlinLinearKernel for GPTQMarlinLinearMethod\n" + head + "y" * 100 + "\n" + tail)
     assert [m["value"] for m in kernels.observe_kernels(log, "vllm")["found"]] == ["Triton"]
     # at the cap exactly, the whole log is read
     log.write_text(head + "z" * (64 - len(head) - 1) + "\n")
