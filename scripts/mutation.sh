@@ -99,11 +99,11 @@ modules=(
   "observe.passmemo|execsys/observe/passmemo.py|tests/test_observe_passmemo_decisions.py|30"
   "observe.hardware|execsys/observe/hardware.py|tests/test_observe_hardware_decisions.py|30"
   "observe.kernels|execsys/observe/kernels.py|tests/test_observe_kernels_decisions.py|30"
-  "observe.listener|execsys/observe/listener.py|tests/test_observe_listener.py|30"
+  "observe.listener|execsys/observe/listener.py|tests/test_observe_listener_decisions.py tests/test_observe_listener.py::test_one_pass_shares_one_scan_and_the_next_pass_sees_the_change tests/test_observe_listener.py::test_ports_default_by_scheme_and_a_bad_port_is_no_port|30"
   "observe.model_signature|execsys/observe/model_signature.py|tests/test_observe_model_signature_decisions.py|30"
   "observe.runtime|execsys/observe/runtime.py|tests/test_observe_runtime_decisions.py|30"
   "observe.stack|execsys/observe/stack.py|tests/test_observe_stack_decisions.py|30"
-  "observe.engines|execsys/observe/engines/*.py|tests/test_observe_engines_decisions.py|30"
+  "observe.engines|execsys/observe/engines/*.py|tests/test_observe_engines_decisions.py tests/test_vllm_readers.py|30"
 )
 
 report() {

@@ -60,8 +60,9 @@ def introspect(client: EngineClient, process: dict[str, Any] | None) -> NativeOb
     argv = process_argv(process)
     seen.identity["flags"] = argv_options(argv, _FLAGS, switches=_SWITCHES)
     if seen.model_path is None:
-        on_argv = argv_options(argv, _MODEL_FLAGS)
+        # a bare -m (no value) names nothing
+        on_argv = {flag: path for flag, path in argv_options(argv, _MODEL_FLAGS).items() if isinstance(path, str)}
         if on_argv:
             flag, path = next(iter(on_argv.items()))
-            seen.model_path, seen.model_path_source = str(path), f"process argv {flag}"
+            seen.model_path, seen.model_path_source = path, f"process argv {flag}"
     return seen

@@ -28,8 +28,9 @@ def introspect(client: EngineClient, process: dict[str, Any] | None) -> NativeOb
     argv = process_argv(process)
     settings = argv_options(argv, _FLAGS)
     seen.identity["settings"] = {flag.lstrip("-"): value for flag, value in sorted(settings.items())}
-    if settings.get("--model"):
-        seen.model_path, seen.model_path_source = str(settings["--model"]), "process argv --model"
+    model = settings.get("--model")
+    if isinstance(model, str) and model:  # a bare --model names nothing
+        seen.model_path, seen.model_path_source = model, "process argv --model"
     elif len(models) == 1 and not settings.get("--model_alias"):
         # without an alias the server lists the model by the path it was given
         seen.model_path, seen.model_path_source = str(models[0].get("id")), "/v1/models id (no --model_alias)"

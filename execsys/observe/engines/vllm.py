@@ -55,7 +55,7 @@ def serve_model(argv: list[str]) -> str | None:
         if arg == "serve" and index >= 1 and argv[index - 1].endswith("vllm") and not argv[index + 1].startswith("-"):
             return argv[index + 1]
     model = argv_options(argv, ("--model",)).get("--model")
-    return str(model) if model else None
+    return model if isinstance(model, str) and model else None  # a bare --model names nothing
 
 
 _FINGERPRINT = re.compile(r"^vllm-(?P<version>.+?)(?P<parallel>(?:-(?:tp|pp|dp)\d+|-ep)*)-(?P<hash>[0-9a-f]{8}|nohash)$")
