@@ -442,3 +442,69 @@ def test_a_signature_bundle_is_recorded_only_when_there_is_one(tmp_path: Path) -
     write(root / "model.sig", b"{not a bundle")
     observed, _ = observe_artifact({"path": "m"}, base_dir=tmp_path)
     assert observed["signature"]["bundle"] == "model.sig" and observed["signature"]["present"] is True
+
+
+def test_a_directory_named_gguf_is_no_gguf_and_the_config_speaks(tmp_path: Path) -> None:
+    root = tree(tmp_path / "t", {"a.gguf/inner.txt": b"x", "config.json": b'{"torch_dtype": "float16"}'})
+    assert file_quantization(root) == {"quantization": "none (float16)",
+                                       "source": "config.json (no quantization_config)", "model": {"dtype": "float16"}}
+
+
+def test_hashing_progress_reaches_the_caller(tmp_path: Path) -> None:
+    write(tmp_path / "m.gguf", GG + b"\0" * 1000)
+    seen: list[tuple[int, int]] = []
+    observe_artifact({"path": "m.gguf"}, base_dir=tmp_path, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1] == (len(GG) + 1000, len(GG) + 1000)
+
+
+def test_a_signature_key_is_resolved_beside_the_declaration(tmp_path: Path) -> None:
+    tree(tmp_path / "m", {"w.safetensors": b"x"})
+    observed, _ = observe_artifact({"path": "m", "signature_key": "keys/pub.pem"}, base_dir=tmp_path)
+    key = observed["signature"]["key"]
+    assert key["path"] == str(tmp_path / "keys" / "pub.pem")
+    assert key["error"] == f"[artifact] signature_key {tmp_path / 'keys' / 'pub.pem'}: no such file"
+
+
+# -- every count, length and type is unsigned: a value with the top bit set is never negative -------
+
+
+def test_a_version_with_the_top_bit_set_is_named_unsigned(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.gguf", b"GGUF" + struct.pack("<I", 0x80000003) + b"\0" * 16)
+    with pytest.raises(GGUFError, match="^GGUF version 2147483651 is not understood$"):
+        read_gguf_metadata(f)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_a_key_count_with_the_top_bit_set_is_a_huge_count(tmp_path: Path, version: int) -> None:
+    lf = "<I" if version == 1 else "<Q"
+    count = (1 << 31) + 1 if version == 1 else (1 << 63) + 1
+    f = write(tmp_path / "m.gguf", header(u32("general.file_type", 1, lf), version=version, count=count))
+    assert read_gguf_metadata(f, {"general.file_type"}) == {"gguf_version": version, "general.file_type": 1}
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_a_string_length_with_the_top_bit_set_is_implausible(tmp_path: Path, version: int) -> None:
+    lf = "<I" if version == 1 else "<Q"
+    length = 1 << 31 if version == 1 else 1 << 63
+    f = write(tmp_path / "m.gguf", header(kv("general.name", 8, struct.pack(lf, length) + b"abc", lf), version=version))
+    with pytest.raises(GGUFError, match="^implausible string length in GGUF header$"):
+        read_gguf_metadata(f)
+
+
+def test_value_and_item_types_with_the_top_bit_set_are_named_unsigned(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.gguf", header(kv("x.odd", 0x80000000, b"")))
+    with pytest.raises(GGUFError, match="^unknown GGUF value type 2147483648$"):
+        read_gguf_metadata(f)
+    g = write(tmp_path / "g.gguf", header(kv("x.arr", 9, struct.pack("<IQ", 0x80000001, 1))))
+    with pytest.raises(GGUFError, match="^unknown GGUF value type 2147483649$"):
+        read_gguf_metadata(g)
+
+
+def test_a_wanted_array_of_arrays_is_kept_whole(tmp_path: Path) -> None:
+    def ints(*values: int) -> bytes:
+        return struct.pack("<IQ", 5, len(values)) + b"".join(struct.pack("<i", v) for v in values)
+
+    f = write(tmp_path / "m.gguf", header(array("x.nested", 9, [ints(1, 2), ints(3)]), string("general.name", "n")))
+    assert read_gguf_metadata(f, {"x.nested", "general.name"}) == {"gguf_version": 3, "x.nested": [[1, 2], [3]],
+                                                                   "general.name": "n"}
+    assert read_gguf_metadata(f, {"general.name"}) == {"gguf_version": 3, "general.name": "n"}
