@@ -315,6 +315,7 @@ def test_an_unreadable_config_is_said_with_its_reason(tmp_path: Path) -> None:
     ({"quant_method": "awq", "bits": 4, "group_size": 128}, "awq 4-bit"),
     ({"quant_method": "gptq", "w_bit": 8}, "gptq 8-bit"),
     ({"quant_type": "fp8"}, "fp8"),
+    ({"quant_method": "bitsandbytes", "quant_type": "nf4", "bits": 4}, "bitsandbytes 4-bit"),  # the method first
     ({"quant_method": "", "quant_type": "nf4", "bits": 4}, "nf4 4-bit"),
     ({"bits": 3}, "unknown 3-bit"),
     ({"quant_method": "bnb", "bits": 0, "w_bit": 4}, "bnb 4-bit"),
