@@ -102,7 +102,8 @@ def test_a_versioned_shell_gives_its_first_version_line(tmp_path: Path, monkeypa
                                                          name: str) -> None:
     from execsys.doctor import files
 
-    path = executable(tmp_path / "bin", name, 'echo; echo "  GNU fake 5.2  "; echo second')
+    path = executable(tmp_path / "bin", name,
+                      '[ "$1" = --version ] || { echo "asked $1"; exit 0; }; echo; echo "  GNU fake 5.2  "; echo second')
     monkeypatch.setenv("PATH", f"{tmp_path / 'empty'}{os.pathsep}{tmp_path / 'bin'}")
     assert observe_shell(name, "runs it") == {"program": name, "executable": str(path), "because": "runs it",
                                               "digest": files.digest(str(path)), "version": "GNU fake 5.2"}
@@ -187,6 +188,7 @@ def test_a_nested_zoneinfo_path_keeps_all_after_the_first(etc: Path) -> None:
     ({"default/locale": "LANGUAGE=fr\nLANG=\n", "locale.conf": "LANG=C.UTF-8\n"}, "C.UTF-8"),
     ({"default/locale": "# LANG=x\n", "locale.conf": "LC_CTYPE=y\nLANG=pt_BR\n"}, "pt_BR"),
     ({"default/locale": "LANG=a=b\n"}, "a=b"),
+    ({"default/locale": "LANG='X'\n"}, "X"),
     ({"default/locale": "LANG=ja_JP\n", "locale.conf": "LANG=zh_CN\n"}, "ja_JP"),
 ])
 def test_the_locale_is_the_first_lang_in_the_locale_files(etc: Path, files: dict, expected: str | None) -> None:
@@ -306,3 +308,56 @@ def test_a_uid_without_a_name_is_recorded_as_its_number(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(getpass, "getuser", nameless)
     assert observe_observer()["user"] == str(os.getuid())
+
+
+def test_shellingham_s_answer_is_the_operator_s_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    fake = types.ModuleType("shellingham")
+    fake.detect_shell = lambda: ("fish", "/usr/bin/fish")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shellingham", fake)
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    assert detect_shell() == {"name": "fish", "path": "/usr/bin/fish", "source": "shellingham"}
+
+
+def test_the_process_listening_on_the_endpoint_s_port_is_the_serving_one(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
+            f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", code],
+                            env={"EXECSYS_T_LISTENER": "listening", "PATH": os.environ.get("PATH", "")})
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (tmp_path / "ready").exists():
+            time.sleep(0.02)
+        got = variables_source({"endpoint": f"http://127.0.0.1:{port}/v1"})
+        assert got.pid == proc.pid and got.where == f"checked in pid {proc.pid}, the serving process"
+        assert got.environ.get("EXECSYS_T_LISTENER") == "listening"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_serving_process_whose_environment_cannot_be_read_is_said_so(tmp_path: Path) -> None:
+    import shutil
+
+    name = f"exz{uuid.uuid4().hex[:8]}"  # within the kernel's 15-character process name
+    program = tmp_path / name
+    shutil.copy(shutil.which("true") or "/bin/true", program)
+    proc = subprocess.Popen([str(program)])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # a zombie until reaped: named, its environment unreadable
+            if Path(f"/proc/{proc.pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+                break
+            time.sleep(0.01)
+        got = variables_source({"process": name})
+        assert got.environ is os.environ and got.pid is None
+        assert got.where == (f"checked in execsys's own environment (the environment of pid {proc.pid}, the serving "
+                             "process, is not readable from this user)")
+    finally:
+        proc.wait()
