@@ -663,3 +663,56 @@ def test_only_the_first_mib_of_a_process_environment_is_read(pybin: Path, tmp_pa
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_relative_program_without_a_base_is_the_cwd_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "scripts" / "eval"
+    script.parent.mkdir()
+    script.write_bytes(b"\x7fELF")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    assert observe_command("scripts/eval")["executable"] == str(script)
+    assert observe_commands(["scripts/eval"], base_dir=tmp_path / "scripts")[0]["executable"] is None
+    assert observe_commands(["eval"], base_dir=tmp_path)[0]["executable"] is None
+    assert observe_commands(["./eval"], base_dir=tmp_path / "scripts")[0]["executable"] == str(script)
+
+
+def test_undecodable_metadata_is_read_with_replacement(tmp_path: Path) -> None:
+    (tmp_path / "METADATA").write_bytes(b"Name: caf\xe9\nVersion: 1\n")
+    assert _metadata_name_version(tmp_path / "METADATA") == ("caf\ufffd", "1")
+
+
+def test_an_unreadable_first_directory_and_a_plain_first_entry_skip_nothing_after(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    dist(site, "b-1.dist-info", "b", "1")
+    (site / "AAA.py").write_text("")
+    assert installed_distributions([str(tmp_path / "missing"), str(site)]) == ["b==1"]
+    assert module_distributions([str(tmp_path / "missing"), str(site)], "b") == []
+
+
+def test_a_directory_named_like_the_program_on_its_path_is_passed_over(pybin: Path, tmp_path: Path) -> None:
+    (tmp_path / "dirs" / "python3").mkdir(parents=True)
+    proc = started_in(tmp_path, f"{tmp_path / 'dirs'}:{pybin}")
+    try:
+        assert process_interpreter(proc.pid, ["python3"], PYTHON) == str(pybin / "python3")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_program_that_resolves_to_a_python_is_described(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "interp").symlink_to(PYTHON)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    record = observe_command("interp -c pass")
+    assert record["executable"] == PYTHON and record["interpreter"]["executable"] == PYTHON
+    assert "digest" not in record
+
+
+def test_an_absolute_python_shebang_that_is_missing_is_described_as_such(tmp_path: Path) -> None:
+    script = tmp_path / "run"
+    script.write_text("#!/nonexistent/python3\n")
+    script.chmod(0o755)
+    record = observe_command(str(script))
+    assert record["interpreter"]["executable"] == "/nonexistent/python3"
+    assert "/nonexistent/python3" in record["interpreter"]["note"]
