@@ -133,6 +133,7 @@ def _observe_git(declared: dict[str, Any], *, base_dir: Path | None, exclude: li
 # a command with any of these runs through `sh -c`, whatever its first word is
 _SHELL_SYNTAX = re.compile(r"[|&;<>()$`*?~]|\[\[|\{|\}")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_OPTIONS_WITH_ARGUMENT = frozenset({"-u", "--unset", "-C", "--chdir"})
 _PYTHON_NAME = re.compile(r"^(python|pypy)[0-9.]*$")
 INTERPRETER_TIMEOUT_S = 10.0
 
@@ -162,7 +163,8 @@ def _first_word(command: str) -> tuple[str | None, str | None]:
         if os.path.basename(words[0]) == "env":
             words = words[1:]
             while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
-                words = words[1:]
+                # `env -u NAME prog`, `env -C DIR prog`: the option's own argument is not the program
+                words = words[2:] if words[0] in _ENV_OPTIONS_WITH_ARGUMENT else words[1:]
             break
         words = words[1:]
     return (words[0] if words else None), shell
