@@ -115,11 +115,11 @@ def test_the_runs_drift_is_each_change_once_with_its_count() -> None:
 
 
 def test_the_tui_run_detail_says_each_change_once_not_each_event() -> None:
-    from execsys.tui.screens.scope import run_detail_text
+    from execsys.tui.screens.scope import detail_text_of_run
 
     down, up = _restart(ARGV, [*ARGV[:-1], "1"])
-    shown = run_detail_text("run-1", {"verdict": "drifted", "drift": down + up}).plain
+    shown = detail_text_of_run("run-1", {"verdict": "drifted", "drift": down + up}).plain
     assert "Drift during the run: 8 event(s)" in shown
     assert "≠ runtime.process.argv: --n_threads 2 → 1 (2 events, T1 to T2)" in shown
     assert shown.count("\n  ≠ ") == 3 and "/m/tiny.gguf" not in shown, shown
-    assert "Drift during the run: none" in run_detail_text("run-2", {"verdict": "clean"}).plain
+    assert "Drift during the run: none" in detail_text_of_run("run-2", {"verdict": "clean"}).plain

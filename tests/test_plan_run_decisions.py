@@ -47,8 +47,8 @@ from execsys.plan.run import (
     check_sendable,
     lock_artifact,
     next_free_log,
+    plan_statement,
     run_plan,
-    run_statement,
 )
 from execsys.plan.schedule import NO_PLAN_IDENTITY, new_plan, register_plan, unpinned_reason
 
@@ -359,7 +359,7 @@ PASSED = [Check("order", True, ""), Check("window", True, "")]
 
 
 def test_nothing_to_compare() -> None:
-    assert run_statement(PLAN, paired_stats([]), PASSED, True) == (
+    assert plan_statement(PLAN, paired_stats([]), PASSED, True) == (
         "No case produced an answer from both arms: nothing to compare.")
 
 
@@ -368,7 +368,7 @@ def test_a_causal_statement() -> None:
     figures = (f"A 0.800 vs B 0.600 over 10 paired cases; difference A-B +0.200 "
                f"(95% CI {stats.ci95[0]:+.3f} to {stats.ci95[1]:+.3f}); discordant pairs 3 (A only) and 1 (B only), "
                f"exact McNemar p = {stats.mcnemar_p:.4g}")
-    assert run_statement(PLAN, stats, PASSED, True) == (
+    assert plan_statement(PLAN, stats, PASSED, True) == (
         "Contemporaneous paired control held (order, placement, window and identity checks all passed): "
         f"the paired difference is a causal estimate of A against B. {figures}.")
 
@@ -376,7 +376,7 @@ def test_a_causal_statement() -> None:
 def test_a_descriptive_statement_names_the_failed_checks() -> None:
     stats = paired_stats([(False, True)] * 2)
     checks = [Check("order", False, ""), Check("window", True, ""), Check("no-restart", False, "")]
-    statement = run_statement(PLAN, stats, checks, False)
+    statement = plan_statement(PLAN, stats, checks, False)
     assert statement.startswith("Descriptive only: the order, no-restart check(s) failed, so no causal claim is "
                                 "made. A 0.000 vs B 1.000 over 2 paired cases; difference A-B -1.000 (")
     assert statement.endswith(f"discordant pairs 0 (A only) and 2 (B only), exact McNemar p = {stats.mcnemar_p:.4g}.")
@@ -386,7 +386,7 @@ def test_no_interval() -> None:
     from execsys.plan.paired import PairedStats
 
     stats = PairedStats(1, 0, 0, 1, 0, 1.0, 1.0, 0.0, None, 1.0)
-    assert "(no interval)" in run_statement(PLAN, stats, PASSED, True)
+    assert "(no interval)" in plan_statement(PLAN, stats, PASSED, True)
 
 
 # -- a whole run against fake endpoints ----------------------------------------------------------------

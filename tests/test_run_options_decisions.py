@@ -23,7 +23,7 @@ from execsys.run.options import (
     JOB_LOCK_ENV,
     JobIdentity,
     RunOptions,
-    run_sources,
+    load_run_sources,
     signing_key,
 )
 from execsys.run.shard import Shard
@@ -247,37 +247,37 @@ def _pinned_lock(tmp_path: Path, declaration_text: str) -> tuple[Path, str]:
 
 
 def test_run_sources_without_a_job(sources, tmp_path) -> None:
-    got, job = run_sources(None, None, {}, ledger=tmp_path / "x.sqlite3")
+    got, job = load_run_sources(None, None, {}, ledger=tmp_path / "x.sqlite3")
     assert job is None and got.lock is None and got.lock_path == Path("execsys.lock.json")
     assert got.ledger_path == tmp_path / "x.sqlite3"
     # --lock wins over the job's environment
     lock, identity_id = _pinned_lock(tmp_path, "")
-    got, job = run_sources(None, str(lock), {JOB_LOCK_ENV: "/nowhere/l.json"})
+    got, job = load_run_sources(None, str(lock), {JOB_LOCK_ENV: "/nowhere/l.json"})
     assert job is None and got.lock_path == lock and got.lock is not None and got.lock.id == identity_id
 
 
 def test_run_sources_a_job_lock_that_is_gone_is_refused(sources) -> None:
     with pytest.raises(InputError) as caught:
-        run_sources(None, None, {JOB_LOCK_ENV: "/nowhere/lock.json"})
+        load_run_sources(None, None, {JOB_LOCK_ENV: "/nowhere/lock.json"})
     assert str(caught.value) == ("EXECSYS_LOCK=/nowhere/lock.json (exported into this job by a TaskProlog or an "
                                  "enclosing execsys run) does not exist: pin the node again, or give --lock FILE")
 
 
 def test_run_sources_a_job_lock_brings_its_declaration(sources, tmp_path) -> None:
     lock, identity_id = _pinned_lock(tmp_path, '[runtime]\nenv_file = "env"\n')
-    got, job = run_sources(None, None, {JOB_LOCK_ENV: str(lock), JOB_IDENTITY_ENV: identity_id})
+    got, job = load_run_sources(None, None, {JOB_LOCK_ENV: str(lock), JOB_IDENTITY_ENV: identity_id})
     assert job == JobIdentity(lock, identity_id)
     assert got.lock is not None and got.lock.id == identity_id and got.lock_path == lock
     assert got.declaration.get("runtime", "env_file") == "env"  # the node's declaration, not an empty one
     # a declaration here (./execsys.toml) is the run's own: it wins over the lock's
     (tmp_path / "execsys.toml").write_text('[runtime]\nenv_file = "mine"\n')
-    got, _ = run_sources(None, None, {JOB_LOCK_ENV: str(lock)})
+    got, _ = load_run_sources(None, None, {JOB_LOCK_ENV: str(lock)})
     assert got.declaration.get("runtime", "env_file") == "mine"
     os.unlink(tmp_path / "execsys.toml")
     # so does one named with --config
     other = tmp_path / "other.toml"
     other.write_text('[runtime]\nenv_file = "other"\n')
-    got, _ = run_sources(str(other), None, {JOB_LOCK_ENV: str(lock)})
+    got, _ = load_run_sources(str(other), None, {JOB_LOCK_ENV: str(lock)})
     assert got.declaration.get("runtime", "env_file") == "other"
 
 

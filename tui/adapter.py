@@ -543,7 +543,7 @@ def recent_runs(paths: Paths, limit: int = 10) -> list[Any]:
         return engine_recent_runs(ledger, limit=limit)
 
 
-def run_body(paths: Paths, run_id: str) -> dict[str, Any]:
+def body_of_run(paths: Paths, run_id: str) -> dict[str, Any]:
     """One run record's body (``execsys.run/1``: verdict, drift events, result files), as `execsys ledger show`."""
     from execsys.ledger import Ledger
 

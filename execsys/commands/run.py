@@ -86,12 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from execsys.run.options import RunOptions, run_sources
+    from execsys.run.options import RunOptions, load_run_sources
 
     command = list(args.harness_command or [])
     if not command or command[0] != "--":
         raise UsageError("put the harness command after '--': execsys run [options] -- CMD [ARGS...]")
-    sources, job = run_sources(args.config, args.lock, os.environ, ledger=args.ledger)
+    sources, job = load_run_sources(args.config, args.lock, os.environ, ledger=args.ledger)
     return RunOptions.from_sources(
         sources, command=command[1:],
         gate=args.gate, override=args.override, repin=args.repin or None, watch_s=args.watch_s,

@@ -478,7 +478,7 @@ class _Run:
                            **systems.judge(arm, models=sorted(answered[arm]), fingerprints=sorted(fingerprints[arm]))}
                      for arm in plan.arms}
         run = PlanRun(plan, plan_record, arms_json, outcomes, stats, checks, placements,
-                      "causal" if causal else "descriptive", run_statement(plan, stats, checks, causal),
+                      "causal" if causal else "descriptive", plan_statement(plan, stats, checks, causal),
                       started, finished, str(options.log_path) if options.log_path else None, cancelled,
                       identity_reason=options.identity_reason)
         run.record = self.ledger.append("plan-run", run.to_json(), identity=plan.identity, parent=plan_record)
@@ -536,7 +536,7 @@ def _observe(client: EndpointClient) -> dict[str, Any]:
     return {"models": info.get("models"), "server": info.get("server")}
 
 
-def run_statement(plan: Plan, stats: PairedStats, checks: list[Check], causal: bool) -> str:
+def plan_statement(plan: Plan, stats: PairedStats, checks: list[Check], causal: bool) -> str:
     """The one sentence a paired run ends with: the figures, and whether they are causal."""
     a, b = plan.arms
     if stats.n == 0 or stats.rate_a is None or stats.rate_b is None or stats.difference is None:

@@ -46,7 +46,7 @@ class JobIdentity:
         return cls(Path(lock).expanduser(), environ.get(JOB_IDENTITY_ENV, "").strip() or None)
 
 
-def run_sources(config: str | None, lock: str | None, environ: Mapping[str, str],
+def load_run_sources(config: str | None, lock: str | None, environ: Mapping[str, str],
                 ledger: str | os.PathLike[str] | None = None) -> tuple[Sources, JobIdentity | None]:
     """The declaration and lock of a run: ``--lock``, else the job's ``$EXECSYS_LOCK``, else the lock
     beside the declaration. A job's lock brings its own declaration (the one it was pinned from) unless

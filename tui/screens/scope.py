@@ -313,11 +313,11 @@ class ScopeScreen(GatedStep):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="run-detail")
     def read_run(self, run_id: str) -> None:
-        self.post_message(self.RunRead(run_id, adapter.run_body(self.app.paths, run_id)))
+        self.post_message(self.RunRead(run_id, adapter.body_of_run(self.app.paths, run_id)))
 
     @on(RunRead)
     def run_read(self, message: RunRead) -> None:
-        self.query_one("#run-detail", Static).update(run_detail_text(message.run_id, message.body))
+        self.query_one("#run-detail", Static).update(detail_text_of_run(message.run_id, message.body))
 
     # -- contract ---------------------------------------------------------------------
     @on(Button.Pressed, "#save-contract")
@@ -558,7 +558,7 @@ def plan_run_text(report: PlanRun) -> Text:
     return text
 
 
-def run_detail_text(run_id: str, body: dict[str, Any]) -> Text:
+def detail_text_of_run(run_id: str, body: dict[str, Any]) -> Text:
     """The selected run: its verdict sentence, each field that drifted once (what moved, how many events,
     when), each result file with its digest."""
     text = Text()
