@@ -18,7 +18,7 @@ import pytest
 
 from execsys.observe import engines
 from execsys.observe.engines import vllm
-from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+from tests.fixtures.fake_http import routed_servers
 
 DATA = Path(__file__).parent / "data" / "engines"
 MODEL = "/models/served.gguf"
@@ -32,42 +32,11 @@ def ok(body: Any, ctype: str = "application/json") -> tuple[int, str, bytes]:
     return 200, ctype, (body if isinstance(body, bytes) else json.dumps(body).encode())
 
 
-class Routed(JsonHandler):
-    """Answers each path (query cut) from the server's ``routes``: (status, content type, body); else a 404."""
-
-    def _route(self) -> None:
-        server: Any = self.server
-        path = self.path.split("?")[0]
-        body_in = self.read_json() if self.command == "POST" else None
-        server.seen.append((self.command, self.path, self.headers.get("Authorization"), body_in))
-        status, ctype, body = server.routes.get(path, (404, "application/json", b'{"detail": "Not Found"}'))
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self._route()
-
-    def do_POST(self) -> None:
-        self._route()
-
 
 @pytest.fixture
 def serve():
-    servers: list[LoopbackServer] = []
-
-    def start(routes: dict[str, tuple[int, str, bytes]]) -> LoopbackServer:
-        server = LoopbackServer(Routed)
-        server.server.routes = routes  # type: ignore[attr-defined]
-        server.server.seen = []  # type: ignore[attr-defined]
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
+    with routed_servers() as start:
+        yield start
 
 
 def _closed_port() -> int:

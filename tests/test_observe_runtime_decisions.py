@@ -14,7 +14,6 @@ import json
 import os
 import socket
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from execsys.errors import InputError
 from execsys.observe import runtime
 from execsys.observe.vocabulary import REMOTE_PROCESS_NOTE
-from tests.fixtures.fake_http import JsonHandler, LoopbackServer
+from tests.fixtures.fake_http import routed_servers
 from tests.fixtures.identity_project import stub_program
 
 # -- the version a binary prints ----------------------------------------------------------------------
@@ -206,29 +205,6 @@ def test_an_importable_module_no_dist_info_claims_is_looked_up_by_the_full_walk(
 ROUTES: dict[str, tuple[int, str, bytes]] = {}
 
 
-class Engine(JsonHandler):
-    """Answers each path from ``self.server.routes``: (status, content type, body); anything else is a 404."""
-
-    def _route(self) -> None:
-        routes: dict[str, Any] = self.server.routes  # type: ignore[attr-defined]
-        path = self.path.split("?")[0]
-        self.server.seen.append((self.command, path, self.headers.get("Authorization"),  # type: ignore[attr-defined]
-                                 self.read_json() if self.command == "POST" else None))
-        status, ctype, body, *delay = routes.get(path, (404, "application/json", b'{"detail": "Not Found"}'))
-        if delay:  # an engine computing its answer: nothing is sent meanwhile
-            time.sleep(delay[0])
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self._route()
-
-    def do_POST(self) -> None:
-        self._route()
-
 
 def _ok(body: Any, ctype: str = "application/json") -> tuple[int, str, bytes]:
     return 200, ctype, (body if isinstance(body, bytes) else json.dumps(body).encode())
@@ -236,18 +212,8 @@ def _ok(body: Any, ctype: str = "application/json") -> tuple[int, str, bytes]:
 
 @pytest.fixture
 def engine():
-    servers: list[LoopbackServer] = []
-
-    def start(routes: dict[str, tuple[int, str, bytes]]) -> LoopbackServer:
-        server = LoopbackServer(Engine)
-        server.server.routes = routes  # type: ignore[attr-defined]
-        server.server.seen = []  # type: ignore[attr-defined]
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
+    with routed_servers() as start:
+        yield start
 
 
 FULL = {
