@@ -31,20 +31,6 @@ ACCEPTABLE = ("fail", "warn")
 RUNNER_FINDINGS = ("check-failed", "check-did-not-finish", "host-not-inspected", "no-remote-result")
 
 
-def as_status(value: object) -> Status:
-    """A status read back from JSON (a remote host's report, the ledger): one of STATUSES, else ValueError."""
-    if value not in STATUSES:
-        raise ValueError(f"unknown hazard status {value!r}")
-    return cast(Status, value)
-
-
-def as_level(value: object) -> Level:
-    """A finding's level read back from JSON: one of LEVELS, else ValueError."""
-    if value not in LEVELS:
-        raise ValueError(f"unknown finding level {value!r}")
-    return cast(Level, value)
-
-
 @dataclass(frozen=True)
 class Finding:
     """One thing a hazard check found, with an id stable across runs and hosts.
@@ -76,7 +62,7 @@ class Finding:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
-        return cls(level=as_level(data["level"]), text=str(data["text"]), id=str(data["id"]),
+        return cls(level=cast(Level, str(data["level"])), text=str(data["text"]), id=str(data["id"]),
                    accepted=bool(data.get("accepted", False)))
 
 
@@ -107,7 +93,7 @@ class HazardResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HazardResult:
-        return cls(id=str(data["id"]), status=as_status(data["status"]), summary=str(data.get("summary", "")),
+        return cls(id=str(data["id"]), status=cast(Status, str(data["status"])), summary=str(data.get("summary", "")),
                    evidence=[str(e) for e in data.get("evidence", [])], fix=str(data.get("fix", "")),
                    duration_s=float(data.get("duration_s", 0.0) or 0.0),
                    findings=[Finding.from_json(f) for f in data.get("findings", [])])

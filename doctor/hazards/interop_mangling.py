@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import cast
 
 from execsys.doctor import files, sysinfo
-from execsys.doctor.model import Finding, HazardResult, as_level, fold
+from execsys.doctor.model import Finding, HazardResult, Level, fold
 
 ID = "interop-mangling"
 TITLE = "Arguments across layers"
@@ -125,7 +126,7 @@ def check(ctx) -> HazardResult:
     evidence = [line for _, ev in outcomes for line in ev] + wsl_note
     # The first evidence line of a layer names it and what happened: that line is the finding.
     kinds = {"fail": "arguments-altered", "error": "layer-did-not-run"}
-    findings = [Finding(as_level(status), ev[0], f"{ID}/{kinds[status]}") for status, ev in outcomes if status in kinds]
+    findings = [Finding(cast(Level, status), ev[0], f"{ID}/{kinds[status]}") for status, ev in outcomes if status in kinds]
     layer_of = {ev[0]: layers[i] for i, (_, ev) in enumerate(outcomes)}
 
     def summary(top: list[Finding]) -> str:

@@ -150,6 +150,12 @@ def argv_options(argv: Sequence[str], names: Sequence[str], *, switches: Sequenc
     return found
 
 
+def argv_values(argv: Sequence[str], names: Sequence[str]) -> dict[str, str]:
+    """:func:`argv_options` for flags that take a value (a weights path): one given bare, with no value,
+    names nothing and is left out, where argv_options reports it as a switch (True)."""
+    return {flag: value for flag, value in argv_options(argv, names).items() if isinstance(value, str)}
+
+
 def _is_flag(word: str) -> bool:
     return word.startswith("-") and not re.match(r"^-\d", word)
 

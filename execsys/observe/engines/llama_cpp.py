@@ -15,6 +15,7 @@ from execsys.observe.engines import (
     EngineClient,
     NativeObservation,
     argv_options,
+    argv_values,
     blake3_text,
     int_or_none,
     models_list,
@@ -60,8 +61,7 @@ def introspect(client: EngineClient, process: dict[str, Any] | None) -> NativeOb
     argv = process_argv(process)
     seen.identity["flags"] = argv_options(argv, _FLAGS, switches=_SWITCHES)
     if seen.model_path is None:
-        # a bare -m (no value) names nothing
-        on_argv = {flag: path for flag, path in argv_options(argv, _MODEL_FLAGS).items() if isinstance(path, str)}
+        on_argv = argv_values(argv, _MODEL_FLAGS)
         if on_argv:
             flag, path = next(iter(on_argv.items()))
             seen.model_path, seen.model_path_source = path, f"process argv {flag}"

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from execsys.observe.engines import EngineClient, NativeObservation, argv_options, models_list, process_argv
+from execsys.observe.engines import (
+    EngineClient,
+    NativeObservation,
+    argv_options,
+    argv_values,
+    models_list,
+    process_argv,
+)
 
 ENGINE = "llama-cpp-python"
 # llama_cpp.server's ModelSettings/ServerSettings, as argparse flags (underscores, as it spells them)
@@ -28,8 +35,8 @@ def introspect(client: EngineClient, process: dict[str, Any] | None) -> NativeOb
     argv = process_argv(process)
     settings = argv_options(argv, _FLAGS)
     seen.identity["settings"] = {flag.lstrip("-"): value for flag, value in sorted(settings.items())}
-    model = settings.get("--model")
-    if isinstance(model, str) and model:  # a bare --model names nothing
+    model = argv_values(argv, ("--model",)).get("--model")
+    if model:
         seen.model_path, seen.model_path_source = model, "process argv --model"
     elif len(models) == 1 and not settings.get("--model_alias"):
         # without an alias the server lists the model by the path it was given

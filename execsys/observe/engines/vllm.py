@@ -31,6 +31,7 @@ from execsys.observe.engines import (
     EngineClient,
     NativeObservation,
     argv_options,
+    argv_values,
     int_or_none,
     models_list,
     process_argv,
@@ -54,8 +55,7 @@ def serve_model(argv: list[str]) -> str | None:
     for index, arg in enumerate(argv[:-1]):
         if arg == "serve" and index >= 1 and argv[index - 1].endswith("vllm") and not argv[index + 1].startswith("-"):
             return argv[index + 1]
-    model = argv_options(argv, ("--model",)).get("--model")
-    return model if isinstance(model, str) and model else None  # a bare --model names nothing
+    return argv_values(argv, ("--model",)).get("--model") or None
 
 
 _FINGERPRINT = re.compile(r"^vllm-(?P<version>.+?)(?P<parallel>(?:-(?:tp|pp|dp)\d+|-ep)*)-(?P<hash>[0-9a-f]{8}|nohash)$")
