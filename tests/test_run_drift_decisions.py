@@ -97,6 +97,11 @@ def test_field_words(drift, words, as_before) -> None:
                   ev(ARGV, ["a"], None, "t3"), ev(ARGV, None, ["a"], "t4"), ev("runtime.x", 1, 2)],
                  ["runtime.x: 1 → 2 (1 event, at t1)", "back as before: process.pid, process.argv (2-4 events each)"],
                  id="moved-then-back-with-a-count-range"),
+    # three different counts: the range is the smallest to the largest, not the smallest to the second
+    pytest.param([ev(PID, 1, None), ev(PID, None, 1, "t2"),
+                  ev(ARGV, 1, None), ev(ARGV, None, 1, "t2"), ev(ARGV, 1, None, "t3"), ev(ARGV, None, 1, "t4"),
+                  *[ev("runtime.y", 1, None if i % 2 == 0 else 1, f"t{i}") for i in range(6)]],
+                 ["back as before: process.pid, process.argv, y (2-6 events each)"], id="three-counts"),
     pytest.param([ev(PID, 1, None), ev(PID, None, 1, "t2"), ev(ARGV, 1, None), ev(ARGV, None, 1, "t2")],
                  ["back as before: process.pid, process.argv (2 events each)"], id="same-count"),
 ])
